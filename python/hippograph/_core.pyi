@@ -1,0 +1,52 @@
+"""Stubs of the Rust extension. Arrays are numpy; matrices are C-contiguous, row-major."""
+
+import numpy as np
+import numpy.typing as npt
+
+def row_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Euclidean norm of every row (computed once when rows are written)."""
+
+def relevance(
+    matrix: npt.NDArray[np.float32], norms: npt.NDArray[np.float32], queries: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float32]:
+    """max(0, max over query rows of cos(query, row)) for every stored row; GIL released."""
+
+def select_top(
+    scores: npt.NDArray[np.float64], threshold: float, top_k: int, rank: npt.NDArray[np.uint32] | None = None
+) -> npt.NDArray[np.int64]:
+    """Indices of the best top_k scores >= threshold, best first, ties by rank (or index)."""
+
+def scan_default(
+    matrix: npt.NDArray[np.float32],
+    norms: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    has_meta: npt.NDArray[np.uint8],
+    timestamp: npt.NDArray[np.float64],
+    access_count: npt.NDArray[np.float64],
+    reward_count: npt.NDArray[np.float64],
+    cumulative_reward: npt.NDArray[np.float64],
+    rank: npt.NDArray[np.uint32] | None,
+    now: float,
+    lambda_: float,
+    k: float,
+    base_floor: float,
+    beta: float,
+    threshold: float,
+    top_k: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Relevance, default value function and selection in one pass; GIL released."""
+
+def default_values(
+    relevance: npt.NDArray[np.float32],
+    has_meta: npt.NDArray[np.uint8],
+    timestamp: npt.NDArray[np.float64],
+    access_count: npt.NDArray[np.float64],
+    reward_count: npt.NDArray[np.float64],
+    cumulative_reward: npt.NDArray[np.float64],
+    now: float,
+    lambda_: float,
+    k: float,
+    base_floor: float,
+    beta: float,
+) -> npt.NDArray[np.float64]:
+    """The default value function over precomputed relevances; GIL released."""

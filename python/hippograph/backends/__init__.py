@@ -1,0 +1,7 @@
+"""Built-in backends: `InMemory` (the reference) and `LMDB` (the embedded default)."""
+
+from __future__ import annotations
+
+from .memory import InMemory
+
+__all__ = ["InMemory"]

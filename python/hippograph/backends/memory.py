@@ -1,0 +1,223 @@
+"""`InMemory`: the reference backend every other one is compared against.
+
+Plain dicts behind a readers-writer lock; short on purpose, so that its
+behaviour can be read off the code. Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .._index import TypeIndex, find_candidates
+from ..changeset import Changeset, check_changeset, normalised_links
+from ..errors import IngestionError
+from ..model import (
+    EdgeType,
+    IngestionReceipt,
+    IngestionRecord,
+    Node,
+    NodeMetadata,
+    NodeType,
+    Outcome,
+    as_edge_type,
+    as_node_type,
+    check_id,
+)
+from ..value import ValueFunctionConfig
+from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record
+
+__all__ = ["InMemory"]
+
+
+class InMemory(BackendBase):
+    """The full `GraphBackend` contract in process memory (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = RWLock()
+        self._nodes: dict[str, Node] = {}
+        self._links: dict[str, dict[EdgeType, set[str]]] = {}
+        self._meta: dict[str, NodeMetadata] = {}
+        self._records: dict[str, IngestionRecord] = {}
+        self._index: dict[NodeType, TypeIndex] = {t: TypeIndex() for t in NodeType}
+        self._dim: int | None = None
+
+    @property
+    def dimension(self) -> int | None:
+        return self._dim
+
+    # -- writes ------------------------------------------------------------
+
+    def _unlink_all(self, node_id: str) -> None:
+        for edge, others in self._links.pop(node_id, {}).items():
+            for other in others:
+                back = self._links.get(other, {}).get(edge)
+                if back is not None:
+                    back.discard(node_id)
+
+    def _apply(self, cs: Changeset, dim: int | None) -> None:
+        for node in cs.additions:
+            old = self._nodes.get(node.id)
+            if old is not None:
+                self._unlink_all(node.id)
+                self._index[old.node_type].remove(node.id)
+            self._nodes[node.id] = node.with_links({})
+            self._index[node.node_type].upsert(node.id, node.embedding, self._meta.get(node.id))
+        for a, b, edge in normalised_links(cs):
+            if a != b and a in self._nodes and b in self._nodes:
+                self._links.setdefault(a, {}).setdefault(edge, set()).add(b)
+                self._links.setdefault(b, {}).setdefault(edge, set()).add(a)
+        self._put_meta(cs.metadata)
+        self._dim = dim
+
+    def _put_meta(self, updates: Mapping[str, NodeMetadata]) -> None:
+        for node_id, meta in updates.items():
+            self._meta[node_id] = meta
+            node = self._nodes.get(node_id)
+            if node is not None:
+                self._index[node.node_type].set_meta(node_id, meta)
+
+    def apply_changeset(self, cs: Changeset) -> None:
+        self._check_open("apply_changeset")
+        with self._lock.write():
+            self._apply(cs, check_changeset(cs, self._dim))
+
+    def delete_nodes(self, ids: Iterable[str]) -> None:
+        self._check_open("delete_nodes")
+        wanted = check_ids(ids)
+        with self._lock.write():
+            for node_id in wanted:
+                node = self._nodes.pop(node_id, None)
+                if node is not None:
+                    self._unlink_all(node_id)
+                    self._index[node.node_type].remove(node_id)
+
+    def update_metadata(self, updates: Mapping[str, NodeMetadata]) -> None:
+        self._check_open("update_metadata")
+        checked = check_metadata_updates(updates)
+        with self._lock.write():
+            self._put_meta(checked)
+
+    def delete_metadata(self, ids: Iterable[str]) -> None:
+        self._check_open("delete_metadata")
+        wanted = check_ids(ids)
+        with self._lock.write():
+            for node_id in wanted:
+                if self._meta.pop(node_id, None) is not None:
+                    self._put_meta_column(node_id)
+
+    def _put_meta_column(self, node_id: str) -> None:
+        node = self._nodes.get(node_id)
+        if node is not None:
+            self._index[node.node_type].set_meta(node_id, None)
+
+    def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
+        self._check_open("commit_ingestion")
+        with self._lock.write():
+            dim = check_record(record, cs, self._dim)
+            stored = self._records.get(record.source_id)
+            if stored is None:
+                self._apply(cs, dim)
+                self._records[record.source_id] = record
+                return Outcome.INSERTED, record.receipt
+            if (
+                stored.payload_digest == record.payload_digest
+                and stored.fingerprint_version == record.fingerprint_version
+            ):
+                return Outcome.EXISTING, stored.receipt
+            raise IngestionError(
+                "source_conflict",
+                "a different payload (digest or fingerprint version) is already recorded",
+                source_id=record.source_id,
+            )
+
+    def delete_ingestion(self, source_id: str) -> bool:
+        self._check_open("delete_ingestion")
+        check_id(source_id, "source_id")
+        with self._lock.write():
+            return self._records.pop(source_id, None) is not None
+
+    # -- reads -------------------------------------------------------------
+
+    def _node(self, node_id: str) -> Node | None:
+        node = self._nodes.get(node_id)
+        if node is None:
+            return None
+        return node.with_links(self._links.get(node_id, {}))
+
+    def _hydrate(self, ids: list[str]) -> dict[str, tuple[Node, NodeMetadata | None]]:
+        out: dict[str, tuple[Node, NodeMetadata | None]] = {}
+        for node_id in ids:
+            node = self._node(node_id)
+            if node is not None:
+                out[node_id] = (node, self._meta.get(node_id))
+        return out
+
+    def find_candidates(
+        self,
+        types: Sequence[NodeType | str],
+        query: object,
+        tags: Iterable[object],
+        value_function: ValueFunctionConfig | Mapping[str, Any] | None,
+        *,
+        now: datetime | None = None,
+        exact: bool = False,
+    ) -> list[tuple[Node, float]]:
+        self._check_open("find_candidates")
+        with self._lock.read():
+            return find_candidates(self._index, types, query, tags, value_function, now, self._dim, self._hydrate)
+
+    def get_node(self, node_id: str) -> Node | None:
+        self._check_open("get_node")
+        check_id(node_id)
+        with self._lock.read():
+            return self._node(node_id)
+
+    def get_linked_nodes(self, ids: Iterable[str], edge_type: EdgeType | str | None = None) -> list[Node]:
+        self._check_open("get_linked_nodes")
+        wanted = check_ids(ids)
+        edge = None if edge_type is None else as_edge_type(edge_type)
+        with self._lock.read():
+            found: set[str] = set()
+            for node_id in wanted:
+                for e, others in self._links.get(node_id, {}).items():
+                    if edge is None or e == edge:
+                        found |= others
+            return [n for n in map(self._node, sorted(found)) if n is not None]
+
+    def get_nodes_by_type(self, types: Iterable[NodeType | str]) -> list[Node]:
+        self._check_open("get_nodes_by_type")
+        wanted = [as_node_type(t) for t in ([types] if isinstance(types, str) else types)]
+        with self._lock.read():
+            out: list[Node] = []
+            for node_type in dict.fromkeys(wanted):
+                ids = sorted(self._index[node_type].ids)
+                out += [n for n in map(self._node, ids) if n is not None]
+            return out
+
+    def get_metadata(self, ids: Iterable[str]) -> dict[str, NodeMetadata]:
+        self._check_open("get_metadata")
+        wanted = check_ids(ids)
+        with self._lock.read():
+            return {i: self._meta[i] for i in wanted if i in self._meta}
+
+    def get_ingestion(self, source_id: str) -> IngestionRecord | None:
+        self._check_open("get_ingestion")
+        check_id(source_id, "source_id")
+        with self._lock.read():
+            return self._records.get(source_id)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts for `Repo.stats`: nodes per type, links, records, dimension."""
+        self._check_open("stats")
+        with self._lock.read():
+            links = sum(len(ids) for by_edge in self._links.values() for ids in by_edge.values()) // 2
+            return {
+                "nodes": {t.value: len(self._index[t]) for t in NodeType},
+                "links": links,
+                "ingestion_records": len(self._records),
+                "metadata": len(self._meta),
+                "dimension": self._dim,
+                "disk_bytes": 0,
+            }

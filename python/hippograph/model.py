@@ -1,0 +1,423 @@
+"""The data model (DESIGN §2): node and edge types, nodes, metadata, receipts.
+
+Nodes are frozen so that a node handed to a caller can never be changed behind
+a backend's back; a node with other links or another embedding is a new node.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ValidationError
+
+__all__ = [
+    "NODE_CLASSES",
+    "EdgeType",
+    "Embedding",
+    "Episodic",
+    "IngestionReceipt",
+    "IngestionRecord",
+    "Intent",
+    "Node",
+    "NodeMetadata",
+    "NodeType",
+    "Outcome",
+    "Procedural",
+    "Semantic",
+    "Source",
+    "Subgoal",
+    "Tag",
+    "as_datetime",
+    "as_edge_type",
+    "as_embedding",
+    "as_node_type",
+    "check_id",
+    "utcnow",
+]
+
+MAX_ID_BYTES = 512
+
+Embedding = npt.NDArray[np.float32]
+
+
+class NodeType(str, enum.Enum):
+    """The seven kinds of memory node."""
+
+    EPISODIC = "episodic"
+    SEMANTIC = "semantic"
+    PROCEDURAL = "procedural"
+    TAG = "tag"
+    INTENT = "intent"
+    SUBGOAL = "subgoal"
+    SOURCE = "source"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EdgeType(str, enum.Enum):
+    """The four kinds of undirected link."""
+
+    MEMBERSHIP = "membership"
+    HIERARCHICAL = "hierarchical"
+    PROVENANCE = "provenance"
+    SIBLING = "sibling"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Outcome(str, enum.Enum):
+    """Result of `commit_ingestion`: the record was new, or already stored."""
+
+    INSERTED = "inserted"
+    EXISTING = "existing"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_datetime(value: object, what: str = "timestamp") -> datetime:
+    """An aware datetime converted to UTC; naive datetimes are refused as ambiguous."""
+    if not isinstance(value, datetime):
+        raise ValidationError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(f"{what} must be timezone-aware (UTC), got naive {value!r}")
+    return value.astimezone(UTC)
+
+
+def check_id(value: object, what: str = "id") -> str:
+    """Ids are non-empty str of at most 512 UTF-8 bytes."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{what} must be a str, got {type(value).__name__}: {value!r:.80}")
+    if not value:
+        raise ValidationError(f"{what} must not be empty")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{what} {value!r:.80} is not valid UTF-8 (lone surrogate)") from exc
+    if size > MAX_ID_BYTES:
+        raise ValidationError(f"{what} {value[:40]!r}… is {size} UTF-8 bytes; the limit is {MAX_ID_BYTES}")
+    return value
+
+
+def as_node_type(value: object) -> NodeType:
+    try:
+        return NodeType(value)
+    except ValueError:
+        raise ValidationError(
+            f"unknown node type {value!r}; expected one of {[t.value for t in NodeType]}"
+        ) from None
+
+
+def as_edge_type(value: object) -> EdgeType:
+    try:
+        return EdgeType(value)
+    except ValueError:
+        raise ValidationError(
+            f"unknown edge type {value!r}; expected one of {[t.value for t in EdgeType]}"
+        ) from None
+
+
+def as_embedding(value: object, what: str = "embedding") -> Embedding:
+    """A finite, non-empty, 1-D float32 copy that nobody can mutate afterwards."""
+    if isinstance(value, (str, bytes)):
+        raise ValidationError(f"{what} must be a sequence of numbers, got {type(value).__name__}")
+    try:
+        arr = np.array(value, dtype=np.float32, copy=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"{what} is not a numeric vector: {exc}") from None
+    if arr.ndim != 1:
+        raise ValidationError(f"{what} must be 1-D, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValidationError(f"{what} must not be empty")
+    if not np.isfinite(arr).all():
+        raise ValidationError(f"{what} holds NaN or infinite values (after float32 conversion)")
+    arr.flags.writeable = False
+    return arr
+
+
+def _normalise_links(value: object, node_id: str) -> dict[EdgeType, frozenset[str]]:
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"links of node {node_id!r} must be a mapping of edge type to ids")
+    out: dict[EdgeType, frozenset[str]] = {}
+    for key, ids in value.items():
+        edge = as_edge_type(key)
+        if isinstance(ids, str) or not isinstance(ids, Iterable):
+            raise ValidationError(f"links[{edge.value}] of node {node_id!r} must be a collection of ids")
+        members = frozenset(check_id(i, f"linked id of node {node_id!r}") for i in ids)
+        members = members - {node_id}
+        if members:
+            out[edge] = out.get(edge, frozenset()) | members
+    return out
+
+
+_KINDS: dict[str, tuple[type, bool]] = {
+    "str": (str, False),
+    "float": (float, False),
+    "int": (int, False),
+    "str | None": (str, True),
+    "float | None": (float, True),
+}
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Node:
+    """Fields every node has. Construct one of the seven subclasses."""
+
+    node_type: ClassVar[NodeType]
+    base_fields: ClassVar[tuple[str, ...]] = ("id", "embedding", "links", "created_at")
+
+    id: str
+    embedding: Embedding | None = field(default=None, repr=False)
+    links: Mapping[EdgeType, frozenset[str]] = field(default_factory=dict)
+    created_at: datetime = field(default_factory=utcnow)
+
+    def __post_init__(self) -> None:
+        if type(self) is Node:
+            raise TypeError("Node is abstract; use Episodic, Semantic, Procedural, Tag, Intent, Subgoal or Source")
+        set_ = object.__setattr__
+        check_id(self.id, f"{self.node_type.value} node id")
+        if self.embedding is not None:
+            set_(self, "embedding", as_embedding(self.embedding, f"embedding of node {self.id!r}"))
+        set_(self, "links", _normalise_links(self.links, self.id))
+        set_(self, "created_at", as_datetime(self.created_at, f"created_at of node {self.id!r}"))
+        for f in dataclasses.fields(self):
+            if f.name in self.base_fields:
+                continue
+            kind, optional = _KINDS[str(f.type)]
+            value = getattr(self, f.name)
+            if value is None and optional:
+                continue
+            if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+                if not math.isfinite(value):
+                    raise ValidationError(f"{f.name} of node {self.id!r} must be finite, got {value!r}")
+                set_(self, f.name, float(value))
+            elif kind is int and isinstance(value, int) and not isinstance(value, bool):
+                continue
+            elif kind is str and isinstance(value, str):
+                continue
+            else:
+                raise ValidationError(
+                    f"{f.name} of {self.node_type.value} node {self.id!r} must be "
+                    f"{kind.__name__}{' or None' if optional else ''}, got {type(value).__name__}"
+                )
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The type-specific fields, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in cls.base_fields)
+
+    def fields_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.field_names()}
+
+    def with_links(self, links: Mapping[EdgeType, Iterable[str]]) -> Node:
+        """This node with another link set (backends assemble stored nodes with it)."""
+        out = copy.copy(self)
+        object.__setattr__(out, "links", {e: frozenset(ids) for e, ids in links.items() if ids})
+        return out
+
+    def linked_ids(self) -> set[str]:
+        return set().union(*self.links.values()) if self.links else set()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, Node)
+        if (self.embedding is None) != (other.embedding is None):
+            return False
+        if self.embedding is not None and not np.array_equal(self.embedding, other.embedding):
+            return False
+        return (
+            self.id == other.id
+            and self.created_at == other.created_at
+            and dict(self.links) == dict(other.links)
+            and self.fields_dict() == other.fields_dict()
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.node_type, self.id))
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Episodic(Node):
+    """One step an agent took: what it saw, did, and how it went."""
+
+    node_type: ClassVar[NodeType] = NodeType.EPISODIC
+    observation: str
+    action: str
+    state: str
+    subgoal: str
+    reward: float
+    trajectory_id: str
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Semantic(Node):
+    """A fact or belief distilled from experience."""
+
+    node_type: ClassVar[NodeType] = NodeType.SEMANTIC
+    proposition: str
+    confidence: float
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Procedural(Node):
+    """A how-to: when `condition` holds, do `instruction`, expect `expected_outcome`."""
+
+    node_type: ClassVar[NodeType] = NodeType.PROCEDURAL
+    instruction: str
+    condition: str
+    expected_outcome: str
+    return_score: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Tag(Node):
+    """A label that groups other nodes through membership links."""
+
+    node_type: ClassVar[NodeType] = NodeType.TAG
+    label: str
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Intent(Node):
+    """What the agent was trying to do."""
+
+    node_type: ClassVar[NodeType] = NodeType.INTENT
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Subgoal(Node):
+    """A goal, optionally part of a larger one."""
+
+    node_type: ClassVar[NodeType] = NodeType.SUBGOAL
+    description: str
+    parent_goal: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Source(Node):
+    """Where a memory came from: an episode and a step within it."""
+
+    node_type: ClassVar[NodeType] = NodeType.SOURCE
+    episode_id: str
+    step_index: int
+    plain_text: str | None = None
+
+
+NODE_CLASSES: dict[NodeType, type[Node]] = {
+    cls.node_type: cls for cls in (Episodic, Semantic, Procedural, Tag, Intent, Subgoal, Source)
+}
+
+
+def _count(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValidationError(f"{what} must be a non-negative int, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeMetadata:
+    """Usage statistics of one node, read by value functions.
+
+    Frozen: the helpers return an updated copy, so a record a backend holds is
+    never changed by a caller that kept a reference to it.
+    """
+
+    created_at: datetime = field(default_factory=utcnow)
+    access_count: int = 0
+    last_accessed_at: datetime | None = None
+    cumulative_reward: float = 0.0
+    reward_count: int = 0
+    custom: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "created_at", as_datetime(self.created_at, "metadata created_at"))
+        if self.last_accessed_at is not None:
+            set_(self, "last_accessed_at", as_datetime(self.last_accessed_at, "metadata last_accessed_at"))
+        _count(self.access_count, "access_count")
+        _count(self.reward_count, "reward_count")
+        reward = self.cumulative_reward
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            raise ValidationError(f"cumulative_reward must be a finite number, got {reward!r}")
+        set_(self, "cumulative_reward", float(reward))
+        if not isinstance(self.custom, Mapping) or not all(isinstance(k, str) for k in self.custom):
+            raise ValidationError("metadata custom must be a mapping with str keys")
+        set_(self, "custom", dict(self.custom))
+
+    def record_access(self, now: datetime | None = None) -> NodeMetadata:
+        """A copy with one more access at `now` (default: the current UTC time)."""
+        when = utcnow() if now is None else as_datetime(now, "now")
+        return dataclasses.replace(self, access_count=self.access_count + 1, last_accessed_at=when)
+
+    def update_reward(self, reward: float) -> NodeMetadata:
+        """A copy with `reward` added to the running reward."""
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            raise ValidationError(f"reward must be a finite number, got {reward!r}")
+        return dataclasses.replace(
+            self, cumulative_reward=self.cumulative_reward + float(reward), reward_count=self.reward_count + 1
+        )
+
+    @property
+    def avg_reward(self) -> float:
+        return self.cumulative_reward / self.reward_count if self.reward_count else 0.0
+
+    @property
+    def reference_time(self) -> datetime:
+        """The instant recency is measured from: last access, else creation."""
+        return self.last_accessed_at or self.created_at
+
+
+@dataclass(frozen=True)
+class IngestionReceipt:
+    """What an ingestion stored: the source, its node ids in order, and when."""
+
+    source_id: str
+    node_ids: tuple[str, ...]
+    stored_at: datetime
+
+    def __post_init__(self) -> None:
+        check_id(self.source_id, "receipt source_id")
+        ids = tuple(self.node_ids)
+        for i in ids:
+            check_id(i, "receipt node id")
+        object.__setattr__(self, "node_ids", ids)
+        object.__setattr__(self, "stored_at", as_datetime(self.stored_at, "receipt stored_at"))
+
+
+@dataclass(frozen=True)
+class IngestionRecord:
+    """The permanent control record behind exactly-once ingestion."""
+
+    source_id: str
+    payload_digest: bytes
+    fingerprint_version: int
+    receipt: IngestionReceipt
+
+    def __post_init__(self) -> None:
+        check_id(self.source_id, "ingestion source_id")
+        if not isinstance(self.payload_digest, bytes) or len(self.payload_digest) != 32:
+            raise ValidationError(f"payload_digest of {self.source_id!r} must be 32 bytes")
+        version = self.fingerprint_version
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValidationError(f"fingerprint_version of {self.source_id!r} must be an int >= 1")
+        if not isinstance(self.receipt, IngestionReceipt):
+            raise ValidationError(f"receipt of {self.source_id!r} must be an IngestionReceipt")
+        if self.receipt.source_id != self.source_id:
+            raise ValidationError(
+                f"receipt source_id {self.receipt.source_id!r} differs from record {self.source_id!r}"
+            )

@@ -1,0 +1,172 @@
+"""Value functions: how relevance and usage combine into a score (DESIGN §4).
+
+The default one runs in Rust over every candidate at once; any object with a
+matching ``score`` method works too, called once per node (the slow path).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TypedDict, runtime_checkable
+
+from .errors import ConfigError
+from .model import Node, NodeMetadata, NodeType, utcnow
+
+__all__ = [
+    "DEFAULT_PARAMS",
+    "DefaultValueFunction",
+    "TypeParams",
+    "ValueFunction",
+    "ValueFunctionConfig",
+    "default_config",
+    "resolve_config",
+]
+
+
+@runtime_checkable
+class ValueFunction(Protocol):
+    """Scores one candidate.
+
+    `params` are the resolved params of the node's type (defaults filled in)
+    plus ``"now"``: the aware UTC datetime the query is evaluated at.
+    """
+
+    def score(
+        self, relevance: float, node: Node, metadata: NodeMetadata | None, params: Mapping[str, Any]
+    ) -> float: ...
+
+
+class ValueFunctionConfig(TypedDict, total=False):
+    function: ValueFunction
+    params: Mapping[NodeType | str, Mapping[str, Any]]
+
+
+_SELECTION: dict[str, tuple[float, int]] = {
+    "semantic": (0.0, 20),
+    "procedural": (0.8, 10),
+    "episodic": (0.0, 30),
+    "subgoal": (0.75, 10),
+    "tag": (0.9, 10),
+    "source": (0.0, 50),
+    "intent": (0.7, 10),
+}
+_OTHER = (0.0, 20)
+_SHARED = {"lambda": 0.01, "k": 5.0, "base_floor": 0.3, "beta": 1.0}
+
+DEFAULT_PARAMS: dict[NodeType, dict[str, Any]] = {
+    t: {"threshold": _SELECTION.get(t.value, _OTHER)[0], "top_k": _SELECTION.get(t.value, _OTHER)[1], **_SHARED}
+    for t in NodeType
+}
+
+
+@dataclass(frozen=True)
+class TypeParams:
+    """Validated params of one node type; extra keys pass through to custom functions."""
+
+    threshold: float
+    top_k: int
+    lam: float
+    k: float
+    base_floor: float
+    beta: float
+    raw: Mapping[str, Any]
+
+
+def _number(params: Mapping[str, Any], key: str, node_type: NodeType) -> float:
+    value = params[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigError(f"value-function param {key!r} of type {node_type.value!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def _type_params(node_type: NodeType, overrides: Mapping[str, Any]) -> TypeParams:
+    merged = {**DEFAULT_PARAMS[node_type], **overrides}
+    top_k = merged["top_k"]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ConfigError(f"top_k of type {node_type.value!r} must be a non-negative int, got {top_k!r}")
+    tp = TypeParams(
+        threshold=_number(merged, "threshold", node_type),
+        top_k=top_k,
+        lam=_number(merged, "lambda", node_type),
+        k=_number(merged, "k", node_type),
+        base_floor=_number(merged, "base_floor", node_type),
+        beta=_number(merged, "beta", node_type),
+        raw=merged,
+    )
+    if tp.lam < 0 or tp.k < 0:
+        raise ConfigError(f"lambda and k of type {node_type.value!r} must be >= 0")
+    return tp
+
+
+class DefaultValueFunction:
+    """relevance × recency × frequency × reward; never exceeds relevance.
+
+    Backends recognise this class and run it in Rust; ``score`` is the same
+    formula for one node, kept for custom backends and tests.
+    """
+
+    def score(
+        self, relevance: float, node: Node, metadata: NodeMetadata | None, params: Mapping[str, Any]
+    ) -> float:
+        if metadata is None:
+            return float(relevance)
+        tp = _type_params(node.node_type, {k: v for k, v in params.items() if k != "now"})
+        now = params.get("now")
+        return default_value(relevance, metadata, tp, now if isinstance(now, datetime) else utcnow())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DefaultValueFunction)
+
+    def __hash__(self) -> int:
+        return hash(DefaultValueFunction)
+
+
+def default_value(relevance: float, metadata: NodeMetadata, tp: TypeParams, now: datetime) -> float:
+    """The DESIGN §4 formula in plain Python (one node)."""
+    hours = max(0.0, (now - metadata.reference_time).total_seconds() / 3600.0)
+    n = metadata.access_count
+    denom = n + tp.k
+    frequency = max(tp.base_floor, n / denom if denom > 0 else 0.0)
+    reward = 1.0 if metadata.reward_count == 0 else 1.0 / (1.0 + math.exp(-tp.beta * metadata.avg_reward))
+    return relevance * math.exp(-tp.lam * hours) * frequency * reward
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    function: ValueFunction
+    params: dict[NodeType, TypeParams]
+
+    @property
+    def is_default(self) -> bool:
+        return isinstance(self.function, DefaultValueFunction)
+
+
+def default_config() -> ValueFunctionConfig:
+    return {"function": DefaultValueFunction(), "params": {}}
+
+
+def resolve_config(config: ValueFunctionConfig | Mapping[str, Any] | None) -> ResolvedConfig:
+    """Validates a config and fills every type's params from the defaults."""
+    if config is None:
+        config = {}
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"value-function config must be a mapping, got {type(config).__name__}")
+    function = config.get("function") or DefaultValueFunction()
+    if not callable(getattr(function, "score", None)):
+        raise ConfigError(f"value function {function!r} has no callable score(relevance, node, metadata, params)")
+    overrides = config.get("params") or {}
+    if not isinstance(overrides, Mapping):
+        raise ConfigError("value-function params must map node types to dicts")
+    by_type: dict[NodeType, Mapping[str, Any]] = {}
+    for key, value in overrides.items():
+        try:
+            node_type = NodeType(key)
+        except ValueError:
+            raise ConfigError(f"value-function params name unknown node type {key!r}") from None
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"value-function params of {node_type.value!r} must be a mapping")
+        by_type[node_type] = value
+    return ResolvedConfig(function, {t: _type_params(t, by_type.get(t, {})) for t in NodeType})

@@ -1,0 +1,7 @@
+//! Pure-Rust core of hippograph.
+//!
+//! No Python types live here: plain slices and structs in, results out, so the
+//! algorithms are tested with `cargo test` and benchmarked without an interpreter.
+
+pub mod etf;
+pub mod scoring;

@@ -1,0 +1,483 @@
+//! Candidate scoring: relevance, the default value function and selection.
+//!
+//! Stored vectors form a row-major `n × dim` matrix whose row norms are cached
+//! by the caller (computed once with [`row_norms`] when rows are written), so a
+//! query only streams the matrix once: every row is read a single time and
+//! dotted against the query and all tag vectors together. That makes the scan
+//! memory-bandwidth bound, which is the best an exact scan can do.
+
+use rayon::prelude::*;
+use std::cmp::Ordering;
+
+/// Rows per parallel task; large enough to amortise scheduling, small enough
+/// to balance across cores.
+const PAR_CHUNK_ROWS: usize = 2048;
+/// Below this many matrix elements the scan runs on the calling thread.
+const PAR_MIN_ELEMS: usize = 1 << 21;
+/// Lanes per accumulator; eight f32 fill one AVX register.
+const LANES: usize = 8;
+
+/// Shape errors: the only way scoring can fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShapeError(pub String);
+
+impl std::fmt::Display for ShapeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ShapeError {}
+
+/// Parameters of the default value function (DESIGN §4), per node type.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ValueParams {
+    /// Decay rate per hour.
+    pub lambda: f64,
+    /// Access count at which frequency reaches one half.
+    pub k: f64,
+    /// Lower bound of the frequency factor.
+    pub base_floor: f64,
+    /// Steepness of the reward sigmoid.
+    pub beta: f64,
+}
+
+impl Default for ValueParams {
+    fn default() -> Self {
+        Self { lambda: 0.01, k: 5.0, base_floor: 0.3, beta: 1.0 }
+    }
+}
+
+/// Per-row usage metadata, as parallel columns (one entry per matrix row).
+#[derive(Debug, Clone, Copy)]
+pub struct MetaColumns<'a> {
+    /// Non-zero when the row has metadata; otherwise the score is the relevance.
+    pub has_meta: &'a [u8],
+    /// Unix seconds of `last_accessed_at`, or of `created_at` when never accessed.
+    pub timestamp: &'a [f64],
+    pub access_count: &'a [f64],
+    pub reward_count: &'a [f64],
+    pub cumulative_reward: &'a [f64],
+}
+
+impl MetaColumns<'_> {
+    fn check(&self, n: usize) -> Result<(), ShapeError> {
+        let lens = [
+            self.has_meta.len(),
+            self.timestamp.len(),
+            self.access_count.len(),
+            self.reward_count.len(),
+            self.cumulative_reward.len(),
+        ];
+        if lens.iter().all(|&l| l == n) {
+            Ok(())
+        } else {
+            Err(ShapeError(format!("metadata columns have lengths {lens:?}, expected {n}")))
+        }
+    }
+}
+
+/// A matrix of stored vectors with cached norms.
+#[derive(Debug, Clone, Copy)]
+pub struct Stored<'a> {
+    pub data: &'a [f32],
+    pub norms: &'a [f32],
+    pub dim: usize,
+}
+
+impl Stored<'_> {
+    /// Number of rows; validates that data, norms and dim agree.
+    pub fn rows(&self) -> Result<usize, ShapeError> {
+        let n = self.norms.len();
+        if self.data.len() != n * self.dim {
+            return Err(ShapeError(format!(
+                "matrix holds {} values, expected {} rows × {} dims",
+                self.data.len(),
+                n,
+                self.dim
+            )));
+        }
+        Ok(n)
+    }
+}
+
+/// Euclidean norm of every row of a row-major `? × dim` matrix.
+pub fn row_norms(data: &[f32], dim: usize) -> Vec<f32> {
+    if dim == 0 {
+        return Vec::new();
+    }
+    let norm = |row: &[f32]| row.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt() as f32;
+    if data.len() >= PAR_MIN_ELEMS {
+        data.par_chunks_exact(dim).map(norm).collect()
+    } else {
+        data.chunks_exact(dim).map(norm).collect()
+    }
+}
+
+/// Queries scaled to unit length (a zero vector stays zero, so it matches nothing).
+fn normalise_queries(queries: &[f32], dim: usize) -> Vec<f32> {
+    let mut out = queries.to_vec();
+    for q in out.chunks_exact_mut(dim) {
+        let norm = q.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
+        let scale = if norm > 0.0 { (1.0 / norm) as f32 } else { 0.0 };
+        q.iter_mut().for_each(|x| *x *= scale);
+    }
+    out
+}
+
+/// Dot products of one row with `Q` unit queries, reading the row once.
+#[inline(always)]
+fn dots<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> [f32; Q] {
+    let mut acc = [[0.0f32; LANES]; Q];
+    let full = dim - dim % LANES;
+    let mut i = 0;
+    while i < full {
+        let r = &row[i..i + LANES];
+        for (j, a) in acc.iter_mut().enumerate() {
+            let q = &queries[j * dim + i..j * dim + i + LANES];
+            for l in 0..LANES {
+                a[l] += r[l] * q[l];
+            }
+        }
+        i += LANES;
+    }
+    let mut out = [0.0f32; Q];
+    for (j, a) in acc.iter().enumerate() {
+        let mut s = a.iter().sum::<f32>();
+        for t in full..dim {
+            s += row[t] * queries[j * dim + t];
+        }
+        out[j] = s;
+    }
+    out
+}
+
+/// Max of the dots of one row against all queries, in blocks of up to 8.
+#[inline(always)]
+fn max_dot(row: &[f32], queries: &[f32], dim: usize) -> f32 {
+    let m = queries.len() / dim;
+    let mut best = f32::NEG_INFINITY;
+    let mut start = 0;
+    while start < m {
+        let block = &queries[start * dim..];
+        let take = (m - start).min(8);
+        let local = match take {
+            1 => dots::<1>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
+            2 => dots::<2>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
+            3 => dots::<3>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
+            4 => dots::<4>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
+            5 => dots::<5>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
+            6 => dots::<6>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
+            7 => dots::<7>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
+            _ => dots::<8>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
+        };
+        best = best.max(local);
+        start += take;
+    }
+    best
+}
+
+#[inline(always)]
+fn relevance_block_impl(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
+    for ((row, &norm), o) in data.chunks_exact(dim).zip(norms).zip(out.iter_mut()) {
+        *o = if norm > 0.0 { (max_dot(row, unit, dim) / norm).clamp(0.0, 1.0) } else { 0.0 };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn relevance_block_avx2(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
+    relevance_block_impl(data, norms, dim, unit, out)
+}
+
+/// Relevance of a block of rows, using AVX2 when the CPU has it.
+fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports the features the function was compiled for.
+            unsafe { relevance_block_avx2(data, norms, dim, unit, out) };
+            return;
+        }
+    }
+    relevance_block_impl(data, norms, dim, unit, out)
+}
+
+/// `max(0, cos(q, e), max_t cos(t, e))` for every stored row `e`.
+///
+/// `queries` is a row-major `m × dim` matrix holding the query and the tag
+/// vectors. Rows or queries with zero norm have similarity 0. With no queries
+/// (or `dim == 0`) every relevance is 0.
+pub fn relevance(stored: Stored<'_>, queries: &[f32]) -> Result<Vec<f32>, ShapeError> {
+    let n = stored.rows()?;
+    let dim = stored.dim;
+    let mut out = vec![0.0f32; n];
+    if dim == 0 || queries.is_empty() || n == 0 {
+        return Ok(out);
+    }
+    if queries.len() % dim != 0 {
+        return Err(ShapeError(format!("query values ({}) are not a multiple of the dimension {dim}", queries.len())));
+    }
+    let unit = normalise_queries(queries, dim);
+    if stored.data.len() >= PAR_MIN_ELEMS && rayon::current_num_threads() > 1 {
+        out.par_chunks_mut(PAR_CHUNK_ROWS)
+            .zip(stored.data.par_chunks(PAR_CHUNK_ROWS * dim))
+            .zip(stored.norms.par_chunks(PAR_CHUNK_ROWS))
+            .for_each(|((o, d), nr)| relevance_block(d, nr, dim, &unit, o));
+    } else {
+        relevance_block(stored.data, stored.norms, dim, &unit, &mut out);
+    }
+    Ok(out)
+}
+
+/// The default value function for one candidate (DESIGN §4).
+///
+/// Never exceeds `relevance` for relevance ≥ 0: elapsed time is clamped at
+/// zero and every factor is at most one.
+#[inline]
+pub fn default_value(relevance: f64, meta: Option<(f64, f64, f64, f64)>, now: f64, p: &ValueParams) -> f64 {
+    let Some((timestamp, access_count, reward_count, cumulative_reward)) = meta else {
+        return relevance;
+    };
+    let hours = ((now - timestamp) / 3600.0).max(0.0);
+    let recency = (-p.lambda * hours).exp();
+    let denom = access_count + p.k;
+    let freq = if denom > 0.0 { access_count / denom } else { 0.0 };
+    let frequency = freq.max(p.base_floor);
+    let reward = if reward_count <= 0.0 {
+        1.0
+    } else {
+        1.0 / (1.0 + (-p.beta * (cumulative_reward / reward_count)).exp())
+    };
+    relevance * recency * frequency * reward
+}
+
+/// Scores every row with the default value function.
+pub fn default_values(relevance: &[f32], meta: MetaColumns<'_>, now: f64, p: &ValueParams) -> Result<Vec<f64>, ShapeError> {
+    meta.check(relevance.len())?;
+    let score = |i: usize| {
+        let m = (meta.has_meta[i] != 0).then(|| {
+            (meta.timestamp[i], meta.access_count[i], meta.reward_count[i], meta.cumulative_reward[i])
+        });
+        default_value(f64::from(relevance[i]), m, now, p)
+    };
+    Ok((0..relevance.len()).map(score).collect())
+}
+
+/// Orders candidates: score descending, then id rank ascending.
+#[inline]
+fn better(scores: &[f64], rank: Option<&[u32]>, a: usize, b: usize) -> Ordering {
+    scores[b]
+        .partial_cmp(&scores[a])
+        .unwrap_or(Ordering::Equal)
+        .then_with(|| match rank {
+            Some(r) => r[a].cmp(&r[b]),
+            None => a.cmp(&b),
+        })
+}
+
+/// Indices of the best `top_k` rows with `score >= threshold`, best first.
+///
+/// Ties in score are broken by `rank` ascending (the caller passes each row's
+/// position in id order), or by row index when `rank` is `None`. Uses partial
+/// selection, so only the kept rows are sorted. NaN scores are never selected.
+pub fn select_top(scores: &[f64], threshold: f64, top_k: usize, rank: Option<&[u32]>) -> Result<Vec<usize>, ShapeError> {
+    if let Some(r) = rank {
+        if r.len() != scores.len() {
+            return Err(ShapeError(format!("rank has {} entries, scores {}", r.len(), scores.len())));
+        }
+    }
+    if top_k == 0 {
+        return Ok(Vec::new());
+    }
+    let mut keep: Vec<usize> = (0..scores.len()).filter(|&i| scores[i] >= threshold).collect();
+    let cmp = |a: &usize, b: &usize| better(scores, rank, *a, *b);
+    if keep.len() > top_k {
+        keep.select_nth_unstable_by(top_k - 1, cmp);
+        keep.truncate(top_k);
+    }
+    keep.sort_unstable_by(cmp);
+    Ok(keep)
+}
+
+/// Everything one exact `find_candidates` pass over one node type needs.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanRequest<'a> {
+    pub stored: Stored<'a>,
+    pub queries: &'a [f32],
+    pub meta: MetaColumns<'a>,
+    pub rank: Option<&'a [u32]>,
+    pub now: f64,
+    pub params: ValueParams,
+    pub threshold: f64,
+    pub top_k: usize,
+}
+
+/// Relevance, default value function and selection in one call: the fast path.
+pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeError> {
+    let rel = relevance(req.stored, req.queries)?;
+    let scores = default_values(&rel, req.meta, req.now, &req.params)?;
+    let picked = select_top(&scores, req.threshold, req.top_k, req.rank)?;
+    Ok(picked.into_iter().map(|i| (i, scores[i])).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored<'a>(data: &'a [f32], norms: &'a [f32], dim: usize) -> Stored<'a> {
+        Stored { data, norms, dim }
+    }
+
+    fn no_meta(n: usize) -> (Vec<u8>, Vec<f64>) {
+        (vec![0; n], vec![0.0; n])
+    }
+
+    #[test]
+    fn relevance_is_cosine_clamped_at_zero() {
+        let data = [1.0, 0.0, 0.0, 2.0, -1.0, 0.0, 1.0, 1.0];
+        let norms = row_norms(&data, 2);
+        let rel = relevance(stored(&data, &norms, 2), &[3.0, 0.0]).unwrap();
+        assert!((rel[0] - 1.0).abs() < 1e-6);
+        assert_eq!(rel[1], 0.0);
+        assert_eq!(rel[2], 0.0);
+        assert!((rel[3] - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
+    }
+
+    #[test]
+    fn tag_vector_raises_relevance_above_query() {
+        let data = [0.0, 1.0];
+        let norms = row_norms(&data, 2);
+        let only_query = relevance(stored(&data, &norms, 2), &[1.0, 0.0]).unwrap();
+        let with_tag = relevance(stored(&data, &norms, 2), &[1.0, 0.0, 0.0, 5.0]).unwrap();
+        assert_eq!(only_query[0], 0.0);
+        assert!((with_tag[0] - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn zero_rows_and_zero_queries_have_zero_relevance() {
+        let data = [0.0, 0.0, 1.0, 0.0];
+        let norms = row_norms(&data, 2);
+        assert_eq!(relevance(stored(&data, &norms, 2), &[1.0, 0.0]).unwrap()[0], 0.0);
+        assert_eq!(relevance(stored(&data, &norms, 2), &[0.0, 0.0]).unwrap(), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn many_queries_and_odd_dimensions_match_naive_cosine() {
+        let dim = 13;
+        let n = 40;
+        let m = 11;
+        let gen = |i: usize| ((i * 7919 % 101) as f32 - 50.0) / 17.0;
+        let data: Vec<f32> = (0..n * dim).map(gen).collect();
+        let queries: Vec<f32> = (0..m * dim).map(|i| gen(i + 3)).collect();
+        let norms = row_norms(&data, dim);
+        let rel = relevance(stored(&data, &norms, dim), &queries).unwrap();
+        for (r, row) in data.chunks(dim).enumerate() {
+            let mut best = 0.0f64;
+            for q in queries.chunks(dim) {
+                let dot: f64 = row.iter().zip(q).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+                let nq: f64 = q.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+                let nr: f64 = row.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+                best = best.max(dot / (nq * nr));
+            }
+            assert!((f64::from(rel[r]) - best).abs() < 1e-5, "row {r}");
+        }
+    }
+
+    #[test]
+    fn parallel_scan_equals_serial_scan() {
+        let dim = 64;
+        let n = PAR_MIN_ELEMS / dim + 3000;
+        let data: Vec<f32> = (0..n * dim).map(|i| ((i * 31 % 97) as f32) - 48.0).collect();
+        let norms = row_norms(&data, dim);
+        let q: Vec<f32> = (0..dim).map(|i| i as f32 - 30.0).collect();
+        let unit = normalise_queries(&q, dim);
+        let mut serial = vec![0.0; n];
+        relevance_block_impl(&data, &norms, dim, &unit, &mut serial);
+        assert_eq!(relevance(stored(&data, &norms, dim), &q).unwrap(), serial);
+    }
+
+    #[test]
+    fn shape_mismatch_is_an_error() {
+        let data = [1.0, 2.0, 3.0];
+        assert!(relevance(stored(&data, &[1.0], 2), &[1.0, 0.0]).is_err());
+        let norms = [1.0];
+        assert!(relevance(stored(&data[..2], &norms, 2), &[1.0, 0.0, 1.0]).is_err());
+    }
+
+    #[test]
+    fn value_without_metadata_is_relevance() {
+        assert_eq!(default_value(0.42, None, 1e9, &ValueParams::default()), 0.42);
+    }
+
+    #[test]
+    fn value_prefers_recent_frequent_and_rewarded() {
+        let p = ValueParams::default();
+        let now = 1_000_000.0;
+        let v = |ts: f64, n: f64, rc: f64, cr: f64| default_value(1.0, Some((ts, n, rc, cr)), now, &p);
+        assert!(v(now, 0.0, 0.0, 0.0) > v(now - 3600.0 * 100.0, 0.0, 0.0, 0.0));
+        assert!(v(now, 20.0, 0.0, 0.0) > v(now, 1.0, 0.0, 0.0));
+        assert!(v(now, 0.0, 1.0, 1.0) > v(now, 0.0, 1.0, 0.0));
+        assert!(v(now, 0.0, 1.0, 0.0) > v(now, 0.0, 1.0, -1.0));
+        assert!(v(now, 0.0, 0.0, 0.0) > v(now, 0.0, 1.0, 0.0));
+    }
+
+    #[test]
+    fn value_never_exceeds_relevance_for_future_timestamps() {
+        let p = ValueParams { base_floor: 1.0, ..ValueParams::default() };
+        assert_eq!(default_value(0.7, Some((2e9, 0.0, 0.0, 0.0)), 1e9, &p), 0.7);
+    }
+
+    #[test]
+    fn value_matches_formula() {
+        let p = ValueParams::default();
+        let got = default_value(0.8, Some((0.0, 10.0, 2.0, 1.0)), 7200.0, &p);
+        let want = 0.8 * (-0.02f64).exp() * (10.0 / 15.0) * (1.0 / (1.0 + (-0.5f64).exp()));
+        assert!((got - want).abs() < 1e-12);
+    }
+
+    #[test]
+    fn selection_threshold_is_inclusive_and_top_k_bounds() {
+        let scores = [0.5, 0.2, 0.9, 0.5, 0.1];
+        assert_eq!(select_top(&scores, 0.5, 10, None).unwrap(), vec![2, 0, 3]);
+        assert_eq!(select_top(&scores, 0.0, 2, None).unwrap(), vec![2, 0]);
+        assert_eq!(select_top(&scores, 0.0, 0, None).unwrap(), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn selection_breaks_ties_by_rank() {
+        let scores = [0.5, 0.5, 0.5, 0.7];
+        let rank = [2, 0, 1, 3];
+        assert_eq!(select_top(&scores, 0.0, 3, Some(&rank)).unwrap(), vec![3, 1, 2]);
+    }
+
+    #[test]
+    fn selection_never_keeps_nan() {
+        assert_eq!(select_top(&[f64::NAN, 0.1], 0.0, 5, None).unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn scan_default_combines_the_steps() {
+        let data = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0];
+        let norms = row_norms(&data, 2);
+        let (has, zeros) = no_meta(3);
+        let req = ScanRequest {
+            stored: stored(&data, &norms, 2),
+            queries: &[1.0, 0.0],
+            meta: MetaColumns {
+                has_meta: &has,
+                timestamp: &zeros,
+                access_count: &zeros,
+                reward_count: &zeros,
+                cumulative_reward: &zeros,
+            },
+            rank: None,
+            now: 0.0,
+            params: ValueParams::default(),
+            threshold: 0.5,
+            top_k: 5,
+        };
+        let got = scan_default(&req).unwrap();
+        assert_eq!(got.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 2]);
+    }
+}

@@ -1,0 +1,174 @@
+//! Bindings of `hippograph_core::scoring`: zero-copy numpy input, GIL released
+//! while scanning so several Python threads can recall at once.
+
+use crate::errors;
+use hippograph_core::scoring::{self, MetaColumns, ScanRequest, ShapeError, Stored, ValueParams};
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+type Scan<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f64>>);
+
+fn contiguous<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
+    py: Python<'_>,
+    what: &str,
+    arr: &'a numpy::PyReadonlyArray<'_, T, D>,
+) -> PyResult<&'a [T]> {
+    arr.as_slice().map_err(|_| errors::validation(py, format!("{what} must be a C-contiguous array")))
+}
+
+fn shape(py: Python<'_>, err: ShapeError) -> PyErr {
+    errors::validation(py, err.0)
+}
+
+fn matrix_dim(py: Python<'_>, matrix: &PyReadonlyArray2<'_, f32>, queries: &PyReadonlyArray2<'_, f32>) -> PyResult<usize> {
+    let dim = matrix.shape()[1];
+    let qdim = queries.shape()[1];
+    if queries.shape()[0] > 0 && dim > 0 && qdim != dim {
+        return Err(errors::validation(py, format!("query dimension {qdim} does not match stored dimension {dim}")));
+    }
+    Ok(dim)
+}
+
+fn indices(picked: Vec<usize>) -> Vec<i64> {
+    picked.into_iter().map(|i| i as i64).collect()
+}
+
+/// Row norms of a float32 matrix.
+#[pyfunction]
+fn row_norms<'py>(py: Python<'py>, matrix: PyReadonlyArray2<'py, f32>) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    let dim = matrix.shape()[1];
+    let data = contiguous(py, "matrix", &matrix)?;
+    let out = errors::detached(py, "row_norms", || scoring::row_norms(data, dim))?;
+    Ok(out.into_pyarray(py))
+}
+
+/// Relevance of every stored row against the query and tag vectors.
+#[pyfunction]
+fn relevance<'py>(
+    py: Python<'py>,
+    matrix: PyReadonlyArray2<'py, f32>,
+    norms: PyReadonlyArray1<'py, f32>,
+    queries: PyReadonlyArray2<'py, f32>,
+) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    let dim = matrix_dim(py, &matrix, &queries)?;
+    let stored = Stored { data: contiguous(py, "matrix", &matrix)?, norms: contiguous(py, "norms", &norms)?, dim };
+    let q = contiguous(py, "queries", &queries)?;
+    let rel = errors::detached(py, "relevance", || scoring::relevance(stored, q))?.map_err(|e| shape(py, e))?;
+    Ok(rel.into_pyarray(py))
+}
+
+/// Best `top_k` indices with `score >= threshold`, ties by `rank` ascending.
+#[pyfunction]
+#[pyo3(signature = (scores, threshold, top_k, rank=None))]
+fn select_top<'py>(
+    py: Python<'py>,
+    scores: PyReadonlyArray1<'py, f64>,
+    threshold: f64,
+    top_k: usize,
+    rank: Option<PyReadonlyArray1<'py, u32>>,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let s = contiguous(py, "scores", &scores)?;
+    let r = match &rank {
+        Some(r) => Some(contiguous(py, "rank", r)?),
+        None => None,
+    };
+    let picked =
+        errors::detached(py, "select_top", || scoring::select_top(s, threshold, top_k, r))?.map_err(|e| shape(py, e))?;
+    Ok(indices(picked).into_pyarray(py))
+}
+
+/// One exact scan of a node type with the default value function.
+#[pyfunction]
+#[pyo3(signature = (
+    matrix, norms, queries, has_meta, timestamp, access_count, reward_count, cumulative_reward,
+    rank, now, lambda_, k, base_floor, beta, threshold, top_k
+))]
+#[allow(clippy::too_many_arguments)]
+fn scan_default<'py>(
+    py: Python<'py>,
+    matrix: PyReadonlyArray2<'py, f32>,
+    norms: PyReadonlyArray1<'py, f32>,
+    queries: PyReadonlyArray2<'py, f32>,
+    has_meta: PyReadonlyArray1<'py, u8>,
+    timestamp: PyReadonlyArray1<'py, f64>,
+    access_count: PyReadonlyArray1<'py, f64>,
+    reward_count: PyReadonlyArray1<'py, f64>,
+    cumulative_reward: PyReadonlyArray1<'py, f64>,
+    rank: Option<PyReadonlyArray1<'py, u32>>,
+    now: f64,
+    lambda_: f64,
+    k: f64,
+    base_floor: f64,
+    beta: f64,
+    threshold: f64,
+    top_k: usize,
+) -> PyResult<Scan<'py>> {
+    let dim = matrix_dim(py, &matrix, &queries)?;
+    let req = ScanRequest {
+        stored: Stored { data: contiguous(py, "matrix", &matrix)?, norms: contiguous(py, "norms", &norms)?, dim },
+        queries: contiguous(py, "queries", &queries)?,
+        meta: MetaColumns {
+            has_meta: contiguous(py, "has_meta", &has_meta)?,
+            timestamp: contiguous(py, "timestamp", &timestamp)?,
+            access_count: contiguous(py, "access_count", &access_count)?,
+            reward_count: contiguous(py, "reward_count", &reward_count)?,
+            cumulative_reward: contiguous(py, "cumulative_reward", &cumulative_reward)?,
+        },
+        rank: match &rank {
+            Some(r) => Some(contiguous(py, "rank", r)?),
+            None => None,
+        },
+        now,
+        params: ValueParams { lambda: lambda_, k, base_floor, beta },
+        threshold,
+        top_k,
+    };
+    let hits = errors::detached(py, "scan_default", || scoring::scan_default(&req))?.map_err(|e| shape(py, e))?;
+    let (idx, scores): (Vec<i64>, Vec<f64>) = hits.into_iter().map(|(i, s)| (i as i64, s)).unzip();
+    Ok((idx.into_pyarray(py), scores.into_pyarray(py)))
+}
+
+/// The default value function over precomputed relevances (used by tests and
+/// by maintenance, which scores without relevance).
+#[pyfunction]
+#[pyo3(signature = (
+    relevance, has_meta, timestamp, access_count, reward_count, cumulative_reward,
+    now, lambda_, k, base_floor, beta
+))]
+#[allow(clippy::too_many_arguments)]
+fn default_values<'py>(
+    py: Python<'py>,
+    relevance: PyReadonlyArray1<'py, f32>,
+    has_meta: PyReadonlyArray1<'py, u8>,
+    timestamp: PyReadonlyArray1<'py, f64>,
+    access_count: PyReadonlyArray1<'py, f64>,
+    reward_count: PyReadonlyArray1<'py, f64>,
+    cumulative_reward: PyReadonlyArray1<'py, f64>,
+    now: f64,
+    lambda_: f64,
+    k: f64,
+    base_floor: f64,
+    beta: f64,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let rel = contiguous(py, "relevance", &relevance)?;
+    let meta = MetaColumns {
+        has_meta: contiguous(py, "has_meta", &has_meta)?,
+        timestamp: contiguous(py, "timestamp", &timestamp)?,
+        access_count: contiguous(py, "access_count", &access_count)?,
+        reward_count: contiguous(py, "reward_count", &reward_count)?,
+        cumulative_reward: contiguous(py, "cumulative_reward", &cumulative_reward)?,
+    };
+    let params = ValueParams { lambda: lambda_, k, base_floor, beta };
+    let out = errors::detached(py, "default_values", || scoring::default_values(rel, meta, now, &params))?
+        .map_err(|e| shape(py, e))?;
+    Ok(out.into_pyarray(py))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(row_norms, m)?)?;
+    m.add_function(wrap_pyfunction!(relevance, m)?)?;
+    m.add_function(wrap_pyfunction!(select_top, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_default, m)?)?;
+    m.add_function(wrap_pyfunction!(default_values, m)?)?;
+    Ok(())
+}
