@@ -329,6 +329,36 @@ def _count(value: object, what: str) -> int:
     return value
 
 
+_MAX_CUSTOM_DEPTH = 32
+
+
+def _check_custom(value: object, path: str, depth: int = 0) -> None:
+    """Custom metadata holds plain data every backend stores the same way."""
+    if depth > _MAX_CUSTOM_DEPTH:
+        raise ValidationError(f"metadata custom value at {path} is nested deeper than {_MAX_CUSTOM_DEPTH}")
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            raise ValidationError(f"metadata custom int at {path} does not fit in 64 bits")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(f"metadata custom float at {path} must be finite")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_custom(item, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError(f"metadata custom keys must be str, got {key!r:.40} at {path}")
+            _check_custom(item, f"{path}.{key}", depth + 1)
+    else:
+        raise ValidationError(
+            f"metadata custom value at {path} has type {type(value).__name__}; "
+            "allowed: None, bool, int, float, str, bytes, list, dict"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class NodeMetadata:
     """Usage statistics of one node, read by value functions.
@@ -355,9 +385,11 @@ class NodeMetadata:
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
             raise ValidationError(f"cumulative_reward must be a finite number, got {reward!r}")
         set_(self, "cumulative_reward", float(reward))
-        if not isinstance(self.custom, Mapping) or not all(isinstance(k, str) for k in self.custom):
+        if not isinstance(self.custom, Mapping):
             raise ValidationError("metadata custom must be a mapping with str keys")
-        set_(self, "custom", dict(self.custom))
+        custom = dict(self.custom)
+        _check_custom(custom, "custom")
+        set_(self, "custom", custom)
 
     def record_access(self, now: datetime | None = None) -> NodeMetadata:
         """A copy with one more access at `now` (default: the current UTC time)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .lmdb import LMDB
 from .memory import InMemory
 
-__all__ = ["InMemory"]
+__all__ = ["LMDB", "InMemory"]

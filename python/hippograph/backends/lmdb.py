@@ -1,0 +1,627 @@
+"""`LMDB`: the durable, multi-process embedded default backend.
+
+Layout: one LMDB environment per repo directory, with named databases
+
+- ``info``: ``magic``, ``format`` (storage format version), ``dim``, ``seq``;
+- ``nodes``, ``emb``, ``links``, ``meta``: keyed by node id (UTF-8), encoded
+  by `hippograph.codec`; embeddings are raw little-endian float32;
+- ``ingest``: ingestion records keyed by source id;
+- ``log``: the change log, ``seq`` (8-byte big-endian) → the ids a write
+  transaction touched. Only the newest `LOG_KEEP` entries are kept.
+
+Every mutating call is exactly one write transaction, and LMDB admits one
+writer at a time across processes, so `commit_ingestion`'s compare-and-set is
+correct between processes. Each write bumps ``seq`` and logs what it touched;
+a process's derived scoring cache (`TypeIndex` per type) catches up from the
+log on its next read, or rebuilds when it fell further behind than the log
+reaches. Candidates are hydrated from the same read transaction the cache was
+checked against, so a node deleted by anyone is never returned.
+
+Durability: ``"sync"`` (default) returns only after the commit is fsynced;
+``"fast"`` skips fsync: a process crash loses nothing, but an OS crash or power
+loss can lose the latest commits (never corrupt older ones).
+
+LMDB rules this class follows: an environment is not used across ``fork()``
+(a call in a forked child raises `StorageError`; open the store again there);
+read transactions last one call; the map grows (doubling) when full, with no
+transaction of this process open while it does; network file systems are not
+supported.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import lmdb
+import msgpack
+
+from .. import codec
+from .._index import TypeIndex, find_candidates
+from ..changeset import Changeset, check_changeset, normalised_links
+from ..errors import IngestionError, StorageError, ValidationError
+from ..model import (
+    EdgeType,
+    IngestionReceipt,
+    IngestionRecord,
+    Node,
+    NodeMetadata,
+    NodeType,
+    Outcome,
+    as_edge_type,
+    as_node_type,
+    check_id,
+)
+from ..value import ValueFunctionConfig
+from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record
+
+__all__ = ["LMDB"]
+
+T = TypeVar("T")
+Txn = Any
+
+MAGIC = b"hippograph-lmdb"
+STORAGE_FORMAT = 1
+LOG_KEEP = 50_000
+DEFAULT_MAP_SIZE = 1 << 30
+_DBS = ("info", "nodes", "emb", "links", "meta", "ingest", "log")
+
+
+def _key(node_id: str) -> bytes:
+    return node_id.encode("utf-8")
+
+
+def _seq_key(seq: int) -> bytes:
+    return struct.pack(">Q", seq)
+
+
+class _Txn:
+    """One transaction's view: typed accessors over the named databases."""
+
+    def __init__(self, txn: Txn, dbs: Mapping[str, Any]) -> None:
+        self.txn = txn
+        self.dbs = dbs
+
+    def get(self, db: str, key: bytes) -> bytes | None:
+        value = self.txn.get(key, db=self.dbs[db])
+        return None if value is None else bytes(value)
+
+    def put(self, db: str, key: bytes, value: bytes) -> None:
+        self.txn.put(key, value, db=self.dbs[db])
+
+    def delete(self, db: str, key: bytes) -> None:
+        self.txn.delete(key, db=self.dbs[db])
+
+    def items(self, db: str) -> Iterator[tuple[bytes, bytes]]:
+        with self.txn.cursor(db=self.dbs[db]) as cur:
+            for k, v in cur:
+                yield bytes(k), bytes(v)
+
+    def seq(self) -> int:
+        raw = self.get("info", b"seq")
+        return 0 if raw is None else int(struct.unpack(">Q", raw)[0])
+
+    def dim(self) -> int | None:
+        raw = self.get("info", b"dim")
+        return None if raw is None else int(struct.unpack(">I", raw)[0])
+
+    def node(self, node_id: str) -> Node | None:
+        key = _key(node_id)
+        data = self.get("nodes", key)
+        if data is None:
+            return None
+        emb = self.get("emb", key)
+        links = codec.decode_links(self.get("links", key))
+        embedding = None if emb is None else codec.decode_embedding(emb)
+        return codec.decode_node(data, node_id, embedding, {e: frozenset(i) for e, i in links.items()})
+
+    def meta(self, node_id: str) -> NodeMetadata | None:
+        data = self.get("meta", _key(node_id))
+        return None if data is None else codec.decode_meta(data)
+
+    def links(self, node_id: str) -> dict[EdgeType, set[str]]:
+        return codec.decode_links(self.get("links", _key(node_id)))
+
+
+class _Writer:
+    """Accumulates one write transaction's link edits and change-log ids."""
+
+    def __init__(self, t: _Txn) -> None:
+        self.t = t
+        self.touched: set[str] = set()
+        self._links: dict[str, dict[EdgeType, set[str]]] = {}
+
+    def links(self, node_id: str) -> dict[EdgeType, set[str]]:
+        if node_id not in self._links:
+            self._links[node_id] = self.t.links(node_id)
+        return self._links[node_id]
+
+    def exists(self, node_id: str) -> bool:
+        return self.t.get("nodes", _key(node_id)) is not None
+
+    def unlink_all(self, node_id: str) -> None:
+        for edge, others in self.links(node_id).items():
+            for other in others:
+                self.links(other).get(edge, set()).discard(node_id)
+        self._links[node_id] = {}
+
+    def put_node(self, node: Node) -> None:
+        key = _key(node.id)
+        if self.exists(node.id):
+            self.unlink_all(node.id)
+        self.t.put("nodes", key, codec.encode_node(node))
+        if node.embedding is None:
+            self.t.delete("emb", key)
+        else:
+            self.t.put("emb", key, codec.encode_embedding(node.embedding))
+        self._links[node.id] = {}
+        self.touched.add(node.id)
+
+    def link(self, a: str, b: str, edge: EdgeType) -> None:
+        if a != b and self.exists(a) and self.exists(b):
+            self.links(a).setdefault(edge, set()).add(b)
+            self.links(b).setdefault(edge, set()).add(a)
+
+    def delete_node(self, node_id: str) -> None:
+        if not self.exists(node_id):
+            return
+        self.unlink_all(node_id)
+        key = _key(node_id)
+        for db in ("nodes", "emb", "links"):
+            self.t.delete(db, key)
+        self._links.pop(node_id, None)
+        self.touched.add(node_id)
+
+    def put_meta(self, encoded: Mapping[str, bytes]) -> None:
+        for node_id, data in encoded.items():
+            self.t.put("meta", _key(node_id), data)
+            self.touched.add(node_id)
+
+    def finish(self, dim: int | None) -> None:
+        for node_id, links in self._links.items():
+            if self.exists(node_id):
+                self.t.put("links", _key(node_id), codec.encode_links(links))
+        if dim is not None and self.t.dim() is None:
+            self.t.put("info", b"dim", struct.pack(">I", dim))
+        if self.touched:
+            seq = self.t.seq() + 1
+            self.t.put("info", b"seq", _seq_key(seq))
+            self.t.put("log", _seq_key(seq), msgpack.packb(sorted(self.touched)))
+            if seq > LOG_KEEP:
+                self.t.delete("log", _seq_key(seq - LOG_KEEP))
+
+
+class _Cache:
+    """This process's derived scoring state, valid as of change `seq`."""
+
+    def __init__(self) -> None:
+        self.seq = -1
+        self.index: dict[NodeType, TypeIndex] = {t: TypeIndex() for t in NodeType}
+        self.type_of: dict[str, NodeType] = {}
+
+    def refresh(self, t: _Txn) -> None:
+        target = t.seq()
+        if target <= self.seq:
+            return
+        changed = self._changed_since(t, target)
+        if changed is None:
+            self._rebuild(t)
+        else:
+            for node_id in changed:
+                self._reload(t, node_id)
+        self.seq = target
+
+    def _changed_since(self, t: _Txn, target: int) -> set[str] | None:
+        if self.seq < 0:
+            return None
+        changed: set[str] = set()
+        for seq in range(self.seq + 1, target + 1):
+            raw = t.get("log", _seq_key(seq))
+            if raw is None:
+                return None
+            changed.update(msgpack.unpackb(raw))
+        return changed
+
+    def _reload(self, t: _Txn, node_id: str) -> None:
+        key = _key(node_id)
+        data = t.get("nodes", key)
+        old = self.type_of.pop(node_id, None)
+        if old is not None:
+            self.index[old].remove(node_id)
+        if data is None:
+            return
+        node_type = codec.node_type_of(data)
+        emb = t.get("emb", key)
+        meta = t.get("meta", key)
+        self.index[node_type].upsert(
+            node_id,
+            None if emb is None else codec.decode_embedding(emb),
+            None if meta is None else codec.decode_meta(meta),
+        )
+        self.type_of[node_id] = node_type
+
+    def _rebuild(self, t: _Txn) -> None:
+        self.index = {nt: TypeIndex() for nt in NodeType}
+        self.type_of = {}
+        for key, data in t.items("nodes"):
+            node_id = key.decode("utf-8")
+            self.type_of[node_id] = codec.node_type_of(data)
+        embeddings = dict(t.items("emb"))
+        metas = dict(t.items("meta"))
+        for node_id, node_type in self.type_of.items():
+            key = _key(node_id)
+            emb = embeddings.get(key)
+            meta = metas.get(key)
+            self.index[node_type].upsert(
+                node_id,
+                None if emb is None else codec.decode_embedding(emb),
+                None if meta is None else codec.decode_meta(meta),
+            )
+
+
+def _private_dir(path: Path) -> None:
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot create store directory {str(path)!r}: {exc}", operation="open") from None
+    if not path.is_dir():
+        raise StorageError(f"{str(path)!r} is not a directory", operation="open")
+
+
+class LMDB(BackendBase):
+    """The embedded default backend; see the module docstring for the layout."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Literal["sync", "fast"] = "sync",
+        map_size: int = DEFAULT_MAP_SIZE,
+        readonly: bool = False,
+    ) -> None:
+        if durability not in ("sync", "fast"):
+            raise ValidationError(f"durability must be 'sync' or 'fast', got {durability!r}")
+        self.path = Path(path)
+        self.durability = durability
+        self._pid = os.getpid()
+        self._gate = RWLock()
+        self._cache = _Cache()
+        self._cache_lock = RWLock()
+        existed = self.path.exists() and any(self.path.iterdir()) if self.path.is_dir() else self.path.exists()
+        if existed and not (self.path / "data.mdb").is_file():
+            raise StorageError(f"{str(self.path)!r} exists and is not a hippograph store", operation="open")
+        if not existed:
+            _private_dir(self.path)
+        try:
+            self._env = lmdb.open(
+                str(self.path),
+                map_size=map_size,
+                max_dbs=len(_DBS) + 1,
+                sync=durability == "sync",
+                metasync=durability == "sync",
+                readonly=readonly,
+                mode=0o600,
+                max_readers=256,
+            )
+            self._refuse_foreign()
+            self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in _DBS}
+        except lmdb.Error as exc:
+            raise StorageError(f"cannot open {str(self.path)!r} as an LMDB store: {exc}", operation="open") from None
+        for name in ("data.mdb", "lock.mdb"):
+            f = self.path / name
+            if f.exists() and not readonly:
+                os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
+        self._init_info(readonly)
+
+    def _refuse_foreign(self) -> None:
+        """An LMDB environment whose main database names anything but ours is someone else's."""
+        with self._env.begin() as txn, txn.cursor() as cur:
+            names = {bytes(k) for k in cur.iternext(keys=True, values=False)}
+        foreign = names - {n.encode() for n in _DBS}
+        if foreign:
+            self._env.close()
+            raise StorageError(
+                f"{str(self.path)!r} is an LMDB environment of another application "
+                f"(holds {sorted(foreign)[:3]!r}…), not a hippograph store",
+                operation="open",
+            )
+
+    def _init_info(self, readonly: bool) -> None:
+        def check(t: _Txn) -> bool:
+            magic = t.get("info", b"magic")
+            if magic is None:
+                return False
+            if magic != MAGIC:
+                raise StorageError(f"{str(self.path)!r} is an LMDB file but not a hippograph store", operation="open")
+            raw = t.get("info", b"format")
+            version = -1 if raw is None else int(struct.unpack(">I", raw)[0])
+            if version > STORAGE_FORMAT:
+                raise StorageError(
+                    f"store {str(self.path)!r} has storage format {version}; this hippograph reads up to "
+                    f"{STORAGE_FORMAT} (upgrade hippograph)",
+                    operation="open",
+                )
+            if version < 1:
+                raise StorageError(f"store {str(self.path)!r} has a corrupt format record", operation="open")
+            return True
+
+        if self._read(check) or readonly:
+            return
+
+        def init(t: _Txn) -> None:
+            if t.get("info", b"magic") is None:
+                t.put("info", b"magic", MAGIC)
+                t.put("info", b"format", struct.pack(">I", STORAGE_FORMAT))
+
+        self._write("open", init)
+
+    # -- transactions --------------------------------------------------------
+
+    def _guard(self, operation: str) -> None:
+        self._check_open(operation)
+        if os.getpid() != self._pid:
+            raise StorageError(
+                "this LMDB store was opened before fork(); open it again in the child process",
+                operation=operation,
+            )
+
+    def _grow(self, adopt_only: bool) -> None:
+        with self._gate.write():
+            size = self._env.info()["map_size"]
+            self._env.set_mapsize(0 if adopt_only else size * 2)
+
+    @contextmanager
+    def _txn(self, write: bool) -> Iterator[_Txn]:
+        with self._gate.read(), self._env.begin(write=write) as txn:
+            yield _Txn(txn, self._dbs)
+
+    def _retrying(self, operation: str, fn: Callable[[], T]) -> T:
+        while True:
+            try:
+                return fn()
+            except lmdb.MapFullError:
+                self._grow(adopt_only=False)
+            except lmdb.MapResizedError:
+                self._grow(adopt_only=True)
+            except lmdb.Error as exc:
+                raise StorageError(f"{type(exc).__name__}: {exc}", operation=operation) from None
+
+    def _read(self, fn: Callable[[_Txn], T], operation: str = "read") -> T:
+        def run() -> T:
+            with self._txn(write=False) as t:
+                return fn(t)
+
+        return self._retrying(operation, run)
+
+    def _write(self, operation: str, fn: Callable[[_Txn], T]) -> T:
+        def run() -> T:
+            with self._txn(write=True) as t:
+                return fn(t)
+
+        self._guard(operation)
+        return self._retrying(operation, run)
+
+    # -- writes --------------------------------------------------------------
+
+    def _apply(self, t: _Txn, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> None:
+        dim = check_changeset(cs, t.dim())
+        w = _Writer(t)
+        for node in cs.additions:
+            w.put_node(node)
+        for a, b, edge in normalised_links(cs):
+            w.link(a, b, edge)
+        w.put_meta(encoded_meta)
+        w.finish(dim)
+
+    @staticmethod
+    def _encode_meta(updates: Mapping[str, NodeMetadata]) -> dict[str, bytes]:
+        return {node_id: codec.encode_meta(meta) for node_id, meta in updates.items()}
+
+    def apply_changeset(self, cs: Changeset) -> None:
+        self._guard("apply_changeset")
+        check_changeset(cs, None)
+        encoded = self._encode_meta(cs.metadata)
+        self._write("apply_changeset", lambda t: self._apply(t, cs, encoded))
+
+    def delete_nodes(self, ids: Iterable[str]) -> None:
+        self._guard("delete_nodes")
+        wanted = check_ids(ids)
+
+        def run(t: _Txn) -> None:
+            w = _Writer(t)
+            for node_id in wanted:
+                w.delete_node(node_id)
+            w.finish(None)
+
+        self._write("delete_nodes", run)
+
+    def update_metadata(self, updates: Mapping[str, NodeMetadata]) -> None:
+        self._guard("update_metadata")
+        encoded = self._encode_meta(check_metadata_updates(updates))
+
+        def run(t: _Txn) -> None:
+            w = _Writer(t)
+            w.put_meta(encoded)
+            w.finish(None)
+
+        self._write("update_metadata", run)
+
+    def delete_metadata(self, ids: Iterable[str]) -> None:
+        self._guard("delete_metadata")
+        wanted = check_ids(ids)
+
+        def run(t: _Txn) -> None:
+            w = _Writer(t)
+            for node_id in wanted:
+                if t.get("meta", _key(node_id)) is not None:
+                    t.delete("meta", _key(node_id))
+                    w.touched.add(node_id)
+            w.finish(None)
+
+        self._write("delete_metadata", run)
+
+    def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
+        self._guard("commit_ingestion")
+        check_record(record, cs, None)
+        encoded_meta = self._encode_meta(cs.metadata)
+        encoded_record = codec.encode_record(record)
+        key = _key(record.source_id)
+
+        def run(t: _Txn) -> tuple[Outcome, IngestionReceipt]:
+            raw = t.get("ingest", key)
+            if raw is None:
+                self._apply(t, cs, encoded_meta)
+                t.put("ingest", key, encoded_record)
+                return Outcome.INSERTED, record.receipt
+            stored = codec.decode_record(record.source_id, raw)
+            if (
+                stored.payload_digest == record.payload_digest
+                and stored.fingerprint_version == record.fingerprint_version
+            ):
+                return Outcome.EXISTING, stored.receipt
+            raise IngestionError(
+                "source_conflict",
+                "a different payload (digest or fingerprint version) is already recorded",
+                source_id=record.source_id,
+            )
+
+        return self._write("commit_ingestion", run)
+
+    def delete_ingestion(self, source_id: str) -> bool:
+        self._guard("delete_ingestion")
+        key = _key(check_id(source_id, "source_id"))
+
+        def run(t: _Txn) -> bool:
+            if t.get("ingest", key) is None:
+                return False
+            t.delete("ingest", key)
+            return True
+
+        return self._write("delete_ingestion", run)
+
+    # -- reads ---------------------------------------------------------------
+
+    def find_candidates(
+        self,
+        types: Sequence[NodeType | str],
+        query: object,
+        tags: Iterable[object],
+        value_function: ValueFunctionConfig | Mapping[str, Any] | None,
+        *,
+        now: datetime | None = None,
+        exact: bool = False,
+    ) -> list[tuple[Node, float]]:
+        self._guard("find_candidates")
+
+        def run(t: _Txn) -> list[tuple[Node, float]]:
+            def hydrate(ids: list[str]) -> dict[str, tuple[Node, NodeMetadata | None]]:
+                out: dict[str, tuple[Node, NodeMetadata | None]] = {}
+                for node_id in ids:
+                    node = t.node(node_id)
+                    if node is not None:
+                        out[node_id] = (node, t.meta(node_id))
+                return out
+
+            if t.seq() != self._cache.seq:
+                with self._cache_lock.write():
+                    self._cache.refresh(t)
+            with self._cache_lock.read():
+                return find_candidates(
+                    self._cache.index, types, query, tags, value_function, now, t.dim(), hydrate
+                )
+
+        return self._read(run, "find_candidates")
+
+    def get_node(self, node_id: str) -> Node | None:
+        self._guard("get_node")
+        check_id(node_id)
+        return self._read(lambda t: t.node(node_id), "get_node")
+
+    def get_linked_nodes(self, ids: Iterable[str], edge_type: EdgeType | str | None = None) -> list[Node]:
+        self._guard("get_linked_nodes")
+        wanted = check_ids(ids)
+        edge = None if edge_type is None else as_edge_type(edge_type)
+
+        def run(t: _Txn) -> list[Node]:
+            found: set[str] = set()
+            for node_id in wanted:
+                for e, others in t.links(node_id).items():
+                    if edge is None or e == edge:
+                        found |= others
+            return [n for n in map(t.node, sorted(found)) if n is not None]
+
+        return self._read(run, "get_linked_nodes")
+
+    def get_nodes_by_type(self, types: Iterable[NodeType | str]) -> list[Node]:
+        self._guard("get_nodes_by_type")
+        wanted = list(dict.fromkeys(as_node_type(t) for t in ([types] if isinstance(types, str) else types)))
+
+        def run(t: _Txn) -> list[Node]:
+            by_type: dict[NodeType, list[str]] = {nt: [] for nt in wanted}
+            for key, data in t.items("nodes"):
+                node_type = codec.node_type_of(data)
+                if node_type in by_type:
+                    by_type[node_type].append(key.decode("utf-8"))
+            return [n for nt in wanted for n in map(t.node, by_type[nt]) if n is not None]
+
+        return self._read(run, "get_nodes_by_type")
+
+    def get_metadata(self, ids: Iterable[str]) -> dict[str, NodeMetadata]:
+        self._guard("get_metadata")
+        wanted = check_ids(ids)
+
+        def run(t: _Txn) -> dict[str, NodeMetadata]:
+            out = {i: t.meta(i) for i in wanted}
+            return {i: m for i, m in out.items() if m is not None}
+
+        return self._read(run, "get_metadata")
+
+    def get_ingestion(self, source_id: str) -> IngestionRecord | None:
+        self._guard("get_ingestion")
+        key = _key(check_id(source_id, "source_id"))
+
+        def run(t: _Txn) -> IngestionRecord | None:
+            raw = t.get("ingest", key)
+            return None if raw is None else codec.decode_record(source_id, raw)
+
+        return self._read(run, "get_ingestion")
+
+    @property
+    def dimension(self) -> int | None:
+        self._guard("dimension")
+        return self._read(lambda t: t.dim())
+
+    def stats(self) -> dict[str, Any]:
+        """Counts for `Repo.stats`: nodes per type, links, records, dimension, bytes on disk."""
+        self._guard("stats")
+
+        def run(t: _Txn) -> dict[str, Any]:
+            counts = {nt.value: 0 for nt in NodeType}
+            for _, data in t.items("nodes"):
+                counts[codec.node_type_of(data).value] += 1
+            links = sum(len(ids) for _, raw in t.items("links") for ids in codec.decode_links(raw).values())
+            return {
+                "nodes": counts,
+                "links": links // 2,
+                "ingestion_records": t.txn.stat(self._dbs["ingest"])["entries"],
+                "metadata": t.txn.stat(self._dbs["meta"])["entries"],
+                "dimension": t.dim(),
+                "disk_bytes": sum(
+                    f.stat().st_blocks * 512 for f in self.path.iterdir() if f.name.endswith(".mdb")
+                ),
+            }
+
+        return self._read(run, "stats")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if os.getpid() == self._pid:
+                with self._gate.write():
+                    self._env.close()
