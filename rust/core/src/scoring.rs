@@ -244,21 +244,22 @@ pub fn default_value(relevance: f64, meta: Option<(f64, f64, f64, f64)>, now: f6
     let denom = access_count + p.k;
     let freq = if denom > 0.0 { access_count / denom } else { 0.0 };
     let frequency = freq.max(p.base_floor);
-    let reward = if reward_count <= 0.0 {
-        1.0
-    } else {
-        1.0 / (1.0 + (-p.beta * (cumulative_reward / reward_count)).exp())
-    };
+    let reward =
+        if reward_count <= 0.0 { 1.0 } else { 1.0 / (1.0 + (-p.beta * (cumulative_reward / reward_count)).exp()) };
     relevance * recency * frequency * reward
 }
 
 /// Scores every row with the default value function.
-pub fn default_values(relevance: &[f32], meta: MetaColumns<'_>, now: f64, p: &ValueParams) -> Result<Vec<f64>, ShapeError> {
+pub fn default_values(
+    relevance: &[f32],
+    meta: MetaColumns<'_>,
+    now: f64,
+    p: &ValueParams,
+) -> Result<Vec<f64>, ShapeError> {
     meta.check(relevance.len())?;
     let score = |i: usize| {
-        let m = (meta.has_meta[i] != 0).then(|| {
-            (meta.timestamp[i], meta.access_count[i], meta.reward_count[i], meta.cumulative_reward[i])
-        });
+        let m = (meta.has_meta[i] != 0)
+            .then(|| (meta.timestamp[i], meta.access_count[i], meta.reward_count[i], meta.cumulative_reward[i]));
         default_value(f64::from(relevance[i]), m, now, p)
     };
     Ok((0..relevance.len()).map(score).collect())
@@ -267,13 +268,10 @@ pub fn default_values(relevance: &[f32], meta: MetaColumns<'_>, now: f64, p: &Va
 /// Orders candidates: score descending, then id rank ascending.
 #[inline]
 fn better(scores: &[f64], rank: Option<&[u32]>, a: usize, b: usize) -> Ordering {
-    scores[b]
-        .partial_cmp(&scores[a])
-        .unwrap_or(Ordering::Equal)
-        .then_with(|| match rank {
-            Some(r) => r[a].cmp(&r[b]),
-            None => a.cmp(&b),
-        })
+    scores[b].partial_cmp(&scores[a]).unwrap_or(Ordering::Equal).then_with(|| match rank {
+        Some(r) => r[a].cmp(&r[b]),
+        None => a.cmp(&b),
+    })
 }
 
 /// Indices of the best `top_k` rows with `score >= threshold`, best first.
@@ -281,7 +279,12 @@ fn better(scores: &[f64], rank: Option<&[u32]>, a: usize, b: usize) -> Ordering 
 /// Ties in score are broken by `rank` ascending (the caller passes each row's
 /// position in id order), or by row index when `rank` is `None`. Uses partial
 /// selection, so only the kept rows are sorted. NaN scores are never selected.
-pub fn select_top(scores: &[f64], threshold: f64, top_k: usize, rank: Option<&[u32]>) -> Result<Vec<usize>, ShapeError> {
+pub fn select_top(
+    scores: &[f64],
+    threshold: f64,
+    top_k: usize,
+    rank: Option<&[u32]>,
+) -> Result<Vec<usize>, ShapeError> {
     if let Some(r) = rank {
         if r.len() != scores.len() {
             return Err(ShapeError(format!("rank has {} entries, scores {}", r.len(), scores.len())));

@@ -51,5 +51,6 @@ pub fn detached<T: Send>(py: Python<'_>, what: &str, f: impl FnOnce() -> T + Sen
 /// Runs `f`, turning a Rust panic into a `HippographError` instead of letting
 /// it unwind into the interpreter.
 pub fn guard<T>(py: Python<'_>, what: &str, f: impl FnOnce() -> T) -> PyResult<T> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|p| internal(py, format!("internal error in {what}: {}", panic_detail(&*p))))
+    catch_unwind(AssertUnwindSafe(f))
+        .map_err(|p| internal(py, format!("internal error in {what}: {}", panic_detail(&*p))))
 }

@@ -20,7 +20,11 @@ fn shape(py: Python<'_>, err: ShapeError) -> PyErr {
     errors::validation(py, err.0)
 }
 
-fn matrix_dim(py: Python<'_>, matrix: &PyReadonlyArray2<'_, f32>, queries: &PyReadonlyArray2<'_, f32>) -> PyResult<usize> {
+fn matrix_dim(
+    py: Python<'_>,
+    matrix: &PyReadonlyArray2<'_, f32>,
+    queries: &PyReadonlyArray2<'_, f32>,
+) -> PyResult<usize> {
     let dim = matrix.shape()[1];
     let qdim = queries.shape()[1];
     if queries.shape()[0] > 0 && dim > 0 && qdim != dim {
@@ -72,8 +76,8 @@ fn select_top<'py>(
         Some(r) => Some(contiguous(py, "rank", r)?),
         None => None,
     };
-    let picked =
-        errors::detached(py, "select_top", || scoring::select_top(s, threshold, top_k, r))?.map_err(|e| shape(py, e))?;
+    let picked = errors::detached(py, "select_top", || scoring::select_top(s, threshold, top_k, r))?
+        .map_err(|e| shape(py, e))?;
     Ok(indices(picked).into_pyarray(py))
 }
 
