@@ -132,9 +132,8 @@ class TypeIndex:
     def norms(self) -> npt.NDArray[np.float32]:
         return self._norms[: len(self.ids)]
 
-    def columns(self) -> list[npt.NDArray[Any]]:
-        n = len(self.ids)
-        return [self._cols[name][:n] for name in _META_COLUMNS]
+    def column(self, name: str) -> npt.NDArray[Any]:
+        return self._cols[name][: len(self.ids)]
 
     def scan(
         self,
@@ -155,7 +154,11 @@ class TypeIndex:
                 mat,
                 self.norms(),
                 queries,
-                *self.columns(),
+                has_meta=self.column("has_meta"),
+                timestamp=self.column("timestamp"),
+                access_count=self.column("access_count"),
+                reward_count=self.column("reward_count"),
+                cumulative_reward=self.column("cumulative_reward"),
                 rank=self.rank(),
                 now=now.timestamp(),
                 lambda_=tp.lam,
@@ -178,9 +181,7 @@ class TypeIndex:
         return [(self.ids[i], float(values[i])) for i in idx.tolist()]
 
 
-def prepare_queries(
-    query: object, tags: Iterable[object], dim: int | None
-) -> npt.NDArray[np.float32]:
+def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> npt.NDArray[np.float32]:
     """The query and tag vectors as one `m × dim` matrix, validated."""
     vectors = [as_embedding(query, "query")]
     if isinstance(tags, np.ndarray) and tags.ndim == 2:

@@ -70,8 +70,13 @@ def from_us(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
+def _msgpack(value: Any) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
+
+
 def _pack(value: Any) -> bytes:
-    return _HEADER + msgpack.packb(value, use_bin_type=True)
+    return _HEADER + _msgpack(value)
 
 
 def _body(data: bytes, what: str) -> memoryview:
@@ -94,7 +99,7 @@ def _unpack(data: bytes | memoryview, what: str) -> Any:
 
 
 def encode_node(node: Node) -> bytes:
-    payload = msgpack.packb([to_us(node.created_at), node.fields_dict()], use_bin_type=True)
+    payload = _msgpack([to_us(node.created_at), node.fields_dict()])
     return _HEADER + bytes([_TYPE_CODES[node.node_type]]) + payload
 
 

@@ -50,7 +50,7 @@ MAX_ID_BYTES = 512
 Embedding = npt.NDArray[np.float32]
 
 
-class NodeType(str, enum.Enum):
+class NodeType(enum.StrEnum):
     """The seven kinds of memory node."""
 
     EPISODIC = "episodic"
@@ -65,7 +65,7 @@ class NodeType(str, enum.Enum):
         return self.value
 
 
-class EdgeType(str, enum.Enum):
+class EdgeType(enum.StrEnum):
     """The four kinds of undirected link."""
 
     MEMBERSHIP = "membership"
@@ -77,7 +77,7 @@ class EdgeType(str, enum.Enum):
         return self.value
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """Result of `commit_ingestion`: the record was new, or already stored."""
 
     INSERTED = "inserted"
@@ -114,20 +114,16 @@ def check_id(value: object, what: str = "id") -> str:
 
 def as_node_type(value: object) -> NodeType:
     try:
-        return NodeType(value)
+        return NodeType(value)  # type: ignore[arg-type]  # refused below when not a member
     except ValueError:
-        raise ValidationError(
-            f"unknown node type {value!r}; expected one of {[t.value for t in NodeType]}"
-        ) from None
+        raise ValidationError(f"unknown node type {value!r}; expected one of {[t.value for t in NodeType]}") from None
 
 
 def as_edge_type(value: object) -> EdgeType:
     try:
-        return EdgeType(value)
+        return EdgeType(value)  # type: ignore[arg-type]  # refused below when not a member
     except ValueError:
-        raise ValidationError(
-            f"unknown edge type {value!r}; expected one of {[t.value for t in EdgeType]}"
-        ) from None
+        raise ValidationError(f"unknown edge type {value!r}; expected one of {[t.value for t in EdgeType]}") from None
 
 
 def as_embedding(value: object, what: str = "embedding") -> Embedding:
@@ -204,9 +200,9 @@ class Node:
                 if not math.isfinite(value):
                     raise ValidationError(f"{f.name} of node {self.id!r} must be finite, got {value!r}")
                 set_(self, f.name, float(value))
-            elif kind is int and isinstance(value, int) and not isinstance(value, bool):
-                continue
-            elif kind is str and isinstance(value, str):
+            elif (kind is int and isinstance(value, int) and not isinstance(value, bool)) or (
+                kind is str and isinstance(value, str)
+            ):
                 continue
             else:
                 raise ValidationError(
@@ -235,9 +231,10 @@ class Node:
         if type(other) is not type(self):
             return NotImplemented
         assert isinstance(other, Node)
-        if (self.embedding is None) != (other.embedding is None):
-            return False
-        if self.embedding is not None and not np.array_equal(self.embedding, other.embedding):
+        if self.embedding is None or other.embedding is None:
+            if self.embedding is not other.embedding:
+                return False
+        elif not np.array_equal(self.embedding, other.embedding):
             return False
         return (
             self.id == other.id

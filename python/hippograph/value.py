@@ -108,9 +108,7 @@ class DefaultValueFunction:
     formula for one node, kept for custom backends and tests.
     """
 
-    def score(
-        self, relevance: float, node: Node, metadata: NodeMetadata | None, params: Mapping[str, Any]
-    ) -> float:
+    def score(self, relevance: float, node: Node, metadata: NodeMetadata | None, params: Mapping[str, Any]) -> float:
         if metadata is None:
             return float(relevance)
         tp = _type_params(node.node_type, {k: v for k, v in params.items() if k != "now"})

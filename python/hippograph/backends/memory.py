@@ -6,7 +6,7 @@ behaviour can be read off the code. Nothing survives the process.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -98,6 +98,21 @@ class InMemory(BackendBase):
         checked = check_metadata_updates(updates)
         with self._lock.write():
             self._put_meta(checked)
+
+    def modify_metadata(
+        self, ids: Iterable[str], fn: Callable[[str, NodeMetadata | None], NodeMetadata | None]
+    ) -> None:
+        """Read-modify-write the metadata of existing nodes under one lock (`Repo` uses it)."""
+        self._check_open("modify_metadata")
+        wanted = check_ids(ids)
+        with self._lock.write():
+            updates = {}
+            for node_id in wanted:
+                if node_id in self._nodes:
+                    new = fn(node_id, self._meta.get(node_id))
+                    if new is not None:
+                        updates[node_id] = new
+            self._put_meta(check_metadata_updates(updates))
 
     def delete_metadata(self, ids: Iterable[str]) -> None:
         self._check_open("delete_metadata")

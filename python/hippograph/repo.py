@@ -1,0 +1,392 @@
+"""`Repo`: the thin high-level API an agent uses (DESIGN §7).
+
+Everything here goes through the `GraphBackend` protocol, so a custom backend
+gets every feature. Two optional backend methods are used when present:
+``modify_metadata(ids, fn)`` (read-modify-write of metadata in one
+transaction, so concurrent access counting and rewards from several processes
+add up) and ``stats()``; without them `Repo` falls back to protocol calls.
+
+Access bookkeeping is off the hot path: `recall` only notes which nodes it
+returned; the counts are written in batches (every `flush_interval` seconds,
+every `flush_count` accesses, before the repo's next write, on `flush()` and
+on `close()`). A crash can therefore lose the access counts of the last
+interval, never graph data or ingestion records.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, NamedTuple, Self
+
+from .changeset import Changeset
+from .errors import IngestionError, NotFoundError, StorageError, ValidationError
+from .fingerprint import FINGERPRINT_VERSION, fingerprint
+from .model import (
+    IngestionReceipt,
+    IngestionRecord,
+    Node,
+    NodeMetadata,
+    NodeType,
+    as_datetime,
+    check_id,
+    utcnow,
+)
+from .protocol import GraphBackend
+from .trajectory import Trajectory
+from .value import ValueFunctionConfig, resolve_config
+
+__all__ = ["DEFAULT_RECALL_TYPES", "ForgetSummary", "Hit", "Repo", "RepoStats", "open_repo"]
+
+DEFAULT_RECALL_TYPES: tuple[NodeType, ...] = (NodeType.SEMANTIC, NodeType.PROCEDURAL, NodeType.EPISODIC)
+ORPHAN_TYPES = frozenset({NodeType.TAG, NodeType.INTENT})
+MetadataFn = Callable[[str, NodeMetadata | None], NodeMetadata | None]
+
+
+class Hit(NamedTuple):
+    """One recalled memory; unpacks as ``node, score``."""
+
+    node: Node
+    score: float
+
+
+@dataclass(frozen=True)
+class ForgetSummary:
+    source_id: str
+    deleted_ids: tuple[str, ...]
+    orphan_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RepoStats:
+    nodes: dict[str, int]
+    links: int | None
+    ingestion_records: int | None
+    metadata: int | None
+    dimension: int | None
+    disk_bytes: int | None
+    pending_accesses: int = 0
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(self.nodes.values())
+
+
+def modify_metadata(backend: GraphBackend, ids: Iterable[str], fn: MetadataFn) -> None:
+    """Read-modify-write metadata of existing nodes, atomically where the backend can."""
+    wanted = list(dict.fromkeys(ids))
+    native = getattr(backend, "modify_metadata", None)
+    if native is not None:
+        native(wanted, fn)
+        return
+    current = backend.get_metadata(wanted)
+    updates: dict[str, NodeMetadata] = {}
+    for node_id in wanted:
+        if backend.get_node(node_id) is None:
+            continue
+        new = fn(node_id, current.get(node_id))
+        if new is not None:
+            updates[node_id] = new
+    if updates:
+        backend.update_metadata(updates)
+
+
+@dataclass
+class _Accesses:
+    """Accesses noted by `recall` and not yet written."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    last: dict[str, datetime] = field(default_factory=dict)
+
+    def note(self, ids: Iterable[str], when: datetime) -> int:
+        for node_id in ids:
+            self.counts[node_id] = self.counts.get(node_id, 0) + 1
+            prev = self.last.get(node_id)
+            self.last[node_id] = when if prev is None or when > prev else prev
+        return sum(self.counts.values())
+
+    def apply(self, node_id: str, meta: NodeMetadata | None) -> NodeMetadata:
+        base = meta or NodeMetadata(created_at=self.last[node_id])
+        when = self.last[node_id]
+        if base.last_accessed_at is not None and base.last_accessed_at > when:
+            when = base.last_accessed_at
+        return NodeMetadata(
+            created_at=base.created_at,
+            access_count=base.access_count + self.counts[node_id],
+            last_accessed_at=when,
+            cumulative_reward=base.cumulative_reward,
+            reward_count=base.reward_count,
+            custom=base.custom,
+        )
+
+
+class Repo:
+    """Ingest trajectories exactly once, recall what matters, reward and forget."""
+
+    def __init__(
+        self,
+        backend: GraphBackend,
+        *,
+        value_function: ValueFunctionConfig | Mapping[str, Any] | None = None,
+        flush_interval: float = 1.0,
+        flush_count: int = 1024,
+    ) -> None:
+        resolve_config(value_function)
+        self.backend = backend
+        self.value_function = value_function
+        self._flush_count = flush_count
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._pending = _Accesses()
+        self._inflight: dict[str, tuple[bytes, Future[IngestionReceipt]]] = {}
+        self._closed = False
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        if flush_interval > 0:
+            self._timer = threading.Thread(
+                target=self._flush_loop, args=(flush_interval,), name="hippograph-flush", daemon=True
+            )
+            self._timer.start()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def _check_open(self, operation: str) -> None:
+        if self._closed:
+            raise StorageError("the repo is closed", operation=operation)
+
+    def _flush_loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            if self._pending.counts:
+                try:
+                    self.flush()
+                except Exception:
+                    continue
+
+    def flush(self) -> None:
+        """Write the access counts noted by `recall` so far."""
+        with self._flush_lock:
+            with self._lock:
+                pending, self._pending = self._pending, _Accesses()
+            if pending.counts:
+                try:
+                    modify_metadata(self.backend, pending.counts, pending.apply)
+                except BaseException:
+                    with self._lock:
+                        for node_id, n in pending.counts.items():
+                            self._pending.counts[node_id] = self._pending.counts.get(node_id, 0) + n
+                            self._pending.last.setdefault(node_id, pending.last[node_id])
+                    raise
+
+    def close(self) -> None:
+        """Flush pending accesses and close the backend; idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join()
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            self.backend.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- ingestion -----------------------------------------------------------
+
+    def ingest(self, trajectory: Trajectory, structure: Callable[[Trajectory], Changeset]) -> IngestionReceipt:
+        """Store a trajectory exactly once and return the authoritative receipt.
+
+        An equal payload already stored returns the stored receipt without
+        calling `structure`; a different one raises
+        `IngestionError(reason="source_conflict")`. Concurrent calls for one
+        source in this process share one `structure` call.
+        """
+        self._check_open("ingest")
+        digest = fingerprint(trajectory)
+        source_id = trajectory.source_id
+        stored = self.backend.get_ingestion(source_id)
+        if stored is not None:
+            return self._existing(stored, digest)
+        with self._lock:
+            running = self._inflight.get(source_id)
+            if running is None:
+                future: Future[IngestionReceipt] = Future()
+                self._inflight[source_id] = (digest, future)
+        if running is not None:
+            if running[0] != digest:
+                raise IngestionError(
+                    "source_conflict",
+                    "a different payload for this source is being ingested",
+                    source_id=source_id,
+                )
+            return running[1].result()
+        try:
+            receipt = self._ingest_new(trajectory, structure, digest)
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        else:
+            future.set_result(receipt)
+            return receipt
+        finally:
+            with self._lock:
+                self._inflight.pop(source_id, None)
+
+    def _existing(self, stored: IngestionRecord, digest: bytes) -> IngestionReceipt:
+        if stored.payload_digest == digest and stored.fingerprint_version == FINGERPRINT_VERSION:
+            return stored.receipt
+        raise IngestionError(
+            "source_conflict",
+            "a different payload is already recorded for this source",
+            source_id=stored.source_id,
+        )
+
+    def _ingest_new(
+        self, trajectory: Trajectory, structure: Callable[[Trajectory], Changeset], digest: bytes
+    ) -> IngestionReceipt:
+        cs = structure(trajectory)
+        if not isinstance(cs, Changeset):
+            raise ValidationError(f"structure() must return a Changeset, got {type(cs).__name__}")
+        receipt = IngestionReceipt(source_id=trajectory.source_id, node_ids=cs.node_ids, stored_at=utcnow())
+        record = IngestionRecord(trajectory.source_id, digest, FINGERPRINT_VERSION, receipt)
+        self.flush()
+        _, authoritative = self.backend.commit_ingestion(record, cs)
+        return authoritative
+
+    # -- recall, reward, forget ----------------------------------------------
+
+    def recall(
+        self,
+        query: object,
+        tags: Iterable[object] = (),
+        types: Sequence[NodeType | str] = DEFAULT_RECALL_TYPES,
+        value_function: ValueFunctionConfig | Mapping[str, Any] | None = None,
+        now: datetime | None = None,
+        *,
+        exact: bool = False,
+    ) -> list[Hit]:
+        """The memories that matter for `query` (and tag vectors), best first per type.
+
+        Records an access on every returned node (written in the background).
+        """
+        self._check_open("recall")
+        when = utcnow() if now is None else as_datetime(now, "now")
+        config = value_function if value_function is not None else self.value_function
+        hits = self.backend.find_candidates(types, query, tags, config, now=when, exact=exact)
+        if hits:
+            with self._lock:
+                noted = self._pending.note((n.id for n, _ in hits), when)
+            if noted >= self._flush_count:
+                self.flush()
+        return [Hit(n, s) for n, s in hits]
+
+    def reward(self, node_ids: Iterable[str], reward: float) -> None:
+        """Add `reward` to each existing node's running reward."""
+        self._check_open("reward")
+        ids = [check_id(i) for i in ([node_ids] if isinstance(node_ids, str) else node_ids)]
+        NodeMetadata().update_reward(reward)
+        self.flush()
+
+        def apply(node_id: str, meta: NodeMetadata | None) -> NodeMetadata:
+            return (meta or NodeMetadata()).update_reward(reward)
+
+        modify_metadata(self.backend, ids, apply)
+
+    def forget(self, source_id: str) -> ForgetSummary:
+        """The privacy verb: remove an ingestion's nodes, their metadata, orphans, and the record.
+
+        The record goes last, so a forget interrupted by a crash can be rerun.
+        """
+        self._check_open("forget")
+        record = self.backend.get_ingestion(check_id(source_id, "source_id"))
+        if record is None:
+            raise NotFoundError("ingestion", source_id)
+        self.flush()
+        ids = [i for i in record.receipt.node_ids if self.backend.get_node(i) is not None]
+        gone = set(ids)
+        neighbours = [n.id for n in self.backend.get_linked_nodes(ids) if n.node_type in ORPHAN_TYPES]
+        self.backend.delete_nodes(ids)
+        self.backend.delete_metadata(ids)
+        orphans = self._orphans(n for n in neighbours if n not in gone)
+        self.backend.delete_ingestion(source_id)
+        return ForgetSummary(source_id, tuple(ids), tuple(orphans))
+
+    def _orphans(self, candidates: Iterable[str]) -> list[str]:
+        """Delete tag and intent nodes among `candidates` that have no links left."""
+        orphans = []
+        for node_id in sorted(set(candidates)):
+            node = self.backend.get_node(node_id)
+            if node is not None and node.node_type in ORPHAN_TYPES and not node.linked_ids():
+                orphans.append(node_id)
+        if orphans:
+            self.backend.delete_nodes(orphans)
+            self.backend.delete_metadata(orphans)
+        return orphans
+
+    def stats(self) -> RepoStats:
+        """Node counts per type, links, ingestion records, dimension, bytes on disk."""
+        self._check_open("stats")
+        native = getattr(self.backend, "stats", None)
+        pending = sum(self._pending.counts.values())
+        if native is not None:
+            s = native()
+            return RepoStats(
+                nodes=dict(s["nodes"]),
+                links=s.get("links"),
+                ingestion_records=s.get("ingestion_records"),
+                metadata=s.get("metadata"),
+                dimension=s.get("dimension"),
+                disk_bytes=s.get("disk_bytes"),
+                pending_accesses=pending,
+            )
+        counts = {t.value: len(self.backend.get_nodes_by_type([t])) for t in NodeType}
+        return RepoStats(counts, None, None, None, None, None, pending)
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ValidationError(f"repo name must be a non-blank str, got {name!r}")
+    bad = [c for c in ("/", "\\", os.sep, "\0") if c in name]
+    if bad or name in (".", "..") or name.startswith("."):
+        raise ValidationError(f"repo name {name!r} must not contain path separators or start with '.'")
+    if len(name.encode("utf-8", "surrogatepass")) > 255:
+        raise ValidationError(f"repo name {name[:40]!r}… is longer than 255 bytes")
+    return name
+
+
+def open_repo(
+    name: str,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    backend: GraphBackend | None = None,
+    value_function: ValueFunctionConfig | Mapping[str, Any] | None = None,
+    durability: Literal["sync", "fast"] = "sync",
+    flush_interval: float = 1.0,
+) -> Repo:
+    """Open (creating if needed) the repo `name`.
+
+    Default backend: LMDB in `path`, or `./.hippograph/<name>` when no path is
+    given. Pass `backend` to use any object implementing `GraphBackend`.
+    """
+    _check_name(name)
+    if backend is not None and path is not None:
+        raise ValidationError("pass either path or backend, not both")
+    if backend is None:
+        from .backends.lmdb import LMDB
+
+        store = Path(path) if path is not None else Path(".hippograph") / name
+        backend = LMDB(store, durability=durability)
+    return Repo(backend, value_function=value_function, flush_interval=flush_interval)
