@@ -7,6 +7,7 @@ Every public name of the data model is importable from here; backends live in
 from __future__ import annotations
 
 from . import backends, errors
+from .atom import Atom
 from .changeset import Changeset
 from .errors import (
     ConfigError,
@@ -17,6 +18,7 @@ from .errors import (
     StorageError,
     ValidationError,
 )
+from .fingerprint import FINGERPRINT_VERSION, etf_encode, fingerprint
 from .model import (
     EdgeType,
     Episodic,
@@ -34,17 +36,23 @@ from .model import (
     Tag,
 )
 from .protocol import GraphBackend
+from .repo import ForgetSummary, Hit, Repo, RepoStats, open_repo
+from .trajectory import Step, Trajectory, validate_trajectory
 from .value import DEFAULT_PARAMS, DefaultValueFunction, ValueFunction, ValueFunctionConfig
 
 __all__ = [
     "DEFAULT_PARAMS",
+    "FINGERPRINT_VERSION",
+    "Atom",
     "Changeset",
     "ConfigError",
     "DefaultValueFunction",
     "EdgeType",
     "Episodic",
+    "ForgetSummary",
     "GraphBackend",
     "HippographError",
+    "Hit",
     "IngestionError",
     "IngestionReceipt",
     "IngestionRecord",
@@ -56,14 +64,22 @@ __all__ = [
     "NotFoundError",
     "Outcome",
     "Procedural",
+    "Repo",
+    "RepoStats",
     "Semantic",
     "Source",
+    "Step",
     "StorageError",
     "Subgoal",
     "Tag",
+    "Trajectory",
     "ValidationError",
     "ValueFunction",
     "ValueFunctionConfig",
     "backends",
     "errors",
+    "etf_encode",
+    "fingerprint",
+    "open_repo",
+    "validate_trajectory",
 ]

@@ -1,5 +1,7 @@
 """Stubs of the Rust extension. Arrays are numpy; matrices are C-contiguous, row-major."""
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -50,3 +52,22 @@ def default_values(
     beta: float,
 ) -> npt.NDArray[np.float64]:
     """The default value function over precomputed relevances; GIL released."""
+
+def etf_encode(term: object) -> bytes:
+    """Erlang term_to_binary(term, [deterministic, {minor_version, 2}]) under the DESIGN §5 mapping.
+
+    Exact types only: str/bytes -> binary, bool -> atom, None -> nil, int, float (finite),
+    hippograph.Atom -> atom, list, tuple, dict -> map (keys in Erlang map-key order).
+    Raises IngestionError(reason="invalid_metadata") for anything else, nesting deeper
+    than 512, more than 4 Mi values or 256 MiB, or keys that collide once mapped.
+    GIL released while encoding large terms.
+    """
+
+def fingerprint_v1(goal: str, steps: list[tuple[str, str]], metadata: dict[Any, Any]) -> bytes:
+    """SHA-256 (32 bytes) of {mnemosyne_trajectory, 1, Goal, [{Obs, Act}, ...], Metadata} in ETF.
+
+    Checks only what encoding needs: invalid_goal (not a str), invalid_metadata (not
+    exactly a dict, or outside the mapping), invalid_steps (not a list), invalid_step
+    (not a 2-tuple of str). Blank goals and empty steps are left to validate_trajectory.
+    GIL released while encoding and hashing large trajectories.
+    """
