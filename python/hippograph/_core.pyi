@@ -71,3 +71,16 @@ def fingerprint_v1(goal: str, steps: list[tuple[str, str]], metadata: dict[Any, 
     (not a 2-tuple of str). Blank goals and empty steps are left to validate_trajectory.
     GIL released while encoding and hashing large trajectories.
     """
+
+def consolidation_pairs(
+    matrix: npt.NDArray[np.float32],
+    norms: npt.NDArray[np.float32],
+    members: npt.NDArray[np.uint32],
+    offsets: npt.NDArray[np.uint64],
+    threshold: float,
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], npt.NDArray[np.float32]]:
+    """Greedy best-partner pairs (a < b, cosine > threshold) of rows sharing a group.
+
+    Groups are CSR: group g holds rows members[offsets[g]:offsets[g + 1]]. Each row
+    is in at most one returned pair; best cosine first, ties by (a, b). GIL released.
+    """

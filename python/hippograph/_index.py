@@ -10,6 +10,7 @@ it in step with their writes; it is derived data and can always be rebuilt.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,9 +22,9 @@ from .errors import ValidationError
 from .model import Embedding, Node, NodeMetadata, NodeType, as_datetime, as_embedding, as_node_type, utcnow
 from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 
-__all__ = ["TypeIndex", "find_candidates", "meta_columns", "prepare_queries"]
+__all__ = ["META_COLUMNS", "TypeIndex", "TypeSnapshot", "find_candidates", "meta_columns", "prepare_queries"]
 
-_META_COLUMNS = ("has_meta", "timestamp", "access_count", "reward_count", "cumulative_reward")
+META_COLUMNS = ("has_meta", "timestamp", "access_count", "reward_count", "cumulative_reward")
 
 
 def meta_columns(meta: NodeMetadata | None) -> tuple[int, float, float, float, float]:
@@ -39,6 +40,16 @@ def meta_columns(meta: NodeMetadata | None) -> tuple[int, float, float, float, f
     )
 
 
+@dataclass(frozen=True)
+class TypeSnapshot:
+    """A copy of one type's scoring columns, for maintenance passes."""
+
+    ids: list[str]
+    matrix: npt.NDArray[np.float32]
+    norms: npt.NDArray[np.float32]
+    columns: dict[str, npt.NDArray[Any]]
+
+
 class TypeIndex:
     """Rows of one node type, in insertion order with swap-remove on delete."""
 
@@ -49,7 +60,7 @@ class TypeIndex:
         self._mat: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
         self._norms: npt.NDArray[np.float32] = np.zeros(0, np.float32)
         self._cols: dict[str, npt.NDArray[Any]] = {
-            name: np.zeros(0, np.uint8 if name == "has_meta" else np.float64) for name in _META_COLUMNS
+            name: np.zeros(0, np.uint8 if name == "has_meta" else np.float64) for name in META_COLUMNS
         }
         self._rank: npt.NDArray[np.uint32] | None = None
 
@@ -98,7 +109,7 @@ class TypeIndex:
         r = self.row.get(node_id)
         if r is None:
             return
-        for name, value in zip(_META_COLUMNS, meta_columns(meta), strict=True):
+        for name, value in zip(META_COLUMNS, meta_columns(meta), strict=True):
             self._cols[name][r] = value
 
     def remove(self, node_id: str) -> None:
@@ -131,6 +142,14 @@ class TypeIndex:
 
     def norms(self) -> npt.NDArray[np.float32]:
         return self._norms[: len(self.ids)]
+
+    def snapshot(self) -> TypeSnapshot:
+        return TypeSnapshot(
+            list(self.ids),
+            self.matrix().copy(),
+            self.norms().copy(),
+            {name: self.column(name).copy() for name in META_COLUMNS},
+        )
 
     def column(self, name: str) -> npt.NDArray[Any]:
         return self._cols[name][: len(self.ids)]

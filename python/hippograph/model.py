@@ -22,6 +22,7 @@ from .errors import ValidationError
 
 __all__ = [
     "NODE_CLASSES",
+    "ORPHAN_TYPES",
     "EdgeType",
     "Embedding",
     "Episodic",
@@ -314,6 +315,9 @@ class Source(Node):
     step_index: int
     plain_text: str | None = None
 
+
+ORPHAN_TYPES = frozenset({NodeType.TAG, NodeType.INTENT})
+"""Types that exist only to connect others: deleted by maintenance once they have no links."""
 
 NODE_CLASSES: dict[NodeType, type[Node]] = {
     cls.node_type: cls for cls in (Episodic, Semantic, Procedural, Tag, Intent, Subgoal, Source)

@@ -25,15 +25,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple, Self
 
+from . import maintenance
 from .changeset import Changeset
 from .errors import IngestionError, NotFoundError, StorageError, ValidationError
 from .fingerprint import FINGERPRINT_VERSION, fingerprint
 from .model import (
+    ORPHAN_TYPES,
     IngestionReceipt,
     IngestionRecord,
     Node,
     NodeMetadata,
     NodeType,
+    Semantic,
     as_datetime,
     check_id,
     utcnow,
@@ -45,7 +48,6 @@ from .value import ValueFunctionConfig, resolve_config
 __all__ = ["DEFAULT_RECALL_TYPES", "ForgetSummary", "Hit", "Repo", "RepoStats", "open_repo"]
 
 DEFAULT_RECALL_TYPES: tuple[NodeType, ...] = (NodeType.SEMANTIC, NodeType.PROCEDURAL, NodeType.EPISODIC)
-ORPHAN_TYPES = frozenset({NodeType.TAG, NodeType.INTENT})
 MetadataFn = Callable[[str, NodeMetadata | None], NodeMetadata | None]
 
 
@@ -318,23 +320,49 @@ class Repo:
         ids = [i for i in record.receipt.node_ids if self.backend.get_node(i) is not None]
         gone = set(ids)
         neighbours = [n.id for n in self.backend.get_linked_nodes(ids) if n.node_type in ORPHAN_TYPES]
-        self.backend.delete_nodes(ids)
-        self.backend.delete_metadata(ids)
-        orphans = self._orphans(n for n in neighbours if n not in gone)
+        orphans = maintenance.rewrite(self.backend, Changeset(), ids, [n for n in neighbours if n not in gone])
         self.backend.delete_ingestion(source_id)
         return ForgetSummary(source_id, tuple(ids), tuple(orphans))
 
-    def _orphans(self, candidates: Iterable[str]) -> list[str]:
-        """Delete tag and intent nodes among `candidates` that have no links left."""
-        orphans = []
-        for node_id in sorted(set(candidates)):
-            node = self.backend.get_node(node_id)
-            if node is not None and node.node_type in ORPHAN_TYPES and not node.linked_ids():
-                orphans.append(node_id)
-        if orphans:
-            self.backend.delete_nodes(orphans)
-            self.backend.delete_metadata(orphans)
-        return orphans
+    # -- maintenance ---------------------------------------------------------
+
+    def decay(
+        self,
+        threshold: float = 0.1,
+        types: Iterable[NodeType | str] = (NodeType.SEMANTIC, NodeType.PROCEDURAL),
+        now: datetime | None = None,
+        *,
+        progress: maintenance.Progress | None = None,
+    ) -> maintenance.DecaySummary:
+        """Delete nodes whose usage (recency × frequency × reward) fell below `threshold`.
+
+        Uses the repo's per-type value-function params; a node without
+        metadata scores 0.0. Orphaned tag and intent nodes go too.
+        """
+        self._check_open("decay")
+        self.flush()
+        config = resolve_config(self.value_function)
+        return maintenance.decay(self.backend, config, threshold=threshold, types=types, now=now, progress=progress)
+
+    def repair(self, *, progress: maintenance.Progress | None = None) -> maintenance.RepairSummary:
+        """Remove links to missing nodes and tag/intent nodes left without links."""
+        self._check_open("repair")
+        self.flush()
+        return maintenance.repair(self.backend, progress=progress)
+
+    def consolidate(
+        self,
+        decide: Callable[[Semantic, Semantic], maintenance.Merge | None],
+        threshold: float = 0.7,
+        now: datetime | None = None,
+        *,
+        progress: maintenance.Progress | None = None,
+    ) -> maintenance.ConsolidateSummary:
+        """Merge near-duplicate semantic nodes sharing a membership tag, as `decide` rules."""
+        self._check_open("consolidate")
+        self.flush()
+        config = resolve_config(self.value_function)
+        return maintenance.consolidate(self.backend, config, decide, threshold=threshold, now=now, progress=progress)
 
     def stats(self) -> RepoStats:
         """Node counts per type, links, ingestion records, dimension, bytes on disk."""

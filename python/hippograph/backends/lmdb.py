@@ -43,10 +43,11 @@ import lmdb
 import msgpack
 
 from .. import codec
-from .._index import TypeIndex, find_candidates
+from .._index import TypeIndex, TypeSnapshot, find_candidates
 from ..changeset import Changeset, check_changeset, normalised_links
 from ..errors import IngestionError, StorageError, ValidationError
 from ..model import (
+    ORPHAN_TYPES,
     EdgeType,
     IngestionReceipt,
     IngestionRecord,
@@ -177,6 +178,17 @@ class _Writer:
             self.t.delete(db, key)
         self._links.pop(node_id, None)
         self.touched.add(node_id)
+
+    def delete_meta(self, node_id: str) -> None:
+        if self.t.get("meta", _key(node_id)) is not None:
+            self.t.delete("meta", _key(node_id))
+            self.touched.add(node_id)
+
+    def is_orphan(self, node_id: str) -> bool:
+        data = self.t.get("nodes", _key(node_id))
+        if data is None or codec.node_type_of(data) not in ORPHAN_TYPES:
+            return False
+        return not any(self.links(node_id).values())
 
     def put_meta(self, encoded: Mapping[str, bytes]) -> None:
         for node_id, data in encoded.items():
@@ -409,15 +421,58 @@ class LMDB(BackendBase):
 
     # -- writes --------------------------------------------------------------
 
-    def _apply(self, t: _Txn, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> None:
-        dim = check_changeset(cs, t.dim())
-        w = _Writer(t)
+    @staticmethod
+    def _apply(w: _Writer, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> int | None:
+        """Additions, then links, then metadata; returns the store's dimension afterwards."""
+        dim = check_changeset(cs, w.t.dim())
         for node in cs.additions:
             w.put_node(node)
         for a, b, edge in normalised_links(cs):
             w.link(a, b, edge)
         w.put_meta(encoded_meta)
-        w.finish(dim)
+        return dim
+
+    def _commit(self, t: _Txn, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> None:
+        w = _Writer(t)
+        w.finish(self._apply(w, cs, encoded_meta))
+
+    def rewrite(self, cs: Changeset, delete_ids: Iterable[str], orphan_candidates: Iterable[str]) -> list[str]:
+        """Maintenance in one write transaction: delete nodes with their metadata,
+        apply `cs`, then delete the tag and intent nodes among `orphan_candidates`
+        left without links (with their metadata). Returns the orphans deleted.
+        """
+        self._guard("rewrite")
+        doomed = check_ids(delete_ids)
+        candidates = sorted(set(check_ids(orphan_candidates)))
+        check_changeset(cs, None)
+        encoded = self._encode_meta(cs.metadata)
+
+        def run(t: _Txn) -> list[str]:
+            w = _Writer(t)
+            for node_id in doomed:
+                w.delete_node(node_id)
+                w.delete_meta(node_id)
+            dim = self._apply(w, cs, encoded)
+            orphans = [c for c in candidates if w.is_orphan(c)]
+            for node_id in orphans:
+                w.delete_node(node_id)
+                w.delete_meta(node_id)
+            w.finish(dim)
+            return orphans
+
+        return self._write("rewrite", run)
+
+    def snapshot(self, node_type: NodeType | str) -> TypeSnapshot:
+        """A copy of one type's ids, embeddings and usage columns, as of now (maintenance reads it)."""
+        self._guard("snapshot")
+        wanted = as_node_type(node_type)
+
+        def run(t: _Txn) -> TypeSnapshot:
+            with self._cache_lock.write():
+                self._cache.refresh(t)
+                return self._cache.index[wanted].snapshot()
+
+        return self._read(run, "snapshot")
 
     @staticmethod
     def _encode_meta(updates: Mapping[str, NodeMetadata]) -> dict[str, bytes]:
@@ -427,7 +482,7 @@ class LMDB(BackendBase):
         self._guard("apply_changeset")
         check_changeset(cs, None)
         encoded = self._encode_meta(cs.metadata)
-        self._write("apply_changeset", lambda t: self._apply(t, cs, encoded))
+        self._write("apply_changeset", lambda t: self._commit(t, cs, encoded))
 
     def delete_nodes(self, ids: Iterable[str]) -> None:
         self._guard("delete_nodes")
@@ -483,9 +538,7 @@ class LMDB(BackendBase):
         def run(t: _Txn) -> None:
             w = _Writer(t)
             for node_id in wanted:
-                if t.get("meta", _key(node_id)) is not None:
-                    t.delete("meta", _key(node_id))
-                    w.touched.add(node_id)
+                w.delete_meta(node_id)
             w.finish(None)
 
         self._write("delete_metadata", run)
@@ -500,7 +553,7 @@ class LMDB(BackendBase):
         def run(t: _Txn) -> tuple[Outcome, IngestionReceipt]:
             raw = t.get("ingest", key)
             if raw is None:
-                self._apply(t, cs, encoded_meta)
+                self._commit(t, cs, encoded_meta)
                 t.put("ingest", key, encoded_record)
                 return Outcome.INSERTED, record.receipt
             stored = codec.decode_record(record.source_id, raw)

@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .._index import TypeIndex, find_candidates
+from .._index import TypeIndex, TypeSnapshot, find_candidates
 from ..changeset import Changeset, check_changeset, normalised_links
 from ..errors import IngestionError
 from ..model import (
+    ORPHAN_TYPES,
     EdgeType,
     IngestionReceipt,
     IngestionRecord,
@@ -77,6 +78,43 @@ class InMemory(BackendBase):
             node = self._nodes.get(node_id)
             if node is not None:
                 self._index[node.node_type].set_meta(node_id, meta)
+
+    def _purge(self, ids: Iterable[str]) -> None:
+        for node_id in ids:
+            node = self._nodes.pop(node_id, None)
+            if node is not None:
+                self._unlink_all(node_id)
+                self._index[node.node_type].remove(node_id)
+            self._meta.pop(node_id, None)
+
+    def rewrite(self, cs: Changeset, delete_ids: Iterable[str], orphan_candidates: Iterable[str]) -> list[str]:
+        """Maintenance in one step: delete nodes with their metadata, apply `cs`, drop new orphans.
+
+        Orphans are the tag and intent nodes among `orphan_candidates` left
+        without links; they are deleted with their metadata and returned.
+        """
+        self._check_open("rewrite")
+        doomed = check_ids(delete_ids)
+        candidates = check_ids(orphan_candidates)
+        with self._lock.write():
+            dim = check_changeset(cs, self._dim)
+            self._purge(doomed)
+            self._apply(cs, dim)
+            orphans = [
+                c
+                for c in sorted(set(candidates))
+                if c in self._nodes
+                and self._nodes[c].node_type in ORPHAN_TYPES
+                and not any(self._links.get(c, {}).values())
+            ]
+            self._purge(orphans)
+            return orphans
+
+    def snapshot(self, node_type: NodeType | str) -> TypeSnapshot:
+        """A copy of one type's ids, embeddings and usage columns (maintenance reads it)."""
+        self._check_open("snapshot")
+        with self._lock.read():
+            return self._index[as_node_type(node_type)].snapshot()
 
     def apply_changeset(self, cs: Changeset) -> None:
         self._check_open("apply_changeset")

@@ -4,4 +4,5 @@
 //! algorithms are tested with `cargo test` and benchmarked without an interpreter.
 
 pub mod etf;
+pub mod pairs;
 pub mod scoring;

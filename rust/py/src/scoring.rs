@@ -2,11 +2,13 @@
 //! while scanning so several Python threads can recall at once.
 
 use crate::errors;
+use hippograph_core::pairs;
 use hippograph_core::scoring::{self, MetaColumns, ScanRequest, ShapeError, Stored, ValueParams};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 type Scan<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f64>>);
+type Pairs<'py> = (Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<f32>>);
 
 fn contiguous<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
     py: Python<'_>,
@@ -168,7 +170,34 @@ fn default_values<'py>(
     Ok(out.into_pyarray(py))
 }
 
+/// Consolidation candidates: greedy best-partner pairs of rows sharing a group
+/// with cosine above `threshold`, as `(a, b, cosine)` arrays.
+#[pyfunction]
+fn consolidation_pairs<'py>(
+    py: Python<'py>,
+    matrix: PyReadonlyArray2<'py, f32>,
+    norms: PyReadonlyArray1<'py, f32>,
+    members: PyReadonlyArray1<'py, u32>,
+    offsets: PyReadonlyArray1<'py, u64>,
+    threshold: f32,
+) -> PyResult<Pairs<'py>> {
+    let dim = matrix.shape()[1];
+    let stored = Stored { data: contiguous(py, "matrix", &matrix)?, norms: contiguous(py, "norms", &norms)?, dim };
+    let members = contiguous(py, "members", &members)?;
+    let offsets: Vec<usize> = contiguous(py, "offsets", &offsets)?.iter().map(|&o| o as usize).collect();
+    let rows = norms.len();
+    let matched = errors::detached(py, "consolidation_pairs", || {
+        pairs::group_pairs(stored, members, &offsets, threshold).map(|p| pairs::greedy_matching(p, rows))
+    })?
+    .map_err(|e| shape(py, e))?;
+    let a: Vec<u32> = matched.iter().map(|p| p.a).collect();
+    let b: Vec<u32> = matched.iter().map(|p| p.b).collect();
+    let c: Vec<f32> = matched.iter().map(|p| p.cosine).collect();
+    Ok((a.into_pyarray(py), b.into_pyarray(py), c.into_pyarray(py)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(consolidation_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(row_norms, m)?)?;
     m.add_function(wrap_pyfunction!(relevance, m)?)?;
     m.add_function(wrap_pyfunction!(select_top, m)?)?;

@@ -1,0 +1,305 @@
+"""Memory maintenance: decay, graph repair and consolidation.
+
+All three work through the `GraphBackend` protocol, so they run on any
+backend. Two optional backend methods make them fast and atomic where present
+(both built-in backends have them):
+
+- ``snapshot(node_type)`` → a `TypeSnapshot` (ids, embeddings, usage
+  columns) read from the backend's derived scoring cache instead of decoding
+  every node;
+- ``rewrite(cs, delete_ids, orphan_candidates)`` → deletes nodes with their
+  metadata, applies `cs`, and deletes tag/intent nodes left without links, in
+  one transaction.
+
+Without `rewrite` the same steps run as separate protocol calls, each leaving
+a consistent graph. Ingestion records are never touched: re-ingesting a source
+whose nodes were decayed or merged returns its original receipt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _core
+from ._index import META_COLUMNS, TypeSnapshot, meta_columns
+from .changeset import Changeset
+from .errors import ValidationError
+from .model import (
+    ORPHAN_TYPES,
+    EdgeType,
+    Embedding,
+    Node,
+    NodeMetadata,
+    NodeType,
+    Semantic,
+    as_datetime,
+    as_embedding,
+    as_node_type,
+    utcnow,
+)
+from .protocol import GraphBackend
+from .value import ResolvedConfig
+
+__all__ = [
+    "ConsolidateSummary",
+    "DecaySummary",
+    "Merge",
+    "Progress",
+    "RepairSummary",
+    "consolidate",
+    "decay",
+    "repair",
+    "rewrite",
+    "snapshot",
+]
+
+Progress = Callable[[str, int, int], None]
+"""Called as ``progress(phase, done, total)`` during long operations."""
+
+
+@dataclass(frozen=True)
+class Merge:
+    """What `decide` returns to merge two nodes: the survivor's new text and vector."""
+
+    proposition: str
+    embedding: Embedding | Sequence[float]
+
+
+@dataclass(frozen=True)
+class DecaySummary:
+    checked: int
+    deleted: int
+    deleted_ids: tuple[str, ...]
+    orphan_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RepairSummary:
+    checked: int
+    repaired_nodes: int
+    dangling_refs: int
+    orphans_deleted: int
+    orphan_ids: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.repaired_nodes or self.orphans_deleted)
+
+
+@dataclass(frozen=True)
+class ConsolidateSummary:
+    checked: int
+    candidate_pairs: int
+    merged: int
+    kept: int
+    merges: tuple[tuple[str, str], ...]
+    """(survivor, removed) per merge."""
+    orphan_ids: tuple[str, ...]
+
+
+def snapshot(backend: GraphBackend, node_type: NodeType) -> TypeSnapshot:
+    """One type's ids, embeddings and usage columns, natively when the backend can."""
+    native = getattr(backend, "snapshot", None)
+    if native is not None:
+        snap: TypeSnapshot = native(node_type)
+        return snap
+    nodes = backend.get_nodes_by_type([node_type])
+    metas = backend.get_metadata([n.id for n in nodes])
+    dims = {n.embedding.shape[0] for n in nodes if n.embedding is not None}
+    dim = dims.pop() if dims else 0
+    matrix = np.zeros((len(nodes), dim), np.float32)
+    for r, n in enumerate(nodes):
+        if n.embedding is not None:
+            matrix[r] = n.embedding
+    rows = [meta_columns(metas.get(n.id)) for n in nodes]
+    cols: dict[str, npt.NDArray[Any]] = {
+        name: np.array([row[i] for row in rows], np.uint8 if name == "has_meta" else np.float64)
+        for i, name in enumerate(META_COLUMNS)
+    }
+    norms = np.sqrt((matrix.astype(np.float64) ** 2).sum(axis=1)).astype(np.float32)
+    return TypeSnapshot([n.id for n in nodes], matrix, norms, cols)
+
+
+def rewrite(
+    backend: GraphBackend, cs: Changeset, delete_ids: Iterable[str], orphan_candidates: Iterable[str]
+) -> list[str]:
+    """Delete nodes (and metadata), apply `cs`, delete new tag/intent orphans; atomic where supported."""
+    doomed, candidates = list(delete_ids), sorted(set(orphan_candidates))
+    native = getattr(backend, "rewrite", None)
+    if native is not None:
+        orphans: list[str] = native(cs, doomed, candidates)
+        return orphans
+    if doomed:
+        backend.delete_nodes(doomed)
+        backend.delete_metadata(doomed)
+    if not cs.is_empty():
+        backend.apply_changeset(cs)
+    found = [
+        n.id
+        for n in map(backend.get_node, candidates)
+        if n is not None and n.node_type in ORPHAN_TYPES and not n.linked_ids()
+    ]
+    if found:
+        backend.delete_nodes(found)
+        backend.delete_metadata(found)
+    return found
+
+
+def usage_scores(snap: TypeSnapshot, config: ResolvedConfig, node_type: NodeType, now: datetime) -> npt.NDArray[Any]:
+    """The value function without relevance (recency × frequency × reward); 0.0 without metadata."""
+    tp = config.params[node_type]
+    has_meta = snap.columns["has_meta"]
+    scores = _core.default_values(
+        np.ones(len(snap.ids), np.float32),
+        has_meta,
+        snap.columns["timestamp"],
+        snap.columns["access_count"],
+        snap.columns["reward_count"],
+        snap.columns["cumulative_reward"],
+        now.timestamp(),
+        tp.lam,
+        tp.k,
+        tp.base_floor,
+        tp.beta,
+    )
+    scores[has_meta == 0] = 0.0
+    return scores
+
+
+def _neighbours(backend: GraphBackend, ids: Sequence[str]) -> list[str]:
+    return [n.id for n in backend.get_linked_nodes(ids) if n.node_type in ORPHAN_TYPES] if ids else []
+
+
+def decay(
+    backend: GraphBackend,
+    config: ResolvedConfig,
+    *,
+    threshold: float = 0.1,
+    types: Iterable[NodeType | str] = (NodeType.SEMANTIC, NodeType.PROCEDURAL),
+    now: datetime | None = None,
+    progress: Progress | None = None,
+) -> DecaySummary:
+    """Delete nodes whose usage score is below `threshold`, then their orphaned tags/intents."""
+    when = utcnow() if now is None else as_datetime(now, "now")
+    wanted = list(dict.fromkeys(as_node_type(t) for t in ([types] if isinstance(types, str) else types)))
+    checked = 0
+    doomed: list[str] = []
+    for i, node_type in enumerate(wanted):
+        snap = snapshot(backend, node_type)
+        checked += len(snap.ids)
+        scores = usage_scores(snap, config, node_type, when)
+        doomed += [snap.ids[r] for r in np.flatnonzero(scores < threshold).tolist()]
+        if progress is not None:
+            progress("score", i + 1, len(wanted))
+    orphans = rewrite(backend, Changeset(), doomed, _neighbours(backend, doomed)) if doomed else []
+    if progress is not None:
+        progress("delete", 1, 1)
+    return DecaySummary(checked, len(doomed), tuple(doomed), tuple(orphans))
+
+
+def repair(backend: GraphBackend, *, progress: Progress | None = None) -> RepairSummary:
+    """Strip links to missing nodes and delete tag/intent nodes without links."""
+    nodes = backend.get_nodes_by_type(list(NodeType))
+    present = {n.id for n in nodes}
+    fixed: list[Node] = []
+    dangling = 0
+    for i, node in enumerate(nodes):
+        clean = {e: ids & present for e, ids in node.links.items()}
+        lost = sum(len(ids) for ids in node.links.values()) - sum(len(ids) for ids in clean.values())
+        if lost:
+            dangling += lost
+            fixed.append(node.with_links(clean))
+        if progress is not None and (i + 1) % 10_000 == 0:
+            progress("scan", i + 1, len(nodes))
+    lonely = [n.id for n in nodes if n.node_type in ORPHAN_TYPES and not (n.linked_ids() & present)]
+    orphans = rewrite(backend, Changeset(additions=fixed), [], lonely) if fixed or lonely else []
+    if progress is not None:
+        progress("repair", 1, 1)
+    return RepairSummary(len(nodes), len(fixed), dangling, len(orphans), tuple(orphans))
+
+
+def _membership_groups(backend: GraphBackend, row_of: dict[str, int]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    members: list[int] = []
+    offsets = [0]
+    for tag in backend.get_nodes_by_type([NodeType.TAG]):
+        rows = sorted(row_of[i] for i in tag.links.get(EdgeType.MEMBERSHIP, ()) if i in row_of)
+        if len(rows) > 1:
+            members += rows
+            offsets.append(len(members))
+    return np.array(members, np.uint32), np.array(offsets, np.uint64)
+
+
+def _merged_metadata(keep: NodeMetadata | None, gone: NodeMetadata | None) -> NodeMetadata | None:
+    if keep is None or gone is None:
+        return keep or gone
+    lasts = [t for t in (keep.last_accessed_at, gone.last_accessed_at) if t is not None]
+    return NodeMetadata(
+        created_at=min(keep.created_at, gone.created_at),
+        access_count=keep.access_count + gone.access_count,
+        last_accessed_at=max(lasts) if lasts else None,
+        cumulative_reward=keep.cumulative_reward + gone.cumulative_reward,
+        reward_count=keep.reward_count + gone.reward_count,
+        custom={**gone.custom, **keep.custom},
+    )
+
+
+def consolidate(
+    backend: GraphBackend,
+    config: ResolvedConfig,
+    decide: Callable[[Semantic, Semantic], Merge | None],
+    *,
+    threshold: float = 0.7,
+    now: datetime | None = None,
+    progress: Progress | None = None,
+) -> ConsolidateSummary:
+    """Merge near-duplicate semantic nodes that share a membership tag, as `decide` says.
+
+    Pairs come from the Rust core (cosine > threshold, greedy best partner);
+    each merge is one `rewrite` and leaves a consistent graph on its own.
+    """
+    when = utcnow() if now is None else as_datetime(now, "now")
+    snap = snapshot(backend, NodeType.SEMANTIC)
+    row_of = {node_id: r for r, node_id in enumerate(snap.ids)}
+    members, offsets = _membership_groups(backend, row_of)
+    a_rows, b_rows, _ = _core.consolidation_pairs(snap.matrix, snap.norms, members, offsets, float(threshold))
+    usage = usage_scores(snap, config, NodeType.SEMANTIC, when)
+    pairs = [tuple(sorted((snap.ids[a], snap.ids[b]))) for a, b in zip(a_rows.tolist(), b_rows.tolist(), strict=True)]
+    merges: list[tuple[str, str]] = []
+    orphans: list[str] = []
+    for i, (first, second) in enumerate(pairs):
+        a, b = backend.get_node(first), backend.get_node(second)
+        if not (isinstance(a, Semantic) and isinstance(b, Semantic)):
+            continue
+        decision = decide(a, b)
+        if progress is not None:
+            progress("decide", i + 1, len(pairs))
+        if decision is None:
+            continue
+        if not isinstance(decision, Merge):
+            raise ValidationError(f"decide() must return Merge or None, got {type(decision).__name__}")
+        keep, gone = (a, b) if usage[row_of[first]] >= usage[row_of[second]] else (b, a)
+        links = {e: (set(keep.links.get(e, ())) | set(gone.links.get(e, ()))) - {keep.id, gone.id} for e in EdgeType}
+        merged = Semantic(
+            id=keep.id,
+            proposition=decision.proposition,
+            confidence=keep.confidence,
+            embedding=as_embedding(decision.embedding, f"merged embedding of {keep.id!r}"),
+            links={e: frozenset(ids) for e, ids in links.items() if ids},
+            created_at=keep.created_at,
+        )
+        metas = backend.get_metadata([keep.id, gone.id])
+        cs = Changeset(additions=[merged])
+        meta = _merged_metadata(metas.get(keep.id), metas.get(gone.id))
+        if meta is not None:
+            cs.put_metadata(keep.id, meta)
+        orphans += rewrite(backend, cs, [gone.id], _neighbours(backend, [gone.id]))
+        merges.append((keep.id, gone.id))
+    return ConsolidateSummary(
+        len(snap.ids), len(pairs), len(merges), len(pairs) - len(merges), tuple(merges), tuple(orphans)
+    )
