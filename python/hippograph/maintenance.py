@@ -52,11 +52,13 @@ __all__ = [
     "Merge",
     "Progress",
     "RepairSummary",
+    "VerifyReport",
     "consolidate",
     "decay",
     "repair",
     "rewrite",
     "snapshot",
+    "verify",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -303,3 +305,45 @@ def consolidate(
     return ConsolidateSummary(
         len(snap.ids), len(pairs), len(merges), len(pairs) - len(merges), tuple(merges), tuple(orphans)
     )
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `verify` found; `ok` when the store keeps every invariant."""
+
+    checked_nodes: int
+    checked_records: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(backend: GraphBackend, *, limit: int = 100) -> VerifyReport:
+    """Check the graph invariants through the protocol (and the backend's own checks).
+
+    Invariants: every link ends at an existing node and is recorded on both
+    ends; every embedding has the store's one dimension; every ingestion
+    record's receipt names its own source. A backend may add storage-level
+    checks with a ``verify_storage() -> list[str]`` method (LMDB does).
+    """
+    problems: list[str] = []
+    nodes = {n.id: n for n in backend.get_nodes_by_type(list(NodeType))}
+    dims = sorted({n.embedding.shape[0] for n in nodes.values() if n.embedding is not None})
+    if len(dims) > 1:
+        problems.append(f"embeddings have several dimensions: {dims}")
+    for node in nodes.values():
+        for edge, ids in node.links.items():
+            for other in sorted(ids):
+                peer = nodes.get(other)
+                if peer is None:
+                    problems.append(f"node {node.id!r} has a {edge.value} link to missing node {other!r}")
+                elif node.id not in peer.links.get(edge, ()):
+                    problems.append(f"{edge.value} link {node.id!r} -> {other!r} is not recorded on {other!r}")
+    native = getattr(backend, "verify_storage", None)
+    records = 0
+    if native is not None:
+        storage_problems, records = native()
+        problems += storage_problems
+    return VerifyReport(len(nodes), records, tuple(problems[:limit]))

@@ -364,6 +364,12 @@ class Repo:
         config = resolve_config(self.value_function)
         return maintenance.consolidate(self.backend, config, decide, threshold=threshold, now=now, progress=progress)
 
+    def verify(self) -> maintenance.VerifyReport:
+        """Check the store's invariants (links, dimensions, records); changes nothing."""
+        self._check_open("verify")
+        self.flush()
+        return maintenance.verify(self.backend)
+
     def stats(self) -> RepoStats:
         """Node counts per type, links, ingestion records, dimension, bytes on disk."""
         self._check_open("stats")

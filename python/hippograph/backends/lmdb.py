@@ -692,6 +692,56 @@ class LMDB(BackendBase):
 
         return self._read(run, "stats")
 
+    def verify_storage(self) -> tuple[list[str], int]:
+        """Storage-level checks for `Repo.verify`: every record decodes, embeddings
+        have the recorded dimension, no embedding, links or log entry is left
+        behind by a node that is gone. Returns (problems, ingestion records checked).
+        """
+        self._guard("verify")
+
+        def run(t: _Txn) -> tuple[list[str], int]:
+            problems: list[str] = []
+            dim = t.dim()
+            nodes = set()
+            for key, data in t.items("nodes"):
+                node_id = key.decode("utf-8", "replace")
+                nodes.add(key)
+                try:
+                    codec.decode_node(data, node_id, None, {})
+                except StorageError as exc:
+                    problems.append(f"node {node_id!r}: {exc}")
+            for key, data in t.items("emb"):
+                if key not in nodes:
+                    problems.append(f"embedding without node: {key.decode('utf-8', 'replace')!r}")
+                elif dim is None or len(data) != 4 * dim:
+                    problems.append(f"embedding of {key.decode('utf-8', 'replace')!r} has {len(data)} bytes, dim {dim}")
+            for key, data in t.items("links"):
+                if key not in nodes:
+                    problems.append(f"links without node: {key.decode('utf-8', 'replace')!r}")
+                try:
+                    codec.decode_links(data)
+                except (StorageError, ValueError) as exc:
+                    problems.append(f"links of {key.decode('utf-8', 'replace')!r}: {exc}")
+            for key, data in t.items("meta"):
+                try:
+                    codec.decode_meta(data)
+                except (StorageError, ValidationError, ValueError, TypeError) as exc:
+                    problems.append(f"metadata of {key.decode('utf-8', 'replace')!r}: {exc}")
+            records = 0
+            for key, data in t.items("ingest"):
+                records += 1
+                try:
+                    codec.decode_record(key.decode("utf-8"), data)
+                except (StorageError, ValidationError, ValueError, TypeError) as exc:
+                    problems.append(f"ingestion record {key.decode('utf-8', 'replace')!r}: {exc}")
+            seq = t.seq()
+            newest = max((struct.unpack(">Q", k)[0] for k, _ in t.items("log")), default=seq)
+            if newest != seq:
+                problems.append(f"change log ends at {newest} but the change counter is {seq}")
+            return problems, records
+
+        return self._read(run, "verify")
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
