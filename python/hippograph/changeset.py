@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .errors import ValidationError
 from .model import EdgeType, Node, NodeMetadata, as_edge_type, check_id
 
@@ -78,7 +80,12 @@ def check_changeset(cs: object, dim: int | None) -> int | None:
         if not isinstance(node, Node):
             raise ValidationError(f"changeset addition is not a Node: {type(node).__name__}")
         if node.embedding is not None:
-            size = int(node.embedding.shape[0])
+            emb = node.embedding
+            if not (isinstance(emb, np.ndarray) and emb.dtype == np.float32 and emb.ndim == 1 and emb.size):
+                raise ValidationError(f"embedding of node {node.id!r} must be a non-empty 1-D float32 array")
+            if not np.isfinite(emb).all():
+                raise ValidationError(f"embedding of node {node.id!r} holds NaN or infinite values")
+            size = int(emb.shape[0])
             if dim is None:
                 dim = size
             elif size != dim:

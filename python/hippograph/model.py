@@ -132,7 +132,8 @@ def as_embedding(value: object, what: str = "embedding") -> Embedding:
     if isinstance(value, (str, bytes)):
         raise ValidationError(f"{what} must be a sequence of numbers, got {type(value).__name__}")
     try:
-        arr = np.array(value, dtype=np.float32, copy=True)
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = np.array(value, dtype=np.float32, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"{what} is not a numeric vector: {exc}") from None
     if arr.ndim != 1:
@@ -142,7 +143,7 @@ def as_embedding(value: object, what: str = "embedding") -> Embedding:
     if not np.isfinite(arr).all():
         raise ValidationError(f"{what} holds NaN or infinite values (after float32 conversion)")
     arr.flags.writeable = False
-    return arr
+    return arr.view()  # a view of a read-only base can never be made writeable again
 
 
 def _normalise_links(value: object, node_id: str) -> dict[EdgeType, frozenset[str]]:

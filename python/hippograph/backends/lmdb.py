@@ -30,9 +30,11 @@ supported.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import struct
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -71,11 +73,17 @@ MAGIC = b"hippograph-lmdb"
 STORAGE_FORMAT = 1
 LOG_KEEP = 50_000
 DEFAULT_MAP_SIZE = 1 << 30
-_DBS = ("info", "nodes", "emb", "links", "meta", "ingest", "log")
+_DBS = ("info", "nodes", "emb", "links", "meta", "ingest", "log", "longids")
+# LMDB keys hold at most 511 bytes, ids up to 512: longer ids are keyed by a
+# hash behind a 0xFF byte (never the first byte of UTF-8) and their full text
+# is kept in ``longids``.
+MAX_PLAIN_KEY = 480
+_LONG = b"\xff"
 
 
 def _key(node_id: str) -> bytes:
-    return node_id.encode("utf-8")
+    raw = node_id.encode("utf-8")
+    return raw if len(raw) <= MAX_PLAIN_KEY else _LONG + hashlib.sha256(raw).digest()
 
 
 def _seq_key(seq: int) -> bytes:
@@ -103,6 +111,22 @@ class _Txn:
         with self.txn.cursor(db=self.dbs[db]) as cur:
             for k, v in cur:
                 yield bytes(k), bytes(v)
+
+    def id_of(self, key: bytes) -> str:
+        """The id a key stands for (long ids are looked up in ``longids``)."""
+        if not key.startswith(_LONG):
+            return key.decode("utf-8")
+        raw = self.get("longids", key)
+        if raw is None:
+            raise StorageError(f"no id recorded for hashed key {key.hex()}", operation="decode")
+        return raw.decode("utf-8")
+
+    def remember(self, item_id: str) -> bytes:
+        """The key of `item_id`, recording the full id first when the key is a hash."""
+        key = _key(item_id)
+        if key.startswith(_LONG):
+            self.put("longids", key, item_id.encode("utf-8"))
+        return key
 
     def seq(self) -> int:
         raw = self.get("info", b"seq")
@@ -153,7 +177,7 @@ class _Writer:
         self._links[node_id] = {}
 
     def put_node(self, node: Node) -> None:
-        key = _key(node.id)
+        key = self.t.remember(node.id)
         if self.exists(node.id):
             self.unlink_all(node.id)
         self.t.put("nodes", key, codec.encode_node(node))
@@ -192,7 +216,7 @@ class _Writer:
 
     def put_meta(self, encoded: Mapping[str, bytes]) -> None:
         for node_id, data in encoded.items():
-            self.t.put("meta", _key(node_id), data)
+            self.t.put("meta", self.t.remember(node_id), data)
             self.touched.add(node_id)
 
     def finish(self, dim: int | None) -> None:
@@ -262,7 +286,7 @@ class _Cache:
         self.index = {nt: TypeIndex() for nt in NodeType}
         self.type_of = {}
         for key, data in t.items("nodes"):
-            node_id = key.decode("utf-8")
+            node_id = t.id_of(key)
             self.type_of[node_id] = codec.node_type_of(data)
         embeddings = dict(t.items("emb"))
         metas = dict(t.items("meta"))
@@ -305,6 +329,7 @@ class LMDB(BackendBase):
         self._gate = RWLock()
         self._cache = _Cache()
         self._cache_lock = RWLock()
+        self._write_lock = threading.Lock()
         existed = self.path.exists() and any(self.path.iterdir()) if self.path.is_dir() else self.path.exists()
         if existed and not (self.path / "data.mdb").is_file():
             raise StorageError(f"{str(self.path)!r} exists and is not a hippograph store", operation="open")
@@ -390,8 +415,14 @@ class LMDB(BackendBase):
 
     @contextmanager
     def _txn(self, write: bool) -> Iterator[_Txn]:
-        with self._gate.read(), self._env.begin(write=write) as txn:
-            yield _Txn(txn, self._dbs)
+        with self._gate.read():
+            if not write:
+                with self._env.begin() as txn:
+                    yield _Txn(txn, self._dbs)
+                return
+            # LMDB allows one write transaction per environment at a time; threads queue here.
+            with self._write_lock, self._env.begin(write=True) as txn:
+                yield _Txn(txn, self._dbs)
 
     def _retrying(self, operation: str, fn: Callable[[], T]) -> T:
         while True:
@@ -554,7 +585,7 @@ class LMDB(BackendBase):
             raw = t.get("ingest", key)
             if raw is None:
                 self._commit(t, cs, encoded_meta)
-                t.put("ingest", key, encoded_record)
+                t.put("ingest", t.remember(record.source_id), encoded_record)
                 return Outcome.INSERTED, record.receipt
             stored = codec.decode_record(record.source_id, raw)
             if (
@@ -642,7 +673,7 @@ class LMDB(BackendBase):
             for key, data in t.items("nodes"):
                 node_type = codec.node_type_of(data)
                 if node_type in by_type:
-                    by_type[node_type].append(key.decode("utf-8"))
+                    by_type[node_type].append(t.id_of(key))
             return [n for nt in wanted for n in map(t.node, by_type[nt]) if n is not None]
 
         return self._read(run, "get_nodes_by_type")
@@ -704,12 +735,12 @@ class LMDB(BackendBase):
             dim = t.dim()
             nodes = set()
             for key, data in t.items("nodes"):
-                node_id = key.decode("utf-8", "replace")
                 nodes.add(key)
                 try:
+                    node_id = t.id_of(key)
                     codec.decode_node(data, node_id, None, {})
                 except StorageError as exc:
-                    problems.append(f"node {node_id!r}: {exc}")
+                    problems.append(f"node {key.decode('utf-8', 'replace')!r}: {exc}")
             for key, data in t.items("emb"):
                 if key not in nodes:
                     problems.append(f"embedding without node: {key.decode('utf-8', 'replace')!r}")
@@ -731,7 +762,7 @@ class LMDB(BackendBase):
             for key, data in t.items("ingest"):
                 records += 1
                 try:
-                    codec.decode_record(key.decode("utf-8"), data)
+                    codec.decode_record(t.id_of(key), data)
                 except (StorageError, ValidationError, ValueError, TypeError) as exc:
                     problems.append(f"ingestion record {key.decode('utf-8', 'replace')!r}: {exc}")
             seq = t.seq()

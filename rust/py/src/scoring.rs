@@ -15,6 +15,10 @@ fn contiguous<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
     what: &str,
     arr: &'a numpy::PyReadonlyArray<'_, T, D>,
 ) -> PyResult<&'a [T]> {
+    // as_slice() also accepts Fortran order, which would be read transposed.
+    if !arr.is_c_contiguous() {
+        return Err(errors::validation(py, format!("{what} must be a C-contiguous array")));
+    }
     arr.as_slice().map_err(|_| errors::validation(py, format!("{what} must be a C-contiguous array")))
 }
 

@@ -1,0 +1,93 @@
+"""Changeset builders (DESIGN §2): validation as you go, order kept, merge semantics."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hippograph import Changeset, EdgeType, Node, NodeMetadata, NodeType, ValidationError
+from hippograph.testing.graphs import NOW, make_node
+
+
+def _node(node_id: str) -> Node:
+    return make_node(NodeType.SEMANTIC, node_id, [1.0, 0.0])
+
+
+def test_new_changeset_is_empty() -> None:
+    cs = Changeset()
+    assert cs.is_empty()
+    assert (cs.additions, cs.links, cs.metadata) == ([], [], {})
+
+
+def test_builders_chain_and_keep_append_order() -> None:
+    a, b, c = _node("c"), _node("a"), _node("b")
+    cs = Changeset().add_node(a).add_nodes([b, c]).add_link("c", "a", EdgeType.SIBLING).add_link("a", "b", "membership")
+    assert cs.additions == [a, b, c]
+    assert cs.node_ids == ("c", "a", "b")
+    assert cs.links == [("c", "a", EdgeType.SIBLING), ("a", "b", EdgeType.MEMBERSHIP)]
+    assert not cs.is_empty()
+
+
+def test_add_link_converts_edge_type_strings_to_the_enum() -> None:
+    ((_, _, edge),) = Changeset().add_link("a", "b", "provenance").links
+    assert edge is EdgeType.PROVENANCE
+
+
+@pytest.mark.parametrize("edge", ["friend", "", None, 3])
+def test_add_link_rejects_unknown_edge_type(edge: object) -> None:
+    cs = Changeset()
+    with pytest.raises(ValidationError):
+        cs.add_link("a", "b", edge)  # type: ignore[arg-type]
+    assert cs.links == []
+
+
+@pytest.mark.parametrize(("a", "b"), [("", "b"), ("a", ""), ("a", 1), (None, "b")])
+def test_add_link_rejects_bad_ids(a: object, b: object) -> None:
+    cs = Changeset()
+    with pytest.raises(ValidationError):
+        cs.add_link(a, b, EdgeType.SIBLING)  # type: ignore[arg-type]
+    assert cs.links == []
+
+
+def test_add_node_rejects_non_nodes() -> None:
+    cs = Changeset()
+    with pytest.raises(ValidationError):
+        cs.add_node({"id": "a"})  # type: ignore[arg-type]
+    assert cs.additions == []
+
+
+def test_put_metadata_later_put_wins() -> None:
+    first, second = NodeMetadata(created_at=NOW), NodeMetadata(created_at=NOW, access_count=4)
+    cs = Changeset().put_metadata("a", first).put_metadata("b", first).put_metadata("a", second)
+    assert cs.metadata == {"a": second, "b": first}
+
+
+def test_put_metadata_validates_id_and_value() -> None:
+    cs = Changeset()
+    with pytest.raises(ValidationError):
+        cs.put_metadata("", NodeMetadata(created_at=NOW))
+    with pytest.raises(ValidationError):
+        cs.put_metadata("a", {"access_count": 1})  # type: ignore[arg-type]
+    assert cs.metadata == {}
+
+
+def test_merge_concatenates_in_order_and_right_side_wins_on_metadata() -> None:
+    left_meta = NodeMetadata(created_at=NOW)
+    right_meta = NodeMetadata(created_at=NOW + timedelta(hours=1), access_count=2)
+    left = Changeset().add_node(_node("a")).add_link("a", "b", EdgeType.SIBLING)
+    left.put_metadata("a", left_meta).put_metadata("only-left", left_meta)
+    right = Changeset().add_node(_node("b")).add_link("b", "c", EdgeType.MEMBERSHIP).put_metadata("a", right_meta)
+    merged = left.merge(right)
+    assert merged.node_ids == ("a", "b")
+    assert merged.links == [("a", "b", EdgeType.SIBLING), ("b", "c", EdgeType.MEMBERSHIP)]
+    assert merged.metadata == {"a": right_meta, "only-left": left_meta}
+
+
+def test_merge_leaves_both_inputs_unchanged() -> None:
+    left = Changeset().add_node(_node("a")).put_metadata("a", NodeMetadata(created_at=NOW))
+    right = Changeset().add_node(_node("b"))
+    merged = left.merge(right)
+    merged.add_node(_node("c"))
+    assert left.node_ids == ("a",)
+    assert right.node_ids == ("b",)
+    assert right.metadata == {}
