@@ -9,6 +9,8 @@ it in step with their writes; it is derived data and can always be rebuilt.
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,11 +20,15 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from . import ann as ann_module
+from .ann import AnnConfig, AnnIndex
 from .errors import ValidationError
 from .model import Embedding, Node, NodeMetadata, NodeType, as_datetime, as_embedding, as_node_type, utcnow
 from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 
 __all__ = ["META_COLUMNS", "TypeIndex", "TypeSnapshot", "find_candidates", "meta_columns", "prepare_queries"]
+
+Hydrate = Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]]
 
 META_COLUMNS = ("has_meta", "timestamp", "access_count", "reward_count", "cumulative_reward")
 
@@ -51,9 +57,17 @@ class TypeSnapshot:
 
 
 class TypeIndex:
-    """Rows of one node type, in insertion order with swap-remove on delete."""
+    """Rows of one node type, in insertion order with swap-remove on delete.
 
-    def __init__(self) -> None:
+    With an `AnnConfig`, a type holding more than `min_nodes` rows answers
+    non-exact queries from an HNSW candidate pool (built on first use, kept in
+    step with every write, certified by `ann.certified_scan`).
+    """
+
+    def __init__(self, ann_config: AnnConfig | None = None) -> None:
+        self.ann_config = ann_config
+        self.ann: AnnIndex | None = None
+        self._ann_build = threading.Lock()
         self.ids: list[str] = []
         self.row: dict[str, int] = {}
         self.dim = 0
@@ -103,6 +117,11 @@ class TypeIndex:
         else:
             self._mat[r] = embedding
             self._norms[r] = np.sqrt(np.dot(embedding.astype(np.float64), embedding.astype(np.float64)))
+        if self.ann is not None:
+            if embedding is None:
+                self.ann.discard(node_id)
+            else:
+                self.ann.add_many([node_id], embedding[None, :])
         self.set_meta(node_id, meta)
 
     def set_meta(self, node_id: str, meta: NodeMetadata | None) -> None:
@@ -127,6 +146,8 @@ class TypeIndex:
                 col[r] = col[last]
         self.ids.pop()
         self._rank = None
+        if self.ann is not None:
+            self.ann.discard(node_id)
 
     def rank(self) -> npt.NDArray[np.uint32]:
         """Each row's position in id order: the tie-break of equal scores."""
@@ -154,31 +175,54 @@ class TypeIndex:
     def column(self, name: str) -> npt.NDArray[Any]:
         return self._cols[name][: len(self.ids)]
 
-    def scan(
+    def _ann_for(self, cfg: ResolvedConfig, exact: bool) -> AnnIndex | None:
+        """The HNSW index to draw candidates from, building it on first use; None for the exact scan."""
+        config = self.ann_config
+        bounded = cfg.is_default or getattr(cfg.function, "bounded_by_relevance", False) is True
+        if exact or config is None or not bounded or self.dim == 0 or len(self.ids) <= config.min_nodes:
+            return None
+        with self._ann_build:
+            if self.ann is None:
+                self.ann = ann_module.build(self, config)
+            return self.ann
+
+    def vector_index_stats(self) -> dict[str, Any]:
+        stats = self.ann.stats() if self.ann is not None else {"vectors": 0, "live": 0, "reclaimable": 0}
+        return {"available": self.ann is not None, "nodes": len(self.ids), **stats}
+
+    def reclaim_vector_index(self) -> bool:
+        """Rebuilds the HNSW graph without its deletion marks; True when it had any."""
+        if self.ann is None or not self.ann.reclaimable or self.ann_config is None:
+            return False
+        self.ann = ann_module.build(self, self.ann_config)
+        return True
+
+    def _score(
         self,
+        rows: npt.NDArray[np.int64] | None,
         queries: npt.NDArray[np.float32],
         cfg: ResolvedConfig,
         tp: TypeParams,
         now: datetime,
-        hydrate: Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]],
-    ) -> list[tuple[str, float]]:
-        """Ids and scores of the best rows, best first (ties by id)."""
-        if not self.ids or tp.top_k == 0:
-            return []
-        mat = self.matrix()
-        if queries.shape[0] and self.dim == 0:
-            queries = np.zeros((0, 0), np.float32)
+        hydrate: Hydrate,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """Best rows (all, or the subset `rows`) by exact score, best first."""
+
+        def take(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return arr if rows is None else np.ascontiguousarray(arr[rows])
+
+        mat, norms, rank = take(self.matrix()), take(self.norms()), take(self.rank())
         if cfg.is_default:
             idx, scores = _core.scan_default(
                 mat,
-                self.norms(),
+                norms,
                 queries,
-                has_meta=self.column("has_meta"),
-                timestamp=self.column("timestamp"),
-                access_count=self.column("access_count"),
-                reward_count=self.column("reward_count"),
-                cumulative_reward=self.column("cumulative_reward"),
-                rank=self.rank(),
+                has_meta=take(self.column("has_meta")),
+                timestamp=take(self.column("timestamp")),
+                access_count=take(self.column("access_count")),
+                reward_count=take(self.column("reward_count")),
+                cumulative_reward=take(self.column("cumulative_reward")),
+                rank=rank,
                 now=now.timestamp(),
                 lambda_=tp.lam,
                 k=tp.k,
@@ -187,17 +231,48 @@ class TypeIndex:
                 threshold=tp.threshold,
                 top_k=tp.top_k,
             )
-            return [(self.ids[i], float(s)) for i, s in zip(idx.tolist(), scores.tolist(), strict=True)]
-        rel = _core.relevance(mat, self.norms(), queries)
-        loaded = hydrate(list(self.ids))
-        params = {**tp.raw, "now": now}
-        values = np.full(len(self.ids), np.nan, np.float64)
-        for r, node_id in enumerate(self.ids):
-            got = loaded.get(node_id)
+        else:
+            ids = self.ids if rows is None else [self.ids[r] for r in rows.tolist()]
+            rel = _core.relevance(mat, norms, queries)
+            loaded = hydrate(list(ids))
+            params = {**tp.raw, "now": now}
+            values = np.full(len(ids), np.nan, np.float64)
+            for r, node_id in enumerate(ids):
+                got = loaded.get(node_id)
+                if got is not None:
+                    values[r] = float(cfg.function.score(float(rel[r]), got[0], got[1], params))
+            idx = _core.select_top(values, tp.threshold, tp.top_k, rank)
+            scores = values[idx]
+        return (idx if rows is None else rows[idx]), scores
+
+    def scan(
+        self,
+        queries: npt.NDArray[np.float32],
+        cfg: ResolvedConfig,
+        tp: TypeParams,
+        now: datetime,
+        hydrate: Hydrate,
+        exact: bool = True,
+    ) -> list[tuple[str, float]]:
+        """Ids and scores of the best rows, best first (ties by id)."""
+        if not self.ids or tp.top_k == 0:
+            return []
+        if queries.shape[0] and self.dim == 0:
+            queries = np.zeros((0, 0), np.float32)
+        ann = self._ann_for(cfg, exact)
+        if ann is not None:
+            got = ann_module.certified_scan(
+                self,
+                ann,
+                queries,
+                tp.top_k,
+                tp.threshold,
+                lambda rows: self._score(rows, queries, cfg, tp, now, hydrate),
+            )
             if got is not None:
-                values[r] = float(cfg.function.score(float(rel[r]), got[0], got[1], params))
-        idx = _core.select_top(values, tp.threshold, tp.top_k, self.rank())
-        return [(self.ids[i], float(values[i])) for i in idx.tolist()]
+                return [(self.ids[r], s) for r, s in got]
+        idx, scores = self._score(None, queries, cfg, tp, now, hydrate)
+        return [(self.ids[i], float(s)) for i, s in zip(idx.tolist(), scores.tolist(), strict=True)]
 
 
 def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> npt.NDArray[np.float32]:
@@ -223,12 +298,15 @@ def find_candidates(
     value_function: ValueFunctionConfig | Mapping[str, Any] | None,
     now: datetime | None,
     dim: int | None,
-    hydrate: Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]],
+    hydrate: Hydrate,
+    *,
+    exact: bool = True,
 ) -> list[tuple[Node, float]]:
     """The DESIGN §3 query over a backend's type indexes.
 
     `hydrate` loads nodes (and metadata) for ids; an id it cannot load is
-    skipped, so a stale index can never surface a node the store lost.
+    skipped and does not count toward top_k (the type is scanned again for
+    more), so a stale index can never surface a node the store lost.
     """
     if isinstance(types, (str, NodeType)):
         types = [types]
@@ -243,11 +321,16 @@ def find_candidates(
         if index is None:
             continue
         tp = cfg.params[node_type]
-        picked = [(i, s) for i, s in index.scan(queries, cfg, tp, when, hydrate) if i not in seen]
-        loaded = hydrate([i for i, _ in picked])
-        for node_id, score in picked:
-            got = loaded.get(node_id)
-            if got is not None:
-                seen.add(node_id)
-                out.append((got[0], score))
+        ask = tp.top_k
+        while True:
+            scanned = index.scan(queries, cfg, dataclasses.replace(tp, top_k=ask), when, hydrate, exact)
+            picked = [(i, s) for i, s in scanned if i not in seen]
+            loaded = hydrate([i for i, _ in picked])
+            live = [(loaded[i][0], s) for i, s in picked if i in loaded]
+            if len(live) == len(picked) or len(scanned) < ask:
+                break
+            ask += len(picked) - len(live)
+        for node, score in live[: tp.top_k]:
+            seen.add(node.id)
+            out.append((node, score))
     return out

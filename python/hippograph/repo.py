@@ -45,7 +45,7 @@ from .protocol import GraphBackend
 from .trajectory import Trajectory
 from .value import ValueFunctionConfig, resolve_config
 
-__all__ = ["DEFAULT_RECALL_TYPES", "ForgetSummary", "Hit", "Repo", "RepoStats", "open_repo"]
+__all__ = ["DEFAULT_RECALL_TYPES", "ForgetSummary", "Hit", "Repo", "RepoStats", "check_repo_name", "open_repo"]
 
 DEFAULT_RECALL_TYPES: tuple[NodeType, ...] = (NodeType.SEMANTIC, NodeType.PROCEDURAL, NodeType.EPISODIC)
 MetadataFn = Callable[[str, NodeMetadata | None], NodeMetadata | None]
@@ -283,6 +283,11 @@ class Repo:
         """The memories that matter for `query` (and tag vectors), best first per type.
 
         Records an access on every returned node (written in the background).
+        Thresholds apply to the final score, which for a node that has
+        metadata but no accesses yet is at most 0.3 × relevance (the
+        frequency floor): with the default params, procedural, subgoal, tag
+        and intent nodes (thresholds 0.7–0.9) surface only once they have been
+        used. Pass per-type params to lower a threshold.
         """
         self._check_open("recall")
         when = utcnow() if now is None else as_datetime(now, "now")
@@ -390,7 +395,7 @@ class Repo:
         return RepoStats(counts, None, None, None, None, None, pending)
 
 
-def _check_name(name: object) -> str:
+def check_repo_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ValidationError(f"repo name must be a non-blank str, got {name!r}")
     bad = [c for c in ("/", "\\", os.sep, "\0") if c in name]
@@ -415,7 +420,7 @@ def open_repo(
     Default backend: LMDB in `path`, or `./.hippograph/<name>` when no path is
     given. Pass `backend` to use any object implementing `GraphBackend`.
     """
-    _check_name(name)
+    check_repo_name(name)
     if backend is not None and path is not None:
         raise ValidationError("pass either path or backend, not both")
     if backend is None:

@@ -640,7 +640,9 @@ class LMDB(BackendBase):
                 with self._cache_lock.write():
                     self._cache.refresh(t)
             with self._cache_lock.read():
-                return find_candidates(self._cache.index, types, query, tags, value_function, now, t.dim(), hydrate)
+                return find_candidates(
+                    self._cache.index, types, query, tags, value_function, now, t.dim(), hydrate, exact=exact
+                )
 
         return self._read(run, "find_candidates")
 

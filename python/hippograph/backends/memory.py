@@ -219,7 +219,9 @@ class InMemory(BackendBase):
     ) -> list[tuple[Node, float]]:
         self._check_open("find_candidates")
         with self._lock.read():
-            return find_candidates(self._index, types, query, tags, value_function, now, self._dim, self._hydrate)
+            return find_candidates(
+                self._index, types, query, tags, value_function, now, self._dim, self._hydrate, exact=exact
+            )
 
     def get_node(self, node_id: str) -> Node | None:
         self._check_open("get_node")

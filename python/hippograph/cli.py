@@ -1,0 +1,226 @@
+"""The ``hippograph`` command line.
+
+``hippograph demo [--path DIR]``
+    Ingests the bundled sample trajectories (``hippograph/data/demo_trajectories.json``)
+    into the LMDB repo ``demo`` (default directory ``./.hippograph/demo``),
+    re-ingests one to show that ingestion is idempotent, and prints a few
+    recalls. The vectors come from `HashingEmbedder`, which matches words, not
+    meanings. Running it again is safe: every receipt is then ``EXISTING``.
+
+``hippograph stats [--path DIR] [--name NAME]``
+    Prints node counts and storage figures of an existing repo (default name
+    ``demo``; default directory ``./.hippograph/<name>``).
+
+Exit status: 0 on success, 2 on a usage error, 1 when hippograph reports an
+error (the message goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+from .changeset import Changeset
+from .embedding import ENGLISH_STOP_WORDS, HashingEmbedder
+from .errors import HippographError, NotFoundError, ValidationError
+from .model import Episodic, IngestionReceipt, Node, NodeType, Semantic, Source, Subgoal
+from .repo import Hit, Repo, check_repo_name, open_repo
+from .structuring import episodic
+from .trajectory import Step, Trajectory
+
+__all__ = ["DEMO_QUERIES", "demo_trajectories", "format_hits", "main"]
+
+DEMO_DATA = "demo_trajectories.json"
+DEMO_NAME = "demo"
+TEXT_WIDTH = 72
+
+DEMO_QUERIES: tuple[tuple[str, tuple[NodeType, ...]], ...] = (
+    ("ModuleNotFoundError in CI: a package missing from requirements.txt", (NodeType.EPISODIC,)),
+    ("roll back a bad release", (NodeType.SUBGOAL, NodeType.EPISODIC)),
+    ("deduplicate customer rows by email", (NodeType.SOURCE,)),
+    ("customer charged twice: refund the duplicate charge", (NodeType.SUBGOAL, NodeType.EPISODIC)),
+)
+"""The demo's recalls: query text and the node types asked for."""
+
+TOP_K = 3
+
+
+def demo_trajectories() -> list[Trajectory]:
+    """The bundled sample trajectories, in file order."""
+    raw = resources.files("hippograph").joinpath("data", DEMO_DATA).read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(raw)
+    return [
+        Trajectory(
+            source_id=item["source_id"],
+            goal=item["goal"],
+            steps=[Step(s["observation"], s["action"]) for s in item["steps"]],
+            metadata=item.get("metadata", {}),
+        )
+        for item in data["trajectories"]
+    ]
+
+
+def _shorten(text: str, width: int = TEXT_WIDTH) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def node_text(node: Node) -> str:
+    """A one-line summary of a node for display."""
+    if isinstance(node, Episodic):
+        return f"{node.observation} → {node.action}"
+    if isinstance(node, Subgoal):
+        return node.description
+    if isinstance(node, Source):
+        return node.plain_text or f"{node.episode_id} step {node.step_index}"
+    if isinstance(node, Semantic):
+        return node.proposition
+    values = [str(v) for v in node.fields_dict().values() if v is not None]
+    return " | ".join(values)
+
+
+def format_hits(hits: Sequence[Hit]) -> str:
+    """An aligned text table of hits: score, type, id, text."""
+    header = ("score", "type", "id", "text")
+    rows = [(f"{h.score:.3f}", h.node.node_type.value, h.node.id, _shorten(node_text(h.node))) for h in hits]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+
+    def line(cells: tuple[str, str, str, str]) -> str:
+        score, kind, node_id, text = cells
+        return f"  {score:>{widths[0]}}  {kind:<{widths[1]}}  {node_id:<{widths[2]}}  {text}".rstrip()
+
+    out = [line(header), "  " + "  ".join("-" * w for w in widths) + "  " + "-" * 4]
+    out += [line(r) for r in rows] if rows else ["  (no matches)"]
+    return "\n".join(out)
+
+
+def _format_receipt(receipt: IngestionReceipt) -> str:
+    ids = ", ".join(receipt.node_ids)
+    return (
+        f"source_id={receipt.source_id} stored_at={receipt.stored_at.isoformat()} nodes={len(receipt.node_ids)} [{ids}]"
+    )
+
+
+def _store_path(name: str, path: str | None) -> Path:
+    return Path(path) if path is not None else Path(".hippograph") / name
+
+
+def _print_stats(repo: Repo, name: str, where: Path, out: TextIO) -> None:
+    s = repo.stats()
+    print(f"repo {name!r} at {where}", file=out)
+    print(f"  nodes              {s.total_nodes}", file=out)
+    for kind, count in s.nodes.items():
+        print(f"    {kind:<16} {count}", file=out)
+    figures = (
+        ("links", s.links),
+        ("ingestion records", s.ingestion_records),
+        ("metadata records", s.metadata),
+        ("dimension", s.dimension),
+        ("disk bytes", s.disk_bytes),
+    )
+    for label, value in figures:
+        print(f"  {label:<18} {'n/a' if value is None else value}", file=out)
+
+
+def _demo(path: str | None, out: TextIO) -> None:
+    where = _store_path(DEMO_NAME, path)
+    trajectories = demo_trajectories()
+    embed = HashingEmbedder(stop_words=ENGLISH_STOP_WORDS)
+    structure = episodic(embed)
+    with open_repo(DEMO_NAME, path=where, flush_interval=0) as repo:
+        inserted = existing = nodes = 0
+        receipts: dict[str, IngestionReceipt] = {}
+        for t in trajectories:
+            seen = repo.backend.get_ingestion(t.source_id) is not None
+            receipt = repo.ingest(t, structure)
+            receipts[t.source_id] = receipt
+            nodes += len(receipt.node_ids)
+            if seen:
+                existing += 1
+            else:
+                inserted += 1
+        print(f"hippograph demo: repo {DEMO_NAME!r} at {where}", file=out)
+        print(
+            f"ingested {len(trajectories)} trajectories ({nodes} nodes): {inserted} INSERTED, {existing} EXISTING",
+            file=out,
+        )
+        if inserted == 0:
+            print("every trajectory was already ingested: all receipts are EXISTING, nothing was written", file=out)
+
+        first = trajectories[0]
+        again = repo.ingest(first, _never_called)
+        original = receipts[first.source_id]
+        print(f"\nre-ingesting {first.source_id!r} returns the stored receipt:", file=out)
+        print(f"  first:  {_format_receipt(original)}", file=out)
+        print(f"  again:  {_format_receipt(again)}", file=out)
+        print(f"  identical: {'yes' if again == original else 'NO'}", file=out)
+
+        print(
+            "\nscore = relevance (cosine of word-hash vectors) x recency x usage x reward;"
+            "\nmemories never recalled before start at the usage floor of 0.3",
+            file=out,
+        )
+        for text, types in DEMO_QUERIES:
+            params = {t: {"threshold": 0.0, "top_k": TOP_K} for t in types}
+            hits = repo.recall(embed([text])[0], types=types, value_function={"params": params})
+            kinds = ", ".join(t.value for t in types)
+            print(f"\nrecall {text!r} (types: {kinds}; top {TOP_K} per type)", file=out)
+            print(format_hits(hits), file=out)
+        print(file=out)
+        _print_stats(repo, DEMO_NAME, where, out)
+
+
+def _never_called(trajectory: Trajectory) -> Changeset:
+    """A structure function for a re-ingest that must be answered from the stored record."""
+    raise ValidationError(f"{trajectory.source_id!r} was expected to be ingested already")
+
+
+def _stats(name: str, path: str | None, out: TextIO) -> None:
+    check_repo_name(name)  # before the name is used to build a path
+    where = _store_path(name, path)
+    if not (where / "data.mdb").is_file():
+        raise NotFoundError("repo", str(where), f"no hippograph repo at {str(where)!r}")
+    with open_repo(name, path=where, flush_interval=0) as repo:
+        _print_stats(repo, name, where, out)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hippograph", description="An embedded memory graph for AI agents.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = commands.add_parser("demo", help="ingest sample trajectories and show recalls")
+    demo.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/demo)")
+    stats = commands.add_parser("stats", help="print the counts of a repo")
+    stats.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/NAME)")
+    stats.add_argument("--name", default=DEMO_NAME, help="repo name (default: demo)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        if args.command == "demo":
+            _demo(args.path, sys.stdout)
+        else:
+            _stats(args.name, args.path, sys.stdout)
+    except HippographError as exc:
+        print(f"hippograph: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # e.g. `hippograph demo | head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

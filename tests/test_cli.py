@@ -1,0 +1,170 @@
+"""The ``hippograph`` command line: demo, stats, exit codes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import hippograph as hg
+import pytest
+from hippograph.cli import demo_trajectories, main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "demo-store"
+
+
+def test_demo_exits_zero(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    code, _, err = run(capsys, "demo", "--path", str(store))
+    assert code == 0
+    assert err == ""
+
+
+def test_demo_ingests_every_sample_trajectory(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    n = len(demo_trajectories())
+    _, out, _ = run(capsys, "demo", "--path", str(store))
+    assert f"ingested {n} trajectories" in out
+    assert f"{n} INSERTED, 0 EXISTING" in out
+
+
+def test_demo_prints_recalls_as_an_aligned_table(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    _, out, _ = run(capsys, "demo", "--path", str(store))
+    lines = out.splitlines()
+    headers = [i for i, line in enumerate(lines) if re.fullmatch(r"\s+score\s+type\s+id\s+text", line)]
+    assert len(headers) >= 3
+    rows = lines[headers[0] + 2 : headers[0] + 5]
+    assert all(re.match(r"\s+\d\.\d{3}\s+(episodic|subgoal|source)\s+\S+\s+\S", row) for row in rows)
+    type_columns = {row.index(row.split()[1]) for row in rows}
+    assert len(type_columns) == 1
+
+
+def test_demo_recall_finds_the_matching_trajectory(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    _, out, _ = run(capsys, "demo", "--path", str(store))
+    assert re.search(r"\d\.\d{3}\s+subgoal\s+deploy-0002:goal\s+Roll back a bad release", out)
+
+
+def test_demo_shows_that_reingesting_returns_the_identical_receipt(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
+    _, out, _ = run(capsys, "demo", "--path", str(store))
+    first = re.search(r"first:\s+(.*)", out)
+    again = re.search(r"again:\s+(.*)", out)
+    assert first is not None and again is not None
+    assert first.group(1) == again.group(1)
+    assert "identical: yes" in out
+
+
+def test_second_demo_run_reports_every_receipt_existing(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    n = len(demo_trajectories())
+    run(capsys, "demo", "--path", str(store))
+    code, out, _ = run(capsys, "demo", "--path", str(store))
+    assert code == 0
+    assert f"0 INSERTED, {n} EXISTING" in out
+    assert "already ingested" in out
+
+
+def test_second_demo_run_writes_no_new_nodes(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    run(capsys, "demo", "--path", str(store))
+    with hg.open_repo("demo", path=store, flush_interval=0) as repo:
+        before = repo.stats()
+    run(capsys, "demo", "--path", str(store))
+    with hg.open_repo("demo", path=store, flush_interval=0) as repo:
+        after = repo.stats()
+    assert (after.nodes, after.links, after.ingestion_records) == (before.nodes, before.links, before.ingestion_records)
+
+
+def test_demo_defaults_to_dot_hippograph_demo(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, "demo")[0] == 0
+    assert (tmp_path / ".hippograph" / "demo" / "data.mdb").is_file()
+
+
+def test_stats_prints_the_counts_of_the_demo_repo(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    n = len(demo_trajectories())
+    nodes = sum(1 + 2 * len(t.steps) for t in demo_trajectories())
+    run(capsys, "demo", "--path", str(store))
+    code, out, _ = run(capsys, "stats", "--path", str(store))
+    assert code == 0
+    assert re.search(rf"ingestion records\s+{n}\b", out)
+    assert re.search(rf"nodes\s+{nodes}\b", out)
+    assert re.search(r"subgoal\s+" + str(n) + r"\b", out)
+    assert re.search(r"dimension\s+384\b", out)
+
+
+def test_stats_finds_a_named_repo_under_dot_hippograph(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run(capsys, "demo")
+    code, out, _ = run(capsys, "stats", "--name", "demo")
+    assert code == 0
+    assert "repo 'demo'" in out
+
+
+def test_stats_of_a_missing_repo_exits_1_and_creates_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nothing-here"
+    code, out, err = run(capsys, "stats", "--path", str(missing))
+    assert code == 1
+    assert out == ""
+    assert "no hippograph repo" in err
+    assert "Traceback" not in err
+    assert not missing.exists()
+
+
+def test_a_hippograph_error_exits_1_with_the_message_on_stderr(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    not_a_store = tmp_path / "notes.txt"
+    not_a_store.write_text("my notes\n")
+    code, _, err = run(capsys, "demo", "--path", str(not_a_store))
+    assert code == 1
+    assert err.startswith("hippograph: error:")
+    assert "not a hippograph store" in err
+    assert "Traceback" not in err
+
+
+def test_a_bad_repo_name_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "stats", "--name", "../escape")
+    assert code == 1
+    assert "repo name" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["bogus"], ["demo", "--nope"], ["stats", "--path"], ["demo", "extra"]],
+    ids=["no-command", "unknown-command", "unknown-option", "missing-value", "extra-argument"],
+)
+def test_bad_usage_exits_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert "usage: hippograph" in err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    assert "demo" in out and "stats" in out
+
+
+def test_demo_data_holds_20_to_50_valid_trajectories_of_2_to_6_steps() -> None:
+    trajectories = demo_trajectories()
+    assert 20 <= len(trajectories) <= 50
+    for t in trajectories:
+        hg.validate_trajectory(t)
+        assert 2 <= len(t.steps) <= 6, t.source_id
+
+
+def test_demo_source_ids_are_unique() -> None:
+    ids = [t.source_id for t in demo_trajectories()]
+    assert len(set(ids)) == len(ids)
