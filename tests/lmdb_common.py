@@ -6,9 +6,10 @@ import hashlib
 import itertools
 from datetime import UTC, datetime
 
-import hippograph as hg
 import numpy as np
 import numpy.typing as npt
+
+import hippograph as hg
 
 DIM = 8
 

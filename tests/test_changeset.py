@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+
 from hippograph import Changeset, EdgeType, Node, NodeMetadata, NodeType, ValidationError
 from hippograph.testing.graphs import NOW, make_node
 

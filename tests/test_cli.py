@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import hippograph as hg
 import pytest
+
+import hippograph as hg
 from hippograph.cli import demo_trajectories, main
 
 

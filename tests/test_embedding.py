@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from hippograph.embedding import ENGLISH_STOP_WORDS, HashingEmbedder, tokenize
 from hippograph.errors import ValidationError
 

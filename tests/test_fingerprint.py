@@ -16,12 +16,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hippograph.atom import Atom
 from hippograph.errors import IngestionError, ValidationError
 from hippograph.fingerprint import FINGERPRINT_VERSION, etf_encode, fingerprint
 from hippograph.trajectory import Step, Trajectory
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "fingerprints.json").read_text("utf-8"))["cases"]
 

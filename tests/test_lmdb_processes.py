@@ -12,9 +12,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import hippograph as hg
 import numpy as np
 import pytest
+
+import hippograph as hg
 from hippograph.backends import LMDB
 from lmdb_common import DIM, commit_args, vector
 

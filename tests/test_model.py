@@ -7,9 +7,10 @@ import math
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-import hippograph as hg
 import numpy as np
 import pytest
+
+import hippograph as hg
 from hippograph import (
     EdgeType,
     IngestionReceipt,

@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import hippograph as hg
 import numpy as np
 import numpy.typing as npt
 import pytest
+
+import hippograph as hg
 from hippograph.backends import LMDB, InMemory
 from hippograph.embedding import HashingEmbedder
 from hippograph.structuring import episodic

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hippograph import ValidationError, _core
-from hippograph.testing.graphs import assert_selection
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from hippograph import ValidationError, _core
+from hippograph.testing.graphs import assert_selection
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

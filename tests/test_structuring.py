@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import hippograph as hg
 import numpy as np
 import numpy.typing as npt
 import pytest
+
+import hippograph as hg
 from hippograph.backends import InMemory
 from hippograph.embedding import HashingEmbedder
 from hippograph.structuring import MAX_KEY_BYTES, episodic, node_key, step_text

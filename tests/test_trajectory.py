@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+
 from hippograph.atom import Atom
 from hippograph.errors import IngestionError
 from hippograph.trajectory import Step, Trajectory, validate_trajectory

@@ -197,6 +197,29 @@ class TypeIndex:
         self.ann = ann_module.build(self, self.ann_config)
         return True
 
+    def _usage_bound(self, cfg: ResolvedConfig, tp: TypeParams, now: datetime) -> float:
+        """The largest factor the default value function applies to any row (1.0 otherwise).
+
+        One pass over the metadata columns only (not the embeddings); it lets
+        the certified ANN scan stop with a far smaller candidate pool.
+        """
+        if not cfg.is_default:
+            return 1.0
+        usage = _core.default_values(
+            np.ones(len(self.ids), np.float32),
+            self.column("has_meta"),
+            self.column("timestamp"),
+            self.column("access_count"),
+            self.column("reward_count"),
+            self.column("cumulative_reward"),
+            now.timestamp(),
+            tp.lam,
+            tp.k,
+            tp.base_floor,
+            tp.beta,
+        )
+        return float(usage.max()) if len(usage) else 1.0
+
     def _score(
         self,
         rows: npt.NDArray[np.int64] | None,
@@ -268,6 +291,7 @@ class TypeIndex:
                 tp.top_k,
                 tp.threshold,
                 lambda rows: self._score(rows, queries, cfg, tp, now, hydrate),
+                self._usage_bound(cfg, tp, now),
             )
             if got is not None:
                 return [(self.ids[r], s) for r, s in got]

@@ -38,7 +38,7 @@ try:
 except ImportError:  # pragma: no cover - hnswlib is a declared dependency
     hnswlib = None
 
-__all__ = ["AnnConfig", "AnnIndex", "ann_available"]
+__all__ = ["DEFAULT_ANN", "AnnConfig", "AnnIndex", "ann_available"]
 
 
 def ann_available() -> bool:
@@ -65,6 +65,10 @@ class AnnConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"AnnConfig.{name} must be a positive int, got {value!r}")
+
+
+DEFAULT_ANN: AnnConfig | None = AnnConfig() if hnswlib is not None else None
+"""The built-in backends' default: HNSW above 20k nodes of a type, when hnswlib is installed."""
 
 
 class AnnIndex:
@@ -151,16 +155,19 @@ def certified_scan(
     top_k: int,
     threshold: float,
     score_rows: Scorer,
+    usage_bound: float = 1.0,
 ) -> list[tuple[int, float]] | None:
     """Top rows by exact score from a growing ANN pool, or None when the exact scan must answer.
 
-    The value function never exceeds relevance, and no row outside the pool
-    has relevance above `bound` (the smallest similarity the ANN returned
-    per query vector, maximised over them). So once the k-th best pool score
-    is above `bound` (or `bound` is below the threshold) no unscored row can
-    enter the answer. When too few rows score above zero while the threshold
-    admits zero, the remaining slots belong to zero-score rows in id order,
-    which only the exact scan can enumerate: None.
+    The value function never exceeds relevance × `usage_bound` (the largest
+    factor it applies to any row: 1.0 for a function that only declares it
+    never exceeds relevance), and no row outside the pool has relevance above
+    the smallest similarity the ANN returned per query vector, maximised over
+    them. So once the k-th best pool score is above that product (or the
+    product is below the threshold) no unscored row can enter the answer.
+    When too few rows score above zero while the threshold admits zero, the
+    remaining slots belong to zero-score rows in id order, which only the
+    exact scan can enumerate: None.
     """
     pool = max(4 * top_k, 64)
     while True:
@@ -173,7 +180,7 @@ def certified_scan(
         rows = np.array(sorted(index.row[i] for i in ids if i is not None and i in index.row), dtype=np.int64)
         picked, scores = score_rows(rows)
         # Float noise between hnswlib's and the Rust core's cosine is far below this margin.
-        bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max()) + 1e-6)
+        bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max()) + 1e-6) * usage_bound
         full = len(picked) >= top_k
         if bound < threshold or (full and float(scores[top_k - 1]) > bound):
             return list(zip(picked.tolist(), scores.tolist(), strict=True))

@@ -109,8 +109,7 @@ def snapshot(backend: GraphBackend, node_type: NodeType) -> TypeSnapshot:
     """One type's ids, embeddings and usage columns, natively when the backend can."""
     native = getattr(backend, "snapshot", None)
     if native is not None:
-        snap: TypeSnapshot = native(node_type)
-        return snap
+        return _by_id(native(node_type))
     nodes = backend.get_nodes_by_type([node_type])
     metas = backend.get_metadata([n.id for n in nodes])
     dims = {n.embedding.shape[0] for n in nodes if n.embedding is not None}
@@ -125,7 +124,18 @@ def snapshot(backend: GraphBackend, node_type: NodeType) -> TypeSnapshot:
         for i, name in enumerate(META_COLUMNS)
     }
     norms = np.sqrt((matrix.astype(np.float64) ** 2).sum(axis=1)).astype(np.float32)
-    return TypeSnapshot([n.id for n in nodes], matrix, norms, cols)
+    return _by_id(TypeSnapshot([n.id for n in nodes], matrix, norms, cols))
+
+
+def _by_id(snap: TypeSnapshot) -> TypeSnapshot:
+    """Rows in id order, so pairing and deletion order never depend on storage order."""
+    order = np.array(sorted(range(len(snap.ids)), key=snap.ids.__getitem__), dtype=np.intp)
+    return TypeSnapshot(
+        [snap.ids[i] for i in order],
+        np.ascontiguousarray(snap.matrix[order]),
+        np.ascontiguousarray(snap.norms[order]),
+        {k: np.ascontiguousarray(c[order]) for k, c in snap.columns.items()},
+    )
 
 
 def rewrite(
@@ -137,11 +147,11 @@ def rewrite(
     if native is not None:
         orphans: list[str] = native(cs, doomed, candidates)
         return orphans
+    if not cs.is_empty():  # first: it validates before writing, so a refused cs deletes nothing
+        backend.apply_changeset(cs)
     if doomed:
         backend.delete_nodes(doomed)
         backend.delete_metadata(doomed)
-    if not cs.is_empty():
-        backend.apply_changeset(cs)
     found = [
         n.id
         for n in map(backend.get_node, candidates)

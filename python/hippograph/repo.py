@@ -369,6 +369,18 @@ class Repo:
         config = resolve_config(self.value_function)
         return maintenance.consolidate(self.backend, config, decide, threshold=threshold, now=now, progress=progress)
 
+    def vector_index_stats(self) -> dict[str, dict[str, Any]]:
+        """Per node type: available, vectors, nodes, reclaimable ({} when the backend has no index)."""
+        self._check_open("vector_index_stats")
+        native = getattr(self.backend, "vector_index_stats", None)
+        return {} if native is None else dict(native())
+
+    def reclaim_vector_index(self) -> list[str]:
+        """Compacts vector indexes that carry deletion marks; returns the types rebuilt."""
+        self._check_open("reclaim_vector_index")
+        native = getattr(self.backend, "reclaim_vector_index", None)
+        return [] if native is None else list(native())
+
     def verify(self) -> maintenance.VerifyReport:
         """Check the store's invariants (links, dimensions, records); changes nothing."""
         self._check_open("verify")

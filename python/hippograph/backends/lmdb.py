@@ -17,6 +17,11 @@ log on its next read, or rebuilds when it fell further behind than the log
 reaches. Candidates are hydrated from the same read transaction the cache was
 checked against, so a node deleted by anyone is never returned.
 
+Vector index: with `ann` (default `AnnConfig()`), a node type holding more
+than `ann.min_nodes` nodes answers non-exact queries from an in-process HNSW
+graph built on first use and kept in step with the change log; it is derived
+data like the rest of the cache and rebuilt when a process opens the store.
+
 Durability: ``"sync"`` (default) returns only after the commit is fsynced;
 ``"fast"`` skips fsync: a process crash loses nothing, but an OS crash or power
 loss can lose the latest commits (never corrupt older ones).
@@ -46,6 +51,7 @@ import msgpack
 
 from .. import codec
 from .._index import TypeIndex, TypeSnapshot, find_candidates
+from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links
 from ..errors import IngestionError, StorageError, ValidationError
 from ..model import (
@@ -236,9 +242,10 @@ class _Writer:
 class _Cache:
     """This process's derived scoring state, valid as of change `seq`."""
 
-    def __init__(self) -> None:
+    def __init__(self, ann: AnnConfig | None) -> None:
         self.seq = -1
-        self.index: dict[NodeType, TypeIndex] = {t: TypeIndex() for t in NodeType}
+        self.ann = ann
+        self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann) for t in NodeType}
         self.type_of: dict[str, NodeType] = {}
 
     def refresh(self, t: _Txn) -> None:
@@ -283,7 +290,7 @@ class _Cache:
         self.type_of[node_id] = node_type
 
     def _rebuild(self, t: _Txn) -> None:
-        self.index = {nt: TypeIndex() for nt in NodeType}
+        self.index = {nt: TypeIndex(self.ann) for nt in NodeType}
         self.type_of = {}
         for key, data in t.items("nodes"):
             node_id = t.id_of(key)
@@ -320,6 +327,7 @@ class LMDB(BackendBase):
         durability: Literal["sync", "fast"] = "sync",
         map_size: int = DEFAULT_MAP_SIZE,
         readonly: bool = False,
+        ann: AnnConfig | None = DEFAULT_ANN,
     ) -> None:
         if durability not in ("sync", "fast"):
             raise ValidationError(f"durability must be 'sync' or 'fast', got {durability!r}")
@@ -327,7 +335,7 @@ class LMDB(BackendBase):
         self.durability = durability
         self._pid = os.getpid()
         self._gate = RWLock()
-        self._cache = _Cache()
+        self._cache = _Cache(ann)
         self._cache_lock = RWLock()
         self._write_lock = threading.Lock()
         existed = self.path.exists() and any(self.path.iterdir()) if self.path.is_dir() else self.path.exists()
@@ -645,6 +653,23 @@ class LMDB(BackendBase):
                 )
 
         return self._read(run, "find_candidates")
+
+    def vector_index_stats(self) -> dict[str, dict[str, Any]]:
+        """Per type: whether an HNSW index is built, vectors held, live nodes, reclaimable marks."""
+        self._guard("vector_index_stats")
+
+        def run(t: _Txn) -> dict[str, dict[str, Any]]:
+            with self._cache_lock.write():
+                self._cache.refresh(t)
+                return {nt.value: self._cache.index[nt].vector_index_stats() for nt in NodeType}
+
+        return self._read(run, "vector_index_stats")
+
+    def reclaim_vector_index(self) -> list[str]:
+        """Rebuilds HNSW indexes that carry deletion marks; returns the types rebuilt."""
+        self._guard("reclaim_vector_index")
+        with self._cache_lock.write():
+            return [nt.value for nt in NodeType if self._cache.index[nt].reclaim_vector_index()]
 
     def get_node(self, node_id: str) -> Node | None:
         self._guard("get_node")

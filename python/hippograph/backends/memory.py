@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from .._index import TypeIndex, TypeSnapshot, find_candidates
+from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links
 from ..errors import IngestionError
 from ..model import (
@@ -35,13 +36,15 @@ __all__ = ["InMemory"]
 class InMemory(BackendBase):
     """The full `GraphBackend` contract in process memory (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, ann: AnnConfig | None = DEFAULT_ANN) -> None:
+        """`ann`: when a type outgrows `ann.min_nodes`, non-exact queries draw
+        candidates from an HNSW index (see `hippograph.ann`); None disables it."""
         self._lock = RWLock()
         self._nodes: dict[str, Node] = {}
         self._links: dict[str, dict[EdgeType, set[str]]] = {}
         self._meta: dict[str, NodeMetadata] = {}
         self._records: dict[str, IngestionRecord] = {}
-        self._index: dict[NodeType, TypeIndex] = {t: TypeIndex() for t in NodeType}
+        self._index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann) for t in NodeType}
         self._dim: int | None = None
 
     @property
@@ -222,6 +225,18 @@ class InMemory(BackendBase):
             return find_candidates(
                 self._index, types, query, tags, value_function, now, self._dim, self._hydrate, exact=exact
             )
+
+    def vector_index_stats(self) -> dict[str, dict[str, Any]]:
+        """Per type: whether an HNSW index is built, vectors held, live nodes, reclaimable marks."""
+        self._check_open("vector_index_stats")
+        with self._lock.read():
+            return {t.value: self._index[t].vector_index_stats() for t in NodeType}
+
+    def reclaim_vector_index(self) -> list[str]:
+        """Rebuilds HNSW indexes that carry deletion marks; returns the types rebuilt."""
+        self._check_open("reclaim_vector_index")
+        with self._lock.write():
+            return [t.value for t in NodeType if self._index[t].reclaim_vector_index()]
 
     def get_node(self, node_id: str) -> Node | None:
         self._check_open("get_node")
