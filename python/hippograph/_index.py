@@ -121,7 +121,7 @@ class TypeIndex:
             if embedding is None:
                 self.ann.discard(node_id)
             else:
-                self.ann.add_many([node_id], embedding[None, :])
+                self.ann.add_many([node_id], embedding[None, :], np.array([r], np.int64))
         self.set_meta(node_id, meta)
 
     def set_meta(self, node_id: str, meta: NodeMetadata | None) -> None:
@@ -144,6 +144,8 @@ class TypeIndex:
             self._norms[r] = self._norms[last]
             for col in self._cols.values():
                 col[r] = col[last]
+            if self.ann is not None:
+                self.ann.moved(moved, r)
         self.ids.pop()
         self._rank = None
         if self.ann is not None:
@@ -197,15 +199,15 @@ class TypeIndex:
         self.ann = ann_module.build(self, self.ann_config)
         return True
 
-    def _usage_bound(self, cfg: ResolvedConfig, tp: TypeParams, now: datetime) -> float:
-        """The largest factor the default value function applies to any row (1.0 otherwise).
+    def _usage(self, cfg: ResolvedConfig, tp: TypeParams, now: datetime) -> npt.NDArray[np.float64] | None:
+        """Per row, the factor the default value function applies to relevance (None otherwise).
 
         One pass over the metadata columns only (not the embeddings); it lets
-        the certified ANN scan stop with a far smaller candidate pool.
+        the certified ANN scan bound unscored rows tightly.
         """
         if not cfg.is_default:
-            return 1.0
-        usage = _core.default_values(
+            return None
+        return _core.default_values(
             np.ones(len(self.ids), np.float32),
             self.column("has_meta"),
             self.column("timestamp"),
@@ -218,7 +220,6 @@ class TypeIndex:
             tp.base_floor,
             tp.beta,
         )
-        return float(usage.max()) if len(usage) else 1.0
 
     def _score(
         self,
@@ -291,7 +292,7 @@ class TypeIndex:
                 tp.top_k,
                 tp.threshold,
                 lambda rows: self._score(rows, queries, cfg, tp, now, hydrate),
-                self._usage_bound(cfg, tp, now),
+                self._usage(cfg, tp, now),
             )
             if got is not None:
                 return [(self.ids[r], s) for r, s in got]

@@ -86,6 +86,7 @@ class AnnIndex:
             self.index.set_num_threads(config.threads)
         self.label_of: dict[str, int] = {}
         self.id_of: dict[int, str] = {}
+        self.row_of_label = np.full(max(capacity, 1024), -1, np.int64)
         self.next_label = 0
         self.reclaimable = 0
 
@@ -98,8 +99,8 @@ class AnnIndex:
         if need > cap:
             self.index.resize_index(max(need, 2 * cap))
 
-    def add_many(self, ids: list[str], vectors: npt.NDArray[np.float32]) -> None:
-        """Adds (or re-adds under a fresh label) each id's vector; zero vectors are skipped."""
+    def add_many(self, ids: list[str], vectors: npt.NDArray[np.float32], rows: npt.NDArray[np.int64]) -> None:
+        """Adds (or re-adds under a fresh label) each id's vector at its row; zero vectors are skipped."""
         norms = np.linalg.norm(vectors, axis=1) if len(ids) else np.zeros(0)
         keep = [i for i in range(len(ids)) if norms[i] > 0]
         for node_id in ids:
@@ -110,14 +111,26 @@ class AnnIndex:
         self.next_label += len(keep)
         self._reserve(len(keep))
         self.index.add_items(np.ascontiguousarray(vectors[keep]), labels)
+        if self.next_label > len(self.row_of_label):
+            grown = np.full(max(self.next_label, 2 * len(self.row_of_label)), -1, np.int64)
+            grown[: len(self.row_of_label)] = self.row_of_label
+            self.row_of_label = grown
+        self.row_of_label[labels] = rows[keep]
         for label, i in zip(labels.tolist(), keep, strict=True):
             self.label_of[ids[i]] = label
             self.id_of[label] = ids[i]
+
+    def moved(self, node_id: str, row: int) -> None:
+        """The owning index moved `node_id` to `row` (swap-remove)."""
+        label = self.label_of.get(node_id)
+        if label is not None:
+            self.row_of_label[label] = row
 
     def discard(self, node_id: str) -> None:
         label = self.label_of.pop(node_id, None)
         if label is not None:
             self.id_of.pop(label, None)
+            self.row_of_label[label] = -1
             self.index.mark_deleted(label)
             self.reclaimable += 1
 
@@ -141,7 +154,7 @@ class AnnIndex:
 def build(index: TypeIndex, config: AnnConfig) -> AnnIndex:
     """An HNSW graph over every embedded row of `index`."""
     ann = AnnIndex(index.dim, config, capacity=len(index))
-    ann.add_many(list(index.ids), index.matrix())
+    ann.add_many(list(index.ids), index.matrix(), np.arange(len(index), dtype=np.int64))
     return ann
 
 
@@ -155,35 +168,47 @@ def certified_scan(
     top_k: int,
     threshold: float,
     score_rows: Scorer,
-    usage_bound: float = 1.0,
+    usage: npt.NDArray[np.float64] | None = None,
 ) -> list[tuple[int, float]] | None:
-    """Top rows by exact score from a growing ANN pool, or None when the exact scan must answer.
+    """Top rows by exact score from an ANN candidate pool, or None when the exact scan must answer.
 
-    The value function never exceeds relevance × `usage_bound` (the largest
-    factor it applies to any row: 1.0 for a function that only declares it
-    never exceeds relevance), and no row outside the pool has relevance above
-    the smallest similarity the ANN returned per query vector, maximised over
-    them. So once the k-th best pool score is above that product (or the
-    product is below the threshold) no unscored row can enter the answer.
-    When too few rows score above zero while the threshold admits zero, the
-    remaining slots belong to zero-score rows in id order, which only the
-    exact scan can enumerate: None.
+    Why the answer is exact (up to the HNSW graph's own neighbour recall): a
+    row outside the pool has relevance at most `bound`, the smallest
+    similarity the ANN returned per query vector (maximised over them), and
+    the value function never exceeds relevance × the row's usage factor
+    (`usage`; all ones for a custom function that only declares it never
+    exceeds relevance). With `cutoff` the k-th best pool score (or the
+    threshold while fewer rows qualify), every row with bound × usage ≥ cutoff
+    is scored too; all others are provably below the answer. When that extra
+    set is large the pool grows instead. When too few rows score above zero
+    while the threshold admits zero, the remaining slots belong to zero-score
+    rows in id order, which only the exact scan enumerates: None.
     """
-    pool = max(4 * top_k, 64)
+    n = len(index.ids)
+    factors = np.ones(n, np.float64) if usage is None else usage
+    pool = max(8 * top_k, 128)
     while True:
         found = ann.knn(queries, pool)
         if found is None:
             return None
         labels, sims = found
         exhausted = labels.shape[1] >= len(ann)
-        ids = {ann.id_of.get(int(label)) for label in labels.ravel().tolist()}
-        rows = np.array(sorted(index.row[i] for i in ids if i is not None and i in index.row), dtype=np.int64)
+        rows = ann.row_of_label[labels.ravel().astype(np.int64)]
+        rows = np.unique(rows[rows >= 0])
         picked, scores = score_rows(rows)
-        # Float noise between hnswlib's and the Rust core's cosine is far below this margin.
-        bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max()) + 1e-6) * usage_bound
         full = len(picked) >= top_k
-        if bound < threshold or (full and float(scores[top_k - 1]) > bound):
-            return list(zip(picked.tolist(), scores.tolist(), strict=True))
-        if exhausted:
+        if not full and threshold <= 0.0:
             return None
+        cutoff = float(scores[top_k - 1]) if full else threshold
+        # Float noise between hnswlib's and the Rust core's cosine is far below this margin.
+        bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max())) + 1e-6
+        contenders = np.flatnonzero(bound * factors >= cutoff - 1e-9)
+        extra = np.setdiff1d(contenders, rows, assume_unique=True)
+        if len(extra) == 0:
+            return list(zip(picked.tolist(), scores.tolist(), strict=True))
+        if exhausted or len(extra) <= max(4 * pool, n // 16):
+            picked, scores = score_rows(np.union1d(rows, extra))
+            if len(picked) < top_k and threshold <= 0.0:
+                return None
+            return list(zip(picked.tolist(), scores.tolist(), strict=True))
         pool *= 4
