@@ -13,14 +13,20 @@ multi-process case. What it shows:
 - records are stored with `hippograph.codec` (versioned msgpack, never pickle);
 - candidates are scored by `hippograph.scoring.score_nodes` on the Rust core.
   This example keeps no derived index, so each query loads the requested types
-  (fine for thousands of nodes; the built-in LMDB backend keeps a cache).
+  (fine for thousands of nodes; the built-in LMDB backend keeps a cache);
+- one optional method beyond the protocol, `modify_metadata`, which `Repo`
+  uses for access counts and rewards: its read-modify-write runs in one
+  transaction, so concurrent processes never lose each other's updates.
+
+Every failure of SQLite itself surfaces as `StorageError`, and a call that
+raises has rolled back whatever it wrote.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -57,9 +63,25 @@ CREATE TABLE IF NOT EXISTS ingestion (source_id TEXT PRIMARY KEY, record BLOB NO
 
 
 def _ids(ids: Iterable[str]) -> list[str]:
+    """A list of valid ids; a bare str is refused (it would iterate its characters)."""
     if isinstance(ids, (str, bytes)):
         raise ValidationError(f"expected a collection of ids, got a single {type(ids).__name__}")
-    return [check_id(i) for i in ids]
+    try:
+        return [check_id(i) for i in ids]
+    except TypeError:
+        raise ValidationError(f"expected a collection of ids, got {type(ids).__name__}") from None
+
+
+def _check_metadata(updates: Mapping[str, NodeMetadata]) -> list[tuple[str, bytes]]:
+    """Rows for the meta table; any bad entry refuses the whole update."""
+    if not isinstance(updates, Mapping):
+        raise ValidationError("metadata updates must be a mapping of id to NodeMetadata")
+    rows = []
+    for node_id, meta in updates.items():
+        if not isinstance(meta, NodeMetadata):
+            raise ValidationError(f"metadata of {node_id!r} must be NodeMetadata, got {type(meta).__name__}")
+        rows.append((check_id(node_id, "metadata id"), codec.encode_meta(meta)))
+    return rows
 
 
 class SQLiteBackend:
@@ -70,35 +92,41 @@ class SQLiteBackend:
         self._lock = threading.RLock()
         self._closed = False
         try:
+            # isolation_level=None: no implicit transactions, `_tx` issues BEGIN/COMMIT itself.
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open {str(self.path)!r}: {exc}", operation="open") from None
+        try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
         except sqlite3.Error as exc:
+            self._db.close()
             raise StorageError(f"cannot open {str(self.path)!r}: {exc}", operation="open") from None
 
     # -- plumbing --------------------------------------------------------------
 
     @contextmanager
-    def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """One transaction; IMMEDIATE for writes so the write lock is taken first."""
-        if self._closed:
-            raise StorageError("the backend is closed")
+    def _tx(self, operation: str, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction; IMMEDIATE for writes so the write lock is taken first.
+
+        The connection is shared by the threads of this process, so the lock
+        lets one call at a time use it. Any exception rolls back; an SQLite
+        failure becomes a `StorageError` naming the operation.
+        """
         with self._lock:
+            if self._closed:
+                raise StorageError("the backend is closed", operation=operation)
             try:
                 self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                finally:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
             except sqlite3.Error as exc:
-                raise StorageError(f"cannot begin a transaction: {exc}") from None
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            try:
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._db.execute("ROLLBACK")
-                raise StorageError(f"commit failed: {exc}") from None
+                raise StorageError(f"{operation} failed in {str(self.path)!r}: {exc}", operation=operation) from exc
 
     def _dim(self, db: sqlite3.Connection) -> int | None:
         row = db.execute("SELECT value FROM info WHERE key = 'dim'").fetchone()
@@ -150,30 +178,38 @@ class SQLiteBackend:
 
     def apply_changeset(self, cs: Changeset) -> None:
         check_changeset(cs, None)
-        with self._tx() as db:
+        with self._tx("apply_changeset") as db:
             self._apply(db, cs)
 
     def delete_nodes(self, ids: Iterable[str]) -> None:
         wanted = _ids(ids)
-        with self._tx() as db:
+        with self._tx("delete_nodes") as db:
             for node_id in wanted:
                 self._unlink(db, node_id)
                 db.execute("DELETE FROM nodes WHERE id = ?", (node_id,))
 
     def update_metadata(self, updates: Mapping[str, NodeMetadata]) -> None:
-        if not isinstance(updates, Mapping):
-            raise ValidationError("metadata updates must be a mapping of id to NodeMetadata")
-        rows = []
-        for node_id, meta in updates.items():
-            if not isinstance(meta, NodeMetadata):
-                raise ValidationError(f"metadata of {node_id!r} must be NodeMetadata")
-            rows.append((check_id(node_id), codec.encode_meta(meta)))
-        with self._tx() as db:
+        rows = _check_metadata(updates)
+        with self._tx("update_metadata") as db:
             db.executemany("INSERT OR REPLACE INTO meta (id, record) VALUES (?, ?)", rows)
+
+    def modify_metadata(
+        self, ids: Iterable[str], fn: Callable[[str, NodeMetadata | None], NodeMetadata | None]
+    ) -> None:
+        """Optional extension: `fn(id, current)` → new metadata (None: keep), for existing nodes, in one transaction."""
+        wanted = _ids(ids)
+        with self._tx("modify_metadata") as db:
+            updates = {}
+            for node_id in wanted:
+                if self._exists(db, node_id):
+                    new = fn(node_id, self._meta(db, node_id))
+                    if new is not None:
+                        updates[node_id] = new
+            db.executemany("INSERT OR REPLACE INTO meta (id, record) VALUES (?, ?)", _check_metadata(updates))
 
     def delete_metadata(self, ids: Iterable[str]) -> None:
         wanted = _ids(ids)
-        with self._tx() as db:
+        with self._tx("delete_metadata") as db:
             db.executemany("DELETE FROM meta WHERE id = ?", [(i,) for i in wanted])
 
     def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
@@ -181,7 +217,7 @@ class SQLiteBackend:
             raise ValidationError(f"expected an IngestionRecord, got {type(record).__name__}")
         check_changeset(cs, None)
         encoded = codec.encode_record(record)
-        with self._tx() as db:
+        with self._tx("commit_ingestion") as db:
             inserted = db.execute(
                 "INSERT INTO ingestion (source_id, record) VALUES (?, ?) ON CONFLICT (source_id) DO NOTHING",
                 (record.source_id, encoded),
@@ -196,8 +232,9 @@ class SQLiteBackend:
         raise IngestionError("source_conflict", "a different payload is already recorded", source_id=record.source_id)
 
     def delete_ingestion(self, source_id: str) -> bool:
-        with self._tx() as db:
-            return db.execute("DELETE FROM ingestion WHERE source_id = ?", (check_id(source_id),)).rowcount == 1
+        check_id(source_id, "source_id")
+        with self._tx("delete_ingestion") as db:
+            return db.execute("DELETE FROM ingestion WHERE source_id = ?", (source_id,)).rowcount == 1
 
     # -- reads -----------------------------------------------------------------
 
@@ -211,7 +248,7 @@ class SQLiteBackend:
         now: datetime | None = None,
         exact: bool = False,
     ) -> list[tuple[Node, float]]:
-        with self._tx(write=False) as db:
+        with self._tx("find_candidates", write=False) as db:
 
             def load(node_type: NodeType) -> Iterator[tuple[Node, NodeMetadata | None]]:
                 ids = [r[0] for r in db.execute("SELECT id FROM nodes WHERE type = ?", (node_type.value,))]
@@ -224,13 +261,13 @@ class SQLiteBackend:
 
     def get_node(self, node_id: str) -> Node | None:
         check_id(node_id)
-        with self._tx(write=False) as db:
+        with self._tx("get_node", write=False) as db:
             return self._node(db, node_id)
 
     def get_linked_nodes(self, ids: Iterable[str], edge_type: EdgeType | str | None = None) -> list[Node]:
         wanted = _ids(ids)
         edge = None if edge_type is None else as_edge_type(edge_type)
-        with self._tx(write=False) as db:
+        with self._tx("get_linked_nodes", write=False) as db:
             found: set[str] = set()
             for node_id in wanted:
                 rows = db.execute("SELECT b, edge FROM links WHERE a = ?", (node_id,))
@@ -239,7 +276,7 @@ class SQLiteBackend:
 
     def get_nodes_by_type(self, types: Iterable[NodeType | str]) -> list[Node]:
         wanted = list(dict.fromkeys(as_node_type(t) for t in ([types] if isinstance(types, str) else types)))
-        with self._tx(write=False) as db:
+        with self._tx("get_nodes_by_type", write=False) as db:
             out: list[Node] = []
             for node_type in wanted:
                 ids = [r[0] for r in db.execute("SELECT id FROM nodes WHERE type = ?", (node_type.value,))]
@@ -248,19 +285,19 @@ class SQLiteBackend:
 
     def get_metadata(self, ids: Iterable[str]) -> dict[str, NodeMetadata]:
         wanted = _ids(ids)
-        with self._tx(write=False) as db:
+        with self._tx("get_metadata", write=False) as db:
             found = {i: self._meta(db, i) for i in wanted}
             return {i: m for i, m in found.items() if m is not None}
 
     def get_ingestion(self, source_id: str) -> IngestionRecord | None:
-        check_id(source_id)
-        with self._tx(write=False) as db:
+        check_id(source_id, "source_id")
+        with self._tx("get_ingestion", write=False) as db:
             row = db.execute("SELECT record FROM ingestion WHERE source_id = ?", (source_id,)).fetchone()
             return None if row is None else codec.decode_record(source_id, row[0])
 
     def close(self) -> None:
-        if not self._closed:
-            with self._lock:
+        with self._lock:
+            if not self._closed:
                 self._closed = True
                 self._db.close()
 

@@ -10,7 +10,7 @@ import numpy as np
 from .errors import ValidationError
 from .model import EdgeType, Node, NodeMetadata, as_edge_type, check_id
 
-__all__ = ["Changeset", "Link"]
+__all__ = ["Changeset", "Link", "check_changeset", "normalised_links"]
 
 Link = tuple[str, str, EdgeType]
 

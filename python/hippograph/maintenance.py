@@ -336,7 +336,8 @@ def verify(backend: GraphBackend, *, limit: int = 100) -> VerifyReport:
     Invariants: every link ends at an existing node and is recorded on both
     ends; every embedding has the store's one dimension; every ingestion
     record's receipt names its own source. A backend may add storage-level
-    checks with a ``verify_storage() -> list[str]`` method (LMDB does).
+    checks with a ``verify_storage() -> tuple[list[str], int]`` method returning
+    (problems, ingestion records checked); LMDB does.
     """
     problems: list[str] = []
     nodes = {n.id: n for n in backend.get_nodes_by_type(list(NodeType))}

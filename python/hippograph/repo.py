@@ -1,10 +1,12 @@
 """`Repo`: the thin high-level API an agent uses (DESIGN §7).
 
 Everything here goes through the `GraphBackend` protocol, so a custom backend
-gets every feature. Two optional backend methods are used when present:
-``modify_metadata(ids, fn)`` (read-modify-write of metadata in one
-transaction, so concurrent access counting and rewards from several processes
-add up) and ``stats()``; without them `Repo` falls back to protocol calls.
+gets every feature. Optional backend methods are used when present and
+replaced by plain protocol calls otherwise (docs/custom-backends.md lists
+them): ``modify_metadata`` (read-modify-write of metadata in one
+transaction, so access counts and rewards from several processes add up),
+``stats``, ``rewrite``, ``snapshot``, ``verify_storage``,
+``vector_index_stats`` and ``reclaim_vector_index``.
 
 Access bookkeeping is off the hot path: `recall` only notes which nodes it
 returned; the counts are written in batches (every `flush_interval` seconds,

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ._index import TypeIndex, find_candidates
+from ._index import TypeIndex, TypeSnapshot, find_candidates, meta_columns
 from .model import Node, NodeMetadata, NodeType, as_node_type
 from .value import ValueFunctionConfig
 
-__all__ = ["score_nodes"]
+__all__ = ["TypeSnapshot", "meta_columns", "score_nodes"]
 
 
 def score_nodes(

@@ -170,11 +170,11 @@ class InMemory(BackendBase):
 
     def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
         self._check_open("commit_ingestion")
+        check_record(record, cs, None)
         with self._lock.write():
-            dim = check_record(record, cs, self._dim)
             stored = self._records.get(record.source_id)
             if stored is None:
-                self._apply(cs, dim)
+                self._apply(cs, check_changeset(cs, self._dim))
                 self._records[record.source_id] = record
                 return Outcome.INSERTED, record.receipt
             if (

@@ -257,15 +257,7 @@ _SQL: Final[dict[str, str]] = {
     "links_of": "SELECT a, edge, b FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
     "neighbours": "SELECT DISTINCT b FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
     "neighbours_by_edge": "SELECT DISTINCT b FROM {s}.links WHERE repo = %s AND a = ANY(%s) AND edge = %s",
-    "nodes_of_types": (
-        "SELECT n.id, n.type, n.record, e.vec FROM {s}.nodes n "
-        "LEFT JOIN {s}.embeddings e ON e.repo = n.repo AND e.id = n.id "
-        "WHERE n.repo = %s AND n.type = ANY(%s::text[])"
-    ),
-    "links_of_types": (
-        "SELECT l.a, l.edge, l.b FROM {s}.links l JOIN {s}.nodes n ON n.repo = l.repo AND n.id = l.a "
-        "WHERE l.repo = %s AND n.type = ANY(%s::text[])"
-    ),
+    "ids_of_types": "SELECT id FROM {s}.nodes WHERE repo = %s AND type = ANY(%s::text[])",
     # scoring inputs (the cache)
     "scoring_rows": (
         "SELECT n.id, n.type, e.vec, m.record FROM {s}.nodes n "
@@ -273,12 +265,13 @@ _SQL: Final[dict[str, str]] = {
         "LEFT JOIN {s}.metadata m ON m.repo = n.repo AND m.id = n.id "
         "WHERE n.repo = %s AND n.id = ANY(%s)"
     ),
-    "scoring_rows_of_type": (
-        "SELECT n.id, n.type, e.vec, m.record FROM {s}.nodes n "
-        "LEFT JOIN {s}.embeddings e ON e.repo = n.repo AND e.id = n.id "
-        "LEFT JOIN {s}.metadata m ON m.repo = n.repo AND m.id = n.id "
-        "WHERE n.repo = %s AND n.type = %s"
-    ),
+    # whole-repo scans: one table each, joined in Python, so no join plan can go wrong on a big repo
+    "repo_types": "SELECT id, type FROM {s}.nodes WHERE repo = %s",
+    "repo_nodes": "SELECT id, type, record FROM {s}.nodes WHERE repo = %s",
+    "repo_embeddings": "SELECT id, vec FROM {s}.embeddings WHERE repo = %s",
+    "repo_metadata": "SELECT id, record FROM {s}.metadata WHERE repo = %s",
+    "repo_links": "SELECT a, edge, b FROM {s}.links WHERE repo = %s",
+    "repo_records": "SELECT source_id, record FROM {s}.ingestion WHERE repo = %s",
     # metadata
     "put_meta": (
         "INSERT INTO {s}.metadata (repo, id, record) VALUES (%s, %s, %s) "
@@ -311,13 +304,6 @@ _SQL: Final[dict[str, str]] = {
     "count_links": "SELECT count(*) FROM {s}.links WHERE repo = %s",
     "count_records": "SELECT count(*) FROM {s}.ingestion WHERE repo = %s",
     "count_meta": "SELECT count(*) FROM {s}.metadata WHERE repo = %s",
-    "all_nodes_raw": (
-        "SELECT n.id, n.type, n.record, e.vec FROM {s}.nodes n "
-        "LEFT JOIN {s}.embeddings e ON e.repo = n.repo AND e.id = n.id WHERE n.repo = %s"
-    ),
-    "all_links_raw": "SELECT a, edge, b FROM {s}.links WHERE repo = %s",
-    "all_meta_raw": "SELECT id, record FROM {s}.metadata WHERE repo = %s",
-    "all_records_raw": "SELECT source_id, record FROM {s}.ingestion WHERE repo = %s",
 }
 
 _DROP_REPO: Final = (
@@ -621,16 +607,15 @@ class _Cache:
         top = 0 if row is None or row[0] is None else int(row[0])
         low = max(floor, top - _REBUILD_WINDOW)
         visible = {int(r[0]) for r in tx.all("log_seqs_above", (low,))}
-        loaded = {
-            node_type: _scoring_rows(tx.all("scoring_rows_of_type", (tx.repo, node_type.value)))
-            for node_type in NodeType
-        }
+        types = {bytes(k): NodeType(t) for k, t in tx.all("repo_types", (tx.repo,))}
+        vecs = {bytes(k): bytes(v) for k, v in tx.all("repo_embeddings", (tx.repo,))}
+        metas = {bytes(k): bytes(v) for k, v in tx.all("repo_metadata", (tx.repo,))}
+        loaded = _scoring_rows([(k, t.value, vecs.get(k), metas.get(k)) for k, t in types.items()])
         index = {nt: TypeIndex(self.ann) for nt in NodeType}
         type_of: dict[str, NodeType] = {}
-        for node_type, rows in loaded.items():
-            for node_id, (_, embedding, meta) in rows.items():
-                index[node_type].upsert(node_id, embedding, meta)
-                type_of[node_id] = node_type
+        for node_id, (node_type, embedding, meta) in loaded.items():
+            index[node_type].upsert(node_id, embedding, meta)
+            type_of[node_id] = node_type
         now = time.monotonic()
         self.index, self.type_of = index, type_of
         self.high = max(top, floor)
@@ -1130,14 +1115,10 @@ class Postgres(BackendBase):
         def run(tx: _Tx) -> list[Node]:
             if not wanted:
                 return []
-            names = [t.value for t in wanted]
-            links: dict[str, dict[EdgeType, set[str]]] = {}
-            for a, e, b in tx.all("links_of_types", (tx.repo, names)):
-                links.setdefault(_id(a), {}).setdefault(EdgeType(e), set()).add(_id(b))
+            ids = [_id(r[0]) for r in tx.all("ids_of_types", (tx.repo, [t.value for t in wanted]))]
             by_type: dict[NodeType, list[Node]] = {t: [] for t in wanted}
-            for key, node_type, record, vec in tx.all("nodes_of_types", (tx.repo, names)):
-                node_id = _id(key)
-                by_type[NodeType(node_type)].append(_decode_node(node_id, record, vec, links.get(node_id, {})))
+            for node, _ in tx.nodes(ids).values():
+                by_type[node.node_type].append(node)
             return [n for t in wanted for n in sorted(by_type[t], key=lambda n: n.id)]
 
         return self._read("get_nodes_by_type", run)
@@ -1206,7 +1187,10 @@ class Postgres(BackendBase):
         def run(tx: _Tx) -> tuple[list[str], int]:
             problems: list[str] = []
             dim = tx.dim()
-            for key, node_type, record, vec in tx.all("all_nodes_raw", (tx.repo,)):
+            vecs = {bytes(k): bytes(v) for k, v in tx.all("repo_embeddings", (tx.repo,))}
+            nodes = tx.all("repo_nodes", (tx.repo,))
+            for key, node_type, record in nodes:
+                vec = vecs.get(bytes(key))
                 shown = bytes(key).decode("utf-8", "replace")
                 try:
                     node = codec.decode_node(bytes(record), _id(key), None, {})
@@ -1216,7 +1200,7 @@ class Postgres(BackendBase):
                     problems.append(f"node {shown!r}: {exc}")
                 if vec is not None and (dim is None or len(vec) != 4 * dim):
                     problems.append(f"embedding of {shown!r} has {len(vec)} bytes, dim {dim}")
-            links = {(bytes(a), e, bytes(b)) for a, e, b in tx.all("all_links_raw", (tx.repo,))}
+            links = {(bytes(a), e, bytes(b)) for a, e, b in tx.all("repo_links", (tx.repo,))}
             for a, e, b in sorted(links):
                 if (b, e, a) not in links:
                     problems.append(
@@ -1226,12 +1210,12 @@ class Postgres(BackendBase):
                     EdgeType(e)
                 except ValueError:
                     problems.append(f"link with unknown edge type {e!r}")
-            for key, data in tx.all("all_meta_raw", (tx.repo,)):
+            for key, data in tx.all("repo_metadata", (tx.repo,)):
                 try:
                     codec.decode_meta(bytes(data))
                 except StorageError as exc:
                     problems.append(f"metadata of {bytes(key).decode('utf-8', 'replace')!r}: {exc}")
-            records = tx.all("all_records_raw", (tx.repo,))
+            records = tx.all("repo_records", (tx.repo,))
             for key, data in records:
                 try:
                     codec.decode_record(_id(key), bytes(data))
