@@ -261,6 +261,10 @@ class Repo:
     def _ingest_new(
         self, trajectory: Trajectory, structure: Callable[[Trajectory], Changeset], digest: bytes
     ) -> IngestionReceipt:
+        # A call that finished between our first lookup and our registration has stored it by now.
+        stored = self.backend.get_ingestion(trajectory.source_id)
+        if stored is not None:
+            return self._existing(stored, digest)
         cs = structure(trajectory)
         if not isinstance(cs, Changeset):
             raise ValidationError(f"structure() must return a Changeset, got {type(cs).__name__}")
