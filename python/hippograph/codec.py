@@ -117,9 +117,8 @@ def decode_node(
     node_type = node_type_of(data)
     created, fields = _unpack(_body(data, "node")[1:], "node")
     try:
-        return NODE_CLASSES[node_type](
-            id=node_id, embedding=embedding, links=links, created_at=from_us(created), **fields
-        )
+        values = {"id": node_id, "embedding": embedding, "links": links, "created_at": from_us(created), **fields}
+        return NODE_CLASSES[node_type].from_storage(values)
     except (TypeError, ValueError) as exc:
         raise StorageError(f"corrupt node record {node_id!r}: {exc}", operation="decode") from None
 
@@ -131,7 +130,7 @@ def encode_embedding(embedding: Embedding) -> bytes:
 def decode_embedding(data: bytes) -> Embedding:
     arr = np.frombuffer(data, dtype="<f4").astype(np.float32)
     arr.flags.writeable = False
-    return arr
+    return arr.view()  # a view of a read-only base can never be made writeable again
 
 
 def encode_links(links: Mapping[EdgeType, set[str] | frozenset[str]]) -> bytes:
@@ -153,15 +152,20 @@ def encode_meta(meta: NodeMetadata) -> bytes:
 
 
 def decode_meta(data: bytes) -> NodeMetadata:
-    created, count, last, reward, reward_count, custom = _unpack(_body(data, "metadata"), "metadata")
-    return NodeMetadata(
-        created_at=from_us(created),
-        access_count=count,
-        last_accessed_at=None if last is None else from_us(last),
-        cumulative_reward=reward,
-        reward_count=reward_count,
-        custom=custom,
-    )
+    try:
+        created, count, last, reward, reward_count, custom = _unpack(_body(data, "metadata"), "metadata")
+        return NodeMetadata.from_storage(
+            {
+                "created_at": from_us(created),
+                "access_count": count,
+                "last_accessed_at": None if last is None else from_us(last),
+                "cumulative_reward": float(reward),
+                "reward_count": reward_count,
+                "custom": custom,
+            }
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StorageError(f"corrupt metadata record: {exc}", operation="decode") from None
 
 
 def encode_record(record: IngestionRecord) -> bytes:

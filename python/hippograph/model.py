@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -161,6 +161,17 @@ def _normalise_links(value: object, node_id: str) -> dict[EdgeType, frozenset[st
     return out
 
 
+_FIELD_SETS: dict[type, frozenset[str]] = {}
+
+
+def _field_set(cls: type) -> frozenset[str]:
+    """Field names per dataclass, cached: `dataclasses.fields` is slow for the hydration hot path."""
+    names = _FIELD_SETS.get(cls)
+    if names is None:
+        names = _FIELD_SETS[cls] = frozenset(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 _KINDS: dict[str, tuple[type, bool]] = {
     "str": (str, False),
     "float": (float, False),
@@ -211,6 +222,24 @@ class Node:
                     f"{f.name} of {self.node_type.value} node {self.id!r} must be "
                     f"{kind.__name__}{' or None' if optional else ''}, got {type(value).__name__}"
                 )
+
+    @classmethod
+    def from_storage(cls, values: Mapping[str, Any]) -> Self:
+        """A node from values a backend validated when it stored them, without re-validating.
+
+        Hydrating candidates is on the recall hot path; the store only ever
+        holds values that passed `__post_init__`. Callers pass every field
+        (`links` as a dict of frozensets, `embedding` read-only float32 or None).
+        """
+        expected = _field_set(cls)
+        if values.keys() != expected:
+            raise ValidationError(
+                f"stored {cls.node_type.value} record has fields {sorted(values)}, expected {sorted(expected)}"
+            )
+        node = object.__new__(cls)
+        for name, value in values.items():
+            object.__setattr__(node, name, value)
+        return node
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -392,6 +421,14 @@ class NodeMetadata:
         custom = dict(self.custom)
         _check_custom(custom, "custom")
         set_(self, "custom", custom)
+
+    @classmethod
+    def from_storage(cls, values: Mapping[str, Any]) -> NodeMetadata:
+        """Metadata a backend validated when it stored it, rebuilt without re-validating (hot path)."""
+        meta = object.__new__(cls)
+        for name in _field_set(cls):
+            object.__setattr__(meta, name, values[name])
+        return meta
 
     def record_access(self, now: datetime | None = None) -> NodeMetadata:
         """A copy with one more access at `now` (default: the current UTC time)."""

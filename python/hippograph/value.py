@@ -6,6 +6,7 @@ matching ``score`` method works too, called once per node (the slow path).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -148,8 +149,18 @@ def default_config() -> ValueFunctionConfig:
 
 def resolve_config(config: ValueFunctionConfig | Mapping[str, Any] | None) -> ResolvedConfig:
     """Validates a config and fills every type's params from the defaults."""
-    if config is None:
-        config = {}
+    if config is None or (isinstance(config, Mapping) and not config):
+        return _default_resolved()
+    return _resolve(config)
+
+
+@functools.cache
+def _default_resolved() -> ResolvedConfig:
+    """The default config is resolved once: it is on every recall's path."""
+    return _resolve({})
+
+
+def _resolve(config: ValueFunctionConfig | Mapping[str, Any]) -> ResolvedConfig:
     if not isinstance(config, Mapping):
         raise ConfigError(f"value-function config must be a mapping, got {type(config).__name__}")
     function = config.get("function") or DefaultValueFunction()
