@@ -65,9 +65,11 @@ runs with ``idle_in_transaction_session_timeout`` at half of `gap_timeout`, so
 a seq that stays invisible for `gap_timeout` belongs to a rolled-back
 transaction (or to a value the sequence skipped). The sequence is shared by
 all repos, so the reader reads every repo's seq numbers (ids only for its own)
-to tell another repo's entry from a gap. The sequence must hand out values in
-allocation order across connections (PostgreSQL and CockroachDB sequences do;
-YugabyteDB needs ``ysql_sequence_cache_minval=1``).
+to tell another repo's entry from a gap. A cache rebuilt from scratch treats
+the holes among the newest 10 000 seqs as gaps and assumes older ones settled.
+The sequence must hand out values in allocation order across connections
+(PostgreSQL's sequences do; CockroachDB's should, being one counter; YugabyteDB
+caches values per connection unless ``ysql_sequence_cache_minval=1``).
 
 A writer occasionally trims the log (`trim_log`): entries beyond `log_keep`
 that are older than twice `gap_timeout` are deleted and ``log_floor`` raised
@@ -168,7 +170,6 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
                 created_at timestamptz NOT NULL,
                 PRIMARY KEY (repo, id)
             )""",
-            "CREATE INDEX nodes_by_type ON {s}.nodes (repo, type)",
             """CREATE TABLE {s}.embeddings (
                 repo text NOT NULL,
                 id bytea NOT NULL,
@@ -185,7 +186,7 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
                 FOREIGN KEY (repo, a) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE,
                 FOREIGN KEY (repo, b) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE
             )""",
-            "CREATE INDEX links_by_b ON {s}.links (repo, b)",
+            "CREATE INDEX links_by_b ON {s}.links (b, repo)",
             """CREATE TABLE {s}.metadata (
                 repo text NOT NULL,
                 id bytea NOT NULL,
@@ -243,16 +244,16 @@ _SQL: Final[dict[str, str]] = {
     "del_nodes": "DELETE FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) RETURNING id",
     "lock_nodes": "SELECT id, type FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) ORDER BY id FOR UPDATE",
     "linked_any": "SELECT DISTINCT a FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
+    # Reads by id look the embedding and metadata up per node (a correlated subquery on the primary
+    # key) rather than joining: no planner estimate, however stale, turns that into a scan of the repo.
     "nodes_by_id": (
-        "SELECT n.id, n.record, e.vec FROM {s}.nodes n "
-        "LEFT JOIN {s}.embeddings e ON e.repo = n.repo AND e.id = n.id "
-        "WHERE n.repo = %s AND n.id = ANY(%s)"
+        "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id) "
+        "FROM {s}.nodes n WHERE n.repo = %s AND n.id = ANY(%s)"
     ),
     "nodes_with_meta": (
-        "SELECT n.id, n.record, e.vec, m.record FROM {s}.nodes n "
-        "LEFT JOIN {s}.embeddings e ON e.repo = n.repo AND e.id = n.id "
-        "LEFT JOIN {s}.metadata m ON m.repo = n.repo AND m.id = n.id "
-        "WHERE n.repo = %s AND n.id = ANY(%s)"
+        "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
+        "(SELECT m.record FROM {s}.metadata m WHERE m.repo = n.repo AND m.id = n.id) "
+        "FROM {s}.nodes n WHERE n.repo = %s AND n.id = ANY(%s)"
     ),
     "links_of": "SELECT a, edge, b FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
     "neighbours": "SELECT DISTINCT b FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
@@ -260,10 +261,9 @@ _SQL: Final[dict[str, str]] = {
     "ids_of_types": "SELECT id FROM {s}.nodes WHERE repo = %s AND type = ANY(%s::text[])",
     # scoring inputs (the cache)
     "scoring_rows": (
-        "SELECT n.id, n.type, e.vec, m.record FROM {s}.nodes n "
-        "LEFT JOIN {s}.embeddings e ON e.repo = n.repo AND e.id = n.id "
-        "LEFT JOIN {s}.metadata m ON m.repo = n.repo AND m.id = n.id "
-        "WHERE n.repo = %s AND n.id = ANY(%s)"
+        "SELECT n.id, n.type, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
+        "(SELECT m.record FROM {s}.metadata m WHERE m.repo = n.repo AND m.id = n.id) "
+        "FROM {s}.nodes n WHERE n.repo = %s AND n.id = ANY(%s)"
     ),
     # whole-repo scans: one table each, joined in Python, so no join plan can go wrong on a big repo
     "repo_types": "SELECT id, type FROM {s}.nodes WHERE repo = %s",
@@ -318,7 +318,7 @@ _CONFLICT_STATES = frozenset({"40001", "40P01"})
 _RACE_STATES = frozenset({"23503", "23505"})  # FK / unique violation: a concurrent writer won a race
 _TIMEOUT_STATES = frozenset({"57014", "55P03"})
 _AMBIGUOUS_STATES = frozenset({"40003"})  # CockroachDB: statement completion unknown
-_CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03"})
+_CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})  # shutdowns, idle timeouts
 
 
 def _key(node_id: str) -> bytes:
@@ -988,14 +988,20 @@ class Postgres(BackendBase):
         key = _key(check_id(source_id, "source_id"))
         return self._write("delete_ingestion", lambda w: w.tx.one("del_record", (w.tx.repo, key)) is not None)
 
-    def trim_log(self) -> int:
+    def trim_log(self, *, older_than: float | None = None) -> int:
         """Deletes change-log entries beyond the newest `log_keep` that are older
-        than twice `gap_timeout`; returns the log floor afterwards.
+        than `older_than` seconds (default: twice `gap_timeout`); returns the log
+        floor afterwards.
 
         Writers call it now and then by themselves; readers that were further
-        behind rebuild their cache. The log is shared by every repo of the schema.
+        behind rebuild their cache. The log is shared by every repo of the
+        schema. An `older_than` below every process's `gap_timeout` may trim the
+        entry of a transaction still committing, which a reader would then miss.
         """
         self._guard("trim_log")
+        age = 2 * self._gap_timeout if older_than is None else older_than
+        if isinstance(age, bool) or not isinstance(age, (int, float)) or not age >= 0:
+            raise ConfigError(f"older_than must be a number of seconds >= 0, got {older_than!r}")
 
         def run(tx: _Tx) -> int:
             state = tx.one("state", (tx.repo,))
@@ -1004,7 +1010,7 @@ class Postgres(BackendBase):
             top = 0 if top_row is None or top_row[0] is None else int(top_row[0])
             if top - self._log_keep <= floor:
                 return floor
-            row = tx.one("trim_cut", (top - self._log_keep, 2 * self._gap_timeout))
+            row = tx.one("trim_cut", (top - self._log_keep, float(age)))
             if row is None or row[0] is None or int(row[0]) <= floor:
                 return floor
             cut = int(row[0])

@@ -1,0 +1,188 @@
+"""The PostgreSQL server the PostgreSQL tests run against.
+
+In order of preference:
+
+1. ``$HIPPOGRAPH_PG_DSN`` when set (CI starts a server with ``.ci/postgres.sh``);
+2. a throwaway cluster started here when PostgreSQL's binaries are installed
+   (``pg_ctl`` on PATH, or Debian's ``/usr/lib/postgresql/<version>/bin``):
+   initdb into a temporary directory (as the ``postgres`` user when running as
+   root, since the server refuses root), trust auth, 127.0.0.1 on a free port,
+   stopped and deleted when the test session ends;
+3. otherwise the tests fail with a clear message when
+   ``HIPPOGRAPH_REQUIRE_PG=1`` (CI sets it), and are skipped only when it is not.
+
+The DSN found is exported as ``$HIPPOGRAPH_PG_DSN`` so that child processes
+started by the tests use the same server. Each test isolates itself with a
+fresh repo name (`repo_for`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+DSN_ENV = "HIPPOGRAPH_PG_DSN"
+REQUIRE_ENV = "HIPPOGRAPH_REQUIRE_PG"
+RUN_ENV = "HIPPOGRAPH_PG_TEST_RUN"
+
+
+class Unavailable(Exception):
+    """No PostgreSQL server could be found or started."""
+
+
+def bindir() -> Path | None:
+    """The directory holding initdb and pg_ctl, or None."""
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(os.path.realpath(found)).parent
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+        key=lambda p: [int(x) if x.isdigit() else x for x in p.split("/")],
+    )
+    return Path(candidates[-1]).parent if candidates else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ThrowawayCluster:
+    """initdb + pg_ctl start in a temporary directory; `stop` removes every trace."""
+
+    def __init__(self, bin_dir: Path) -> None:
+        self.bin = bin_dir
+        self.root = Path(tempfile.mkdtemp(prefix="hippograph-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self.runas: list[str] = []
+        if os.geteuid() == 0:
+            user = "postgres" if _user_exists("postgres") else "nobody"
+            self.runas = ["runuser", "-u", user, "--"]
+            shutil.chown(self.root, user)
+        self.root.chmod(0o700)
+
+    def _run(self, *args: str) -> None:
+        done = subprocess.run([*self.runas, *args], capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise Unavailable(f"{Path(args[0]).name} failed ({done.returncode}): {done.stderr.strip() or done.stdout}")
+
+    def start(self) -> str:
+        self._run(
+            str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"
+        )
+        options = (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c max_connections=300 "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        log = str(self.root / "server.log")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", log, "-w", "-t", "60", "-o", options, "start")
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            subprocess.run(
+                [*self.runas, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _user_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+_lock = threading.Lock()
+_dsn: str | None = None
+_failure: str | None = None
+
+
+def dsn() -> str:
+    """The DSN to test against, starting a throwaway cluster on first use; raises `Unavailable`."""
+    global _dsn, _failure
+    with _lock:
+        if _dsn is not None:
+            return _dsn
+        if _failure is not None:
+            raise Unavailable(_failure)
+        os.environ.setdefault(RUN_ENV, uuid.uuid4().hex)
+        given = os.environ.get(DSN_ENV)
+        if given:
+            _dsn = given
+            return _dsn
+        found = bindir()
+        if found is None:
+            _failure = (
+                f'no PostgreSQL server: set {DSN_ENV}, run `eval "$(.ci/postgres.sh)"`, '
+                "or install PostgreSQL (apt-get install postgresql)"
+            )
+            raise Unavailable(_failure)
+        cluster = ThrowawayCluster(found)
+        try:
+            _dsn = cluster.start()
+        except (Unavailable, OSError, subprocess.SubprocessError) as exc:
+            cluster.stop()
+            _failure = f"could not start a throwaway PostgreSQL cluster with {found}: {exc}"
+            raise Unavailable(_failure) from None
+        atexit.register(cluster.stop)
+        os.environ[DSN_ENV] = _dsn
+        return _dsn
+
+
+def _required() -> bool:
+    return os.environ.get(REQUIRE_ENV, "") not in ("", "0")
+
+
+def require_psycopg() -> None:
+    """At the top of a PostgreSQL test module: skip it when psycopg is missing (fail when required)."""
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        if _required():
+            raise
+        pytest.skip(f"psycopg is not installed (pip install 'hippograph[postgres]'): {exc}", allow_module_level=True)
+
+
+def require_dsn() -> str:
+    """`dsn()` for a test: fails (HIPPOGRAPH_REQUIRE_PG=1) or skips when there is no server."""
+    try:
+        return dsn()
+    except Unavailable as exc:
+        if _required():
+            pytest.fail(f"{REQUIRE_ENV} is set but {exc}", pytrace=False)
+        pytest.skip(str(exc))
+
+
+def repo_for(path: Path | str) -> str:
+    """A repo name unique to one test (its tmp path) in this test session, equal in child processes."""
+    run = uuid.UUID(hex=os.environ.setdefault(RUN_ENV, uuid.uuid4().hex))
+    return f"test-{uuid.uuid5(run, str(path)).hex}"
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """The server's DSN (see the module docstring)."""
+    yield require_dsn()
