@@ -105,6 +105,9 @@ class TypeIndex:
         if embedding is not None:
             self._ensure_dim(embedding.shape[0])
         r = self.row.get(node_id)
+        unchanged = r is not None and (
+            bool(np.array_equal(self._mat[r], embedding)) if embedding is not None else not self._norms[r]
+        )
         if r is None:
             r = len(self.ids)
             self._grow(r + 1)
@@ -117,7 +120,7 @@ class TypeIndex:
         else:
             self._mat[r] = embedding
             self._norms[r] = np.sqrt(np.dot(embedding.astype(np.float64), embedding.astype(np.float64)))
-        if self.ann is not None:
+        if self.ann is not None and not unchanged:
             if embedding is None:
                 self.ann.discard(node_id)
             else:

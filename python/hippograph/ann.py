@@ -16,15 +16,46 @@ Guarantees, whatever the index holds:
 
 hnswlib is not safe to add to while searching: the owning backend only adds
 and marks under its write lock, and searches here run under `self.lock`.
+
+Persistence (`save`, `load`; the LMDB backend uses them): one type's index is
+three files in a directory, each written to a private temporary file, fsynced
+and renamed into place (mode 0600):
+
+- ``<type>.bin``: hnswlib's own index file (deletion marks included);
+- ``<type>.labels.msgpack``: ``{"labels": [...], "ids": [...]}``, the live
+  label → id map (rows are not stored: they belong to the loading process's
+  `TypeIndex` and are looked up there);
+- ``<type>.json``, written last: `ANN_FORMAT`, the type, the store change
+  ``seq`` the index reflects, dim, M, ef_construction, the hnswlib version,
+  the element and live counts, and the size and SHA-256 of the other two files.
+
+`load` trusts nothing it has not checked: the sidecar must parse and match the
+current dim, parameters and hnswlib version; both files must match their
+SHA-256, and hnswlib only ever reads a private copy made of exactly the bytes
+that were hashed (it has crashed on unverified files). The saved ``seq`` must
+equal the store's, or the store's change log must still cover the gap; then
+the changed ids are re-checked against their current embeddings. Finally
+every live label must map to a current id, every embedded id must be present,
+and a sample of stored vectors must equal the current ones. Anything else
+returns None: the caller builds afresh. Two processes saving at once can
+leave a mixed set of files; the hashes reject it and the next opener rebuilds.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import os
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgpack
 import numpy as np
 import numpy.typing as npt
 
@@ -38,7 +69,10 @@ try:
 except ImportError:  # pragma: no cover - hnswlib is a declared dependency
     hnswlib = None
 
-__all__ = ["DEFAULT_ANN", "AnnConfig", "AnnIndex", "ann_available"]
+__all__ = ["ANN_FORMAT", "DEFAULT_ANN", "AnnConfig", "AnnIndex", "ann_available", "load", "save"]
+
+ANN_FORMAT = 1
+"""Version of the saved-index file set; a sidecar naming another version is never loaded."""
 
 
 def ann_available() -> bool:
@@ -49,9 +83,10 @@ def ann_available() -> bool:
 class AnnConfig:
     """When and how to build HNSW indexes.
 
-    `min_nodes`: a type with more embedded nodes than this uses the index
-    (below it the exact scan is faster). `M`, `ef_construction`, `ef_search`
+    `min_nodes`: a type holding more nodes than this (counted with or without
+    an embedding) uses the index; below it the exact scan is faster. `M`, `ef_construction`, `ef_search`
     are hnswlib's parameters; `ef_search` is raised to the pool size per query.
+    `threads`: hnswlib's build threads (0: hnswlib's default, all cores).
     """
 
     min_nodes: int = 20_000
@@ -65,6 +100,8 @@ class AnnConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"AnnConfig.{name} must be a positive int, got {value!r}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise ConfigError(f"AnnConfig.threads must be an int >= 0 (0: hnswlib's default), got {self.threads!r}")
 
 
 DEFAULT_ANN: AnnConfig | None = AnnConfig() if hnswlib is not None else None
@@ -74,14 +111,17 @@ DEFAULT_ANN: AnnConfig | None = AnnConfig() if hnswlib is not None else None
 class AnnIndex:
     """One type's HNSW graph with stable labels."""
 
-    def __init__(self, dim: int, config: AnnConfig, capacity: int) -> None:
+    def __init__(self, dim: int, config: AnnConfig, capacity: int, hnsw: Any = None) -> None:
+        """An empty index, or (`hnsw`) one around an hnswlib index `load` has read and verified."""
         if hnswlib is None:  # pragma: no cover
             raise ConfigError("hnswlib is not installed; approximate recall is unavailable")
         self.dim = dim
         self.config = config
         self.lock = threading.Lock()
-        self.index = hnswlib.Index(space="cosine", dim=dim)
-        self.index.init_index(max_elements=max(capacity, 1024), M=config.M, ef_construction=config.ef_construction)
+        if hnsw is None:
+            hnsw = hnswlib.Index(space="cosine", dim=dim)
+            hnsw.init_index(max_elements=max(capacity, 1024), M=config.M, ef_construction=config.ef_construction)
+        self.index = hnsw
         if config.threads:
             self.index.set_num_threads(config.threads)
         self.label_of: dict[str, int] = {}
@@ -89,6 +129,10 @@ class AnnIndex:
         self.row_of_label = np.full(max(capacity, 1024), -1, np.int64)
         self.next_label = 0
         self.reclaimable = 0
+        self.loaded = False
+        """True when this index was read from saved files rather than built here."""
+        self.persisted: tuple[int, str] | None = None
+        """(store seq, SHA-256 of the .bin) of the saved files this index equals, if any."""
 
     def __len__(self) -> int:
         return len(self.label_of)
@@ -107,6 +151,7 @@ class AnnIndex:
             self.discard(node_id)
         if not keep:
             return
+        self.persisted = None
         labels = np.arange(self.next_label, self.next_label + len(keep), dtype=np.int64)
         self.next_label += len(keep)
         self._reserve(len(keep))
@@ -129,6 +174,7 @@ class AnnIndex:
     def discard(self, node_id: str) -> None:
         label = self.label_of.pop(node_id, None)
         if label is not None:
+            self.persisted = None
             self.id_of.pop(label, None)
             self.row_of_label[label] = -1
             self.index.mark_deleted(label)
@@ -158,6 +204,7 @@ def build(index: TypeIndex, config: AnnConfig) -> AnnIndex:
     return ann
 
 
+ChangedSince = Callable[[int], "set[str] | None"]
 Scorer = Callable[[npt.NDArray[np.int64]], tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
 
 
@@ -212,3 +259,295 @@ def certified_scan(
                 return None
             return list(zip(picked.tolist(), scores.tolist(), strict=True))
         pool *= 4
+
+
+# -- persistence ----------------------------------------------------------------------------
+
+_SIDECAR_MAX = 1 << 16
+_CHUNK = 1 << 20
+_SAMPLE = 1024
+
+
+def _paths(directory: Path, name: str) -> tuple[Path, Path, Path]:
+    return directory / f"{name}.bin", directory / f"{name}.labels.msgpack", directory / f"{name}.json"
+
+
+def _hnswlib_version() -> str:
+    try:
+        return importlib.metadata.version("hnswlib")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - built from source without metadata
+        return "unknown"
+
+
+def _temp(directory: Path, name: str) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")  # mode 0600
+    os.close(fd)
+    return Path(tmp)
+
+
+def _fsync_and_hash(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+        os.fsync(f.fileno())
+    return digest.hexdigest(), path.stat().st_size
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    with path.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # not every platform can open a directory
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _read_sidecar(path: Path) -> dict[str, Any] | None:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(_SIDECAR_MAX + 1)
+        if len(raw) > _SIDECAR_MAX:
+            return None
+        doc = json.loads(raw)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def save(ann: AnnIndex, directory: Path, name: str, seq: int) -> bool:
+    """Writes `ann` as the saved index `name` reflecting store change `seq`; False when nothing needed writing.
+
+    The caller guarantees `ann` reflects exactly `seq` and that nothing adds to
+    it meanwhile. When the files on disk already hold this very index (saved
+    or loaded, unchanged since), only the sidecar's ``seq`` is moved forward.
+    """
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    bin_path, map_path, json_path = _paths(directory, name)
+    on_disk = _read_sidecar(json_path)
+    if ann.persisted is not None and on_disk is not None and on_disk.get("bin_sha256") == ann.persisted[1]:
+        if on_disk.get("seq") == seq:
+            return False
+        tmp = _temp(directory, name)
+        try:
+            _write_private(tmp, json.dumps({**on_disk, "seq": seq}, sort_keys=True).encode())
+            os.replace(tmp, json_path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(directory)
+        ann.persisted = (seq, ann.persisted[1])
+        return True
+    live = sorted(ann.id_of.items())
+    mapping = msgpack.packb({"labels": [label for label, _ in live], "ids": [i for _, i in live]})
+    temps = [_temp(directory, name) for _ in range(3)]
+    try:
+        with ann.lock:
+            ann.index.save_index(str(temps[0]))
+            count = int(ann.index.element_count)
+        bin_sha, bin_bytes = _fsync_and_hash(temps[0])
+        _write_private(temps[1], mapping)
+        sidecar = {
+            "format": ANN_FORMAT,
+            "type": name,
+            "seq": seq,
+            "dim": ann.dim,
+            "M": ann.config.M,
+            "ef_construction": ann.config.ef_construction,
+            "hnswlib": _hnswlib_version(),
+            "count": count,
+            "live": len(live),
+            "bin_sha256": bin_sha,
+            "bin_bytes": bin_bytes,
+            "labels_sha256": hashlib.sha256(mapping).hexdigest(),
+            "labels_bytes": len(mapping),
+        }
+        _write_private(temps[2], json.dumps(sidecar, sort_keys=True).encode())
+        os.replace(temps[0], bin_path)
+        os.replace(temps[1], map_path)
+        os.replace(temps[2], json_path)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+    _fsync_dir(directory)
+    ann.persisted = (seq, bin_sha)
+    return True
+
+
+def _valid_sidecar(doc: dict[str, Any], name: str, dim: int, config: AnnConfig, seq: int) -> bool:
+    def integer(key: str) -> bool:
+        value = doc.get(key)
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def sha(key: str) -> bool:
+        value = doc.get(key)
+        return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+    return (
+        all(integer(k) for k in ("format", "seq", "dim", "M", "ef_construction", "count", "live"))
+        and all(integer(k) for k in ("bin_bytes", "labels_bytes"))
+        and sha("bin_sha256")
+        and sha("labels_sha256")
+        and doc["format"] == ANN_FORMAT
+        and doc.get("type") == name
+        and doc["dim"] == dim
+        and doc["M"] == config.M
+        and doc["ef_construction"] == config.ef_construction
+        and doc.get("hnswlib") == _hnswlib_version()
+        and doc["seq"] <= seq
+        and doc["live"] <= doc["count"]
+    )
+
+
+def _read_mapping(path: Path, doc: dict[str, Any]) -> tuple[list[int], list[str]] | None:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(doc["labels_bytes"] + 1)
+    except OSError:
+        return None
+    if len(raw) != doc["labels_bytes"] or hashlib.sha256(raw).hexdigest() != doc["labels_sha256"]:
+        return None
+    try:
+        mapping = msgpack.unpackb(raw, raw=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+    if not isinstance(mapping, dict):
+        return None
+    labels, ids = mapping.get("labels"), mapping.get("ids")
+    if not isinstance(labels, list) or not isinstance(ids, list) or not len(labels) == len(ids) == doc["live"]:
+        return None
+    if not all(isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
+        return None
+    count = doc["count"]
+    if not all(type(label) is int and 0 <= label < count for label in labels) or len(set(labels)) != len(labels):
+        return None
+    return labels, ids
+
+
+def _verified_copy(src: Path, directory: Path, name: str, size: int, expected: str) -> Path | None:
+    """A private copy of `src` made of exactly the bytes hashed, when they match `expected`; else None."""
+    try:
+        tmp = _temp(directory, name)
+    except OSError:  # a read-only store directory: copy elsewhere
+        fd, other = tempfile.mkstemp(prefix=f"hippograph-{name}.", suffix=".tmp")
+        os.close(fd)
+        tmp = Path(other)
+    digest = hashlib.sha256()
+    total = 0
+    try:
+        with src.open("rb") as f, tmp.open("wb") as out:
+            while total <= size and (chunk := f.read(_CHUNK)):
+                total += len(chunk)
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return None
+    if total != size or digest.hexdigest() != expected:
+        tmp.unlink(missing_ok=True)
+        return None
+    return tmp
+
+
+def _unit(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    v = vectors.astype(np.float64)
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.where(norms > 0, norms, 1.0)
+
+
+def load(
+    index: TypeIndex, config: AnnConfig, directory: Path, name: str, seq: int, changed_since: ChangedSince
+) -> AnnIndex | None:
+    """The saved index `name` brought up to store change `seq` for `index`, or None (build afresh instead).
+
+    `changed_since(s)` returns the ids changed after store change `s` (up to
+    `seq`), or None when the change log no longer reaches back that far.
+    Every check is described in the module docstring; hnswlib only reads a
+    file whose SHA-256 matched.
+    """
+    if hnswlib is None or index.dim == 0:
+        return None
+    bin_path, map_path, json_path = _paths(directory, name)
+    doc = _read_sidecar(json_path)
+    if doc is None or not _valid_sidecar(doc, name, index.dim, config, seq):
+        return None
+    changed = set() if doc["seq"] == seq else changed_since(doc["seq"])
+    if changed is None:
+        return None
+    mapping = _read_mapping(map_path, doc)
+    if mapping is None:
+        return None
+    copy = _verified_copy(bin_path, directory, name, doc["bin_bytes"], doc["bin_sha256"])
+    if copy is None:
+        return None
+    try:
+        hnsw = hnswlib.Index(space="cosine", dim=index.dim)
+        hnsw.load_index(str(copy))
+    except (RuntimeError, ValueError, MemoryError):
+        return None
+    finally:
+        copy.unlink(missing_ok=True)
+    if hnsw.element_count != doc["count"] or hnsw.dim != index.dim:
+        return None
+    return _adopt(index, config, hnsw, doc, mapping, changed)
+
+
+def _adopt(
+    index: TypeIndex,
+    config: AnnConfig,
+    hnsw: Any,
+    doc: dict[str, Any],
+    mapping: tuple[list[int], list[str]],
+    changed: set[str],
+) -> AnnIndex | None:
+    """Wraps a verified hnswlib index, replays `changed` ids and checks it against `index`; None on mismatch."""
+    labels, ids = mapping
+    count = doc["count"]
+    ann = AnnIndex(index.dim, config, capacity=max(count, len(index)), hnsw=hnsw)
+    if config.threads:
+        hnsw.set_num_threads(config.threads)
+    ann.next_label = count
+    ann.reclaimable = count - len(labels)
+    ann.label_of = dict(zip(ids, labels, strict=True))
+    ann.id_of = dict(zip(labels, ids, strict=True))
+    ann.persisted = (doc["seq"], doc["bin_sha256"])  # until the replay below changes anything
+    embedded = {index.ids[r] for r in np.flatnonzero(index.norms() > 0).tolist()}
+    stale = [i for i in ids if i not in embedded]
+    if not set(stale) <= changed or not (embedded - ann.label_of.keys()) <= changed:
+        return None
+    # A changed id keeps its label only while its stored vector is still its current one;
+    # the unchanged ones are sampled (a foreign or mismatched store fails here).
+    recheck = [i for i in ids if i in changed and i in embedded]
+    unchanged = [i for i in ids if i not in changed]
+    sample = unchanged[:: max(1, len(unchanged) // _SAMPLE)]
+    for node_id in stale:
+        ann.discard(node_id)
+    if recheck or sample:
+        probe = recheck + sample
+        try:
+            stored = np.asarray(hnsw.get_items([ann.label_of[i] for i in probe]), np.float32)
+        except RuntimeError:  # a label the graph does not hold (live in the map, marked deleted)
+            return None
+        current = _unit(index.matrix()[[index.row[i] for i in probe]])
+        same = np.all(np.abs(_unit(stored) - current) <= 1e-5, axis=1)
+        if not same[len(recheck) :].all():
+            return None
+        for node_id, ok in zip(recheck, same[: len(recheck)].tolist(), strict=True):
+            if not ok:
+                ann.discard(node_id)
+    rows = np.full(len(ann.row_of_label), -1, np.int64)
+    for node_id, label in ann.label_of.items():
+        rows[label] = index.row[node_id]
+    ann.row_of_label = rows
+    missing = sorted(embedded - ann.label_of.keys(), key=index.row.__getitem__)
+    if missing:
+        at = np.array([index.row[i] for i in missing], np.int64)
+        ann.add_many(missing, index.matrix()[at], at)
+    ann.loaded = True
+    return ann

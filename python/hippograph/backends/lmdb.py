@@ -20,7 +20,14 @@ checked against, so a node deleted by anyone is never returned.
 Vector index: with `ann` (default `AnnConfig()`), a node type holding more
 than `ann.min_nodes` nodes answers non-exact queries from an in-process HNSW
 graph built on first use and kept in step with the change log; it is derived
-data like the rest of the cache and rebuilt when a process opens the store.
+data like the rest of the cache. `close()` (and `save_vector_index()`) saves
+each built graph under ``<store>/ann/`` (see `hippograph.ann` for the files and
+the checks); a process's first non-exact query of a type loads the saved graph
+instead of building it, only when every check passes: same format, dim,
+parameters and hnswlib version, both SHA-256 sums, and a saved change ``seq``
+equal to the store's or still covered by the change log (the logged ids are
+then replayed). Corrupt, truncated, foreign or stale files are never loaded;
+the graph is built afresh. ``vector_index_stats()`` reports ``loaded`` per type.
 
 Durability: ``"sync"`` (default) returns only after the commit is fsynced;
 ``"fast"`` skips fsync: a process crash loses nothing, but an OS crash or power
@@ -40,6 +47,7 @@ import os
 import stat
 import struct
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -48,12 +56,14 @@ from typing import Any, Literal, TypeVar
 
 import lmdb
 import msgpack
+import numpy as np
 
+from .. import ann as ann_module
 from .. import codec
 from .._index import TypeIndex, TypeSnapshot, find_candidates
 from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links
-from ..errors import IngestionError, StorageError, ValidationError
+from ..errors import HippographError, IngestionError, StorageError, ValidationError
 from ..model import (
     ORPHAN_TYPES,
     EdgeType,
@@ -240,11 +250,17 @@ class _Writer:
 
 
 class _Cache:
-    """This process's derived scoring state, valid as of change `seq`."""
+    """This process's derived scoring state, valid as of change `seq`.
 
-    def __init__(self, ann: AnnConfig | None) -> None:
+    `ann_dir` (None: no persistence) holds the saved HNSW graphs; each type's
+    is tried once (`load_saved`) when a non-exact query first needs it.
+    """
+
+    def __init__(self, ann: AnnConfig | None, ann_dir: Path | None = None) -> None:
         self.seq = -1
         self.ann = ann
+        self.ann_dir = ann_dir if ann is not None else None
+        self.ann_tried: set[NodeType] = set()
         self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann) for t in NodeType}
         self.type_of: dict[str, NodeType] = {}
 
@@ -252,7 +268,7 @@ class _Cache:
         target = t.seq()
         if target <= self.seq:
             return
-        changed = self._changed_since(t, target)
+        changed = self._changed_since(t, self.seq, target) if self.seq >= 0 else None
         if changed is None:
             self._rebuild(t)
         else:
@@ -260,11 +276,13 @@ class _Cache:
                 self._reload(t, node_id)
         self.seq = target
 
-    def _changed_since(self, t: _Txn, target: int) -> set[str] | None:
-        if self.seq < 0:
+    @staticmethod
+    def _changed_since(t: _Txn, since: int, target: int) -> set[str] | None:
+        """Ids the changes `since`+1 … `target` touched, or None when the log no longer reaches back."""
+        if since < 0:
             return None
         changed: set[str] = set()
-        for seq in range(self.seq + 1, target + 1):
+        for seq in range(since + 1, target + 1):
             raw = t.get("log", _seq_key(seq))
             if raw is None:
                 return None
@@ -274,24 +292,36 @@ class _Cache:
     def _reload(self, t: _Txn, node_id: str) -> None:
         key = _key(node_id)
         data = t.get("nodes", key)
-        old = self.type_of.pop(node_id, None)
-        if old is not None:
-            self.index[old].remove(node_id)
-        if data is None:
-            return
-        node_type = codec.node_type_of(data)
+        node_type = None if data is None else codec.node_type_of(data)
         emb = t.get("emb", key)
+        embedding = None if emb is None or data is None else codec.decode_embedding(emb)
         meta = t.get("meta", key)
-        self.index[node_type].upsert(
-            node_id,
-            None if emb is None else codec.decode_embedding(emb),
-            None if meta is None else codec.decode_meta(meta),
-        )
+        decoded_meta = None if meta is None else codec.decode_meta(meta)
+        old = self.type_of.get(node_id)
+        if old is not None and old == node_type and self._same_vector(self.index[old], node_id, embedding):
+            # Metadata only (most log entries: recall's access counts): no HNSW delete-and-re-add churn.
+            self.index[old].set_meta(node_id, decoded_meta)
+            return
+        if old is not None:
+            del self.type_of[node_id]
+            self.index[old].remove(node_id)
+        if node_type is None:
+            return
+        self.index[node_type].upsert(node_id, embedding, decoded_meta)
         self.type_of[node_id] = node_type
+
+    @staticmethod
+    def _same_vector(index: TypeIndex, node_id: str, embedding: Any) -> bool:
+        row = index.row.get(node_id)
+        if row is None:
+            return False
+        held = index.matrix()[row]
+        return not held.any() if embedding is None else bool(np.array_equal(held, embedding))
 
     def _rebuild(self, t: _Txn) -> None:
         self.index = {nt: TypeIndex(self.ann) for nt in NodeType}
         self.type_of = {}
+        self.ann_tried = set()
         for key, data in t.items("nodes"):
             node_id = t.id_of(key)
             self.type_of[node_id] = codec.node_type_of(data)
@@ -306,6 +336,49 @@ class _Cache:
                 None if emb is None else codec.decode_embedding(emb),
                 None if meta is None else codec.decode_meta(meta),
             )
+
+    def wants_saved(self, types: object) -> list[NodeType]:
+        """The requested types whose saved HNSW graph has not been tried yet and would be used now."""
+        if self.ann_dir is None or self.ann is None:
+            return []
+        wanted: list[NodeType] = []
+        for item in [types] if isinstance(types, str) else types if isinstance(types, Iterable) else []:
+            try:
+                node_type = NodeType(item)
+            except ValueError:
+                continue  # find_candidates reports it
+            index = self.index[node_type]
+            if node_type not in self.ann_tried and index.ann is None and len(index) > self.ann.min_nodes:
+                wanted.append(node_type)
+        return wanted
+
+    def load_saved(self, t: _Txn, types: Iterable[NodeType]) -> None:
+        """Adopts each type's saved HNSW graph if it passes every check (call with the cache fresh as of `t`)."""
+        if self.ann_dir is None or self.ann is None or t.seq() != self.seq:
+            return
+        for node_type in types:
+            index = self.index[node_type]
+            if node_type in self.ann_tried or index.ann is not None or len(index) <= self.ann.min_nodes:
+                continue
+            self.ann_tried.add(node_type)
+            index.ann = ann_module.load(
+                index,
+                self.ann,
+                self.ann_dir,
+                node_type.value,
+                self.seq,
+                lambda since: self._changed_since(t, since, self.seq),
+            )
+
+    def save(self) -> list[str]:
+        """Saves every built HNSW graph that differs from its files (call under the cache's read lock)."""
+        if self.ann_dir is None:
+            return []
+        return [
+            nt.value
+            for nt, index in self.index.items()
+            if index.ann is not None and ann_module.save(index.ann, self.ann_dir, nt.value, self.seq)
+        ]
 
 
 def _private_dir(path: Path) -> None:
@@ -333,9 +406,10 @@ class LMDB(BackendBase):
             raise ValidationError(f"durability must be 'sync' or 'fast', got {durability!r}")
         self.path = Path(path)
         self.durability = durability
+        self._readonly = readonly
         self._pid = os.getpid()
         self._gate = RWLock()
-        self._cache = _Cache(ann)
+        self._cache = _Cache(ann, self.path / "ann")
         self._cache_lock = RWLock()
         self._write_lock = threading.Lock()
         existed = self.path.exists() and any(self.path.iterdir()) if self.path.is_dir() else self.path.exists()
@@ -647,6 +721,11 @@ class LMDB(BackendBase):
             if t.seq() != self._cache.seq:
                 with self._cache_lock.write():
                     self._cache.refresh(t)
+            saved = [] if exact else self._cache.wants_saved(types)
+            if saved:  # a process's first non-exact query of a large type: adopt its saved HNSW graph
+                with self._cache_lock.write():
+                    self._cache.refresh(t)
+                    self._cache.load_saved(t, saved)
             with self._cache_lock.read():
                 return find_candidates(
                     self._cache.index, types, query, tags, value_function, now, t.dim(), hydrate, exact=exact
@@ -655,15 +734,46 @@ class LMDB(BackendBase):
         return self._read(run, "find_candidates")
 
     def vector_index_stats(self) -> dict[str, dict[str, Any]]:
-        """Per type: whether an HNSW index is built, vectors held, live nodes, reclaimable marks."""
+        """Per type: whether an HNSW index is built, vectors held, live nodes, reclaimable marks,
+        and ``loaded``: whether this process read it from the saved files instead of building it."""
         self._guard("vector_index_stats")
 
         def run(t: _Txn) -> dict[str, dict[str, Any]]:
             with self._cache_lock.write():
                 self._cache.refresh(t)
-                return {nt.value: self._cache.index[nt].vector_index_stats() for nt in NodeType}
+                out = {}
+                for nt in NodeType:
+                    index = self._cache.index[nt]
+                    out[nt.value] = {**index.vector_index_stats(), "loaded": index.ann is not None and index.ann.loaded}
+                return out
 
         return self._read(run, "vector_index_stats")
+
+    def save_vector_index(self) -> list[str]:
+        """Saves each built HNSW graph under ``<store>/ann/`` (as `close()` does); returns the types written.
+
+        A graph whose files already hold it is not written again (at most its
+        sidecar's change counter moves forward).
+        """
+        self._guard("save_vector_index")
+        if self._readonly:
+            raise StorageError("the store was opened read-only", operation="save_vector_index")
+        return self._save_vector_index()
+
+    def _save_vector_index(self) -> list[str]:
+        if not any(index.ann is not None for index in self._cache.index.values()):
+            return []  # nothing built: no need to bring the cache up to date
+
+        def fresh(t: _Txn) -> None:
+            with self._cache_lock.write():
+                self._cache.refresh(t)
+
+        self._read(fresh, "save_vector_index")
+        with self._cache_lock.read():
+            try:
+                return self._cache.save()
+            except (OSError, RuntimeError, ValueError) as exc:
+                raise StorageError(f"cannot save the vector index: {exc}", operation="save_vector_index") from None
 
     def reclaim_vector_index(self) -> list[str]:
         """Rebuilds HNSW indexes that carry deletion marks; returns the types rebuilt."""
@@ -801,7 +911,13 @@ class LMDB(BackendBase):
         return self._read(run, "verify")
 
     def close(self) -> None:
+        """Saves the built HNSW graphs (best effort: a failure only warns), then closes the environment."""
         if not self._closed:
+            if os.getpid() == self._pid and not self._readonly:
+                try:
+                    self._save_vector_index()
+                except HippographError as exc:
+                    warnings.warn(f"hippograph: vector index not saved: {exc}", RuntimeWarning, stacklevel=2)
             self._closed = True
             if os.getpid() == self._pid:
                 with self._gate.write():

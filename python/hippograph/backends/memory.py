@@ -65,7 +65,8 @@ class InMemory(BackendBase):
             old = self._nodes.get(node.id)
             if old is not None:
                 self._unlink_all(node.id)
-                self._index[old.node_type].remove(node.id)
+                if old.node_type != node.node_type:
+                    self._index[old.node_type].remove(node.id)
             self._nodes[node.id] = node.with_links({})
             self._index[node.node_type].upsert(node.id, node.embedding, self._meta.get(node.id))
         for a, b, edge in normalised_links(cs):

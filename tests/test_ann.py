@@ -1,0 +1,505 @@
+"""Approximate recall (HNSW candidates): same answers as the exact scan, never a dead id, persisted for LMDB."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import hnswlib
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+import hippograph as hg
+from hippograph.ann import AnnConfig
+from hippograph.backends import LMDB, InMemory
+from hippograph.backends import lmdb as lmdb_module
+
+DIM = 16
+NOW = datetime(2025, 6, 1, tzinfo=UTC)
+# Large ef_search on graphs of a few hundred nodes: HNSW's own recall is perfect, so answers must be exact.
+CFG = AnnConfig(min_nodes=50, ef_search=512, ef_construction=200)
+Backend = InMemory | LMDB
+Make = Callable[..., Backend]
+Hits = list[tuple[str, float]]
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
+    opened: list[Backend] = []
+
+    def factory(ann: AnnConfig | None = CFG, cls: type[InMemory] = InMemory) -> Backend:
+        b: Backend = cls(ann=ann) if request.param == "memory" else LMDB(tmp_path / "store", ann=ann)
+        opened.append(b)
+        return b
+
+    yield factory
+    for b in opened:
+        b.close()
+
+
+def rng_vec(rng: np.random.Generator) -> npt.NDArray[np.float32]:
+    return rng.standard_normal(DIM).astype(np.float32)
+
+
+def semantic(node_id: str, embedding: npt.NDArray[np.float32] | None, confidence: float = 0.5) -> hg.Semantic:
+    return hg.Semantic(id=node_id, proposition=node_id, confidence=confidence, embedding=embedding)
+
+
+def random_graph(seed: int, n: int = 240) -> hg.Changeset:
+    """Semantic and subgoal nodes: some without embedding, some zero vectors, half with usage metadata."""
+    rng = np.random.default_rng(seed)
+    cs = hg.Changeset()
+    for i in range(n):
+        roll = rng.random()
+        emb = None if roll < 0.04 else np.zeros(DIM, np.float32) if roll < 0.06 else rng_vec(rng)
+        node_id = f"n{i:04d}"
+        if i % 4 == 3:
+            cs.add_node(hg.Subgoal(id=node_id, description="d", embedding=emb))
+        else:
+            cs.add_node(semantic(node_id, emb, float(rng.random())))
+        if rng.random() < 0.5:
+            accessed = NOW - timedelta(hours=float(rng.uniform(0, 300)))
+            meta = hg.NodeMetadata(
+                created_at=accessed - timedelta(hours=1),
+                access_count=int(rng.integers(0, 30)),
+                last_accessed_at=accessed if rng.random() < 0.7 else None,
+                cumulative_reward=float(rng.uniform(-3, 3)),
+                reward_count=int(rng.integers(0, 4)),
+            )
+            cs.put_metadata(node_id, meta)
+    return cs
+
+
+def find(
+    b: Backend,
+    query: npt.NDArray[np.float32],
+    *,
+    exact: bool = False,
+    tags: list[npt.NDArray[np.float32]] | None = None,
+    types: list[str] | None = None,
+    vf: Mapping[str, Any] | None = None,
+) -> Hits:
+    got = b.find_candidates(types or ["semantic"], query, tags or [], vf, now=NOW, exact=exact)
+    return [(node.id, score) for node, score in got]
+
+
+def params(threshold: float, top_k: int) -> dict[str, Any]:
+    return {"params": {"semantic": {"threshold": threshold, "top_k": top_k}, "subgoal": {"threshold": 0.0}}}
+
+
+def available(b: Backend, node_type: str = "semantic") -> bool:
+    return bool(b.vector_index_stats()[node_type]["available"])
+
+
+def stats(b: Backend, node_type: str = "semantic") -> dict[str, Any]:
+    keys = ("available", "nodes", "vectors", "live", "reclaimable")
+    return {k: b.vector_index_stats()[node_type][k] for k in keys}
+
+
+# -- the ANN path answers exactly what the exact scan answers ------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ann_results_equal_exact_results_on_random_graphs(make: Make, seed: int) -> None:
+    b = make()
+    b.apply_changeset(random_graph(seed))
+    rng = np.random.default_rng(100 + seed)
+    for threshold, top_k in [(0.0, 5), (0.1, 17), (0.3, 40), (0.0, 1), (0.05, 90)]:
+        vf = params(threshold, top_k)
+        query, tags = rng_vec(rng), [rng_vec(rng) for _ in range(int(rng.integers(0, 3)))]
+        ann = find(b, query, tags=tags, vf=vf, types=["semantic", "subgoal"])
+        assert ann == find(b, query, tags=tags, vf=vf, types=["semantic", "subgoal"], exact=True)
+    assert available(b) and available(b, "subgoal")
+
+
+def test_index_is_not_built_at_or_below_min_nodes(make: Make) -> None:
+    b = make()
+    b.apply_changeset(random_graph(0, n=50))
+    find(b, np.ones(DIM, np.float32))
+    assert not available(b)
+
+
+def test_exact_true_never_builds_the_index(make: Make) -> None:
+    b = make()
+    b.apply_changeset(random_graph(1))
+    for _ in range(3):
+        find(b, np.ones(DIM, np.float32), exact=True)
+    assert not available(b)
+
+
+# -- never a dead id, never an old vector ----------------------------------------------------
+
+
+def test_deleted_ids_are_never_returned(make: Make) -> None:
+    b = make()
+    b.apply_changeset(random_graph(2))
+    query = np.ones(DIM, np.float32)
+    top = [i for i, _ in find(b, query, vf=params(0.0, 5))]
+    b.delete_nodes(top[:3])
+    got = find(b, query, vf=params(0.0, 5))
+    assert not set(top[:3]) & {i for i, _ in got}
+    assert got == find(b, query, vf=params(0.0, 5), exact=True)
+
+
+CHILD_DELETE = """
+import sys
+from hippograph.backends import LMDB
+with LMDB(sys.argv[1], ann=None) as b:
+    b.delete_nodes(sys.argv[2:])
+"""
+
+
+def test_ids_deleted_by_another_process_are_never_returned(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with LMDB(path, ann=CFG) as b:
+        b.apply_changeset(random_graph(3))
+        query = np.ones(DIM, np.float32)
+        top = [i for i, _ in find(b, query, vf=params(0.0, 5))]
+        assert available(b)
+        child = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD_DELETE), str(path), *top[:3]], check=False)
+        assert child.returncode == 0
+        got = find(b, query, vf=params(0.0, 5))
+        assert not set(top[:3]) & {i for i, _ in got}
+        assert got == find(b, query, vf=params(0.0, 5), exact=True)
+
+
+def test_reembedded_node_ranks_by_its_new_vector(make: Make) -> None:
+    b = make()
+    b.apply_changeset(random_graph(4))
+    rng = np.random.default_rng(44)
+    old, new = rng_vec(rng), rng_vec(rng)
+    b.apply_changeset(hg.Changeset().add_node(semantic("mover", old)))
+    assert find(b, old, vf=params(0.0, 5))[0][0] == "mover"
+    b.apply_changeset(hg.Changeset().add_node(semantic("mover", new)))
+    near_old = find(b, old, vf=params(0.0, 5))
+    assert near_old[0][0] != "mover"
+    assert near_old == find(b, old, vf=params(0.0, 5), exact=True)
+    top_id, top_score = find(b, new, vf=params(0.0, 5))[0]
+    assert top_id == "mover" and top_score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_metadata_updates_leave_no_deletion_marks(make: Make) -> None:
+    b = make()
+    b.apply_changeset(random_graph(5))
+    find(b, np.ones(DIM, np.float32))
+    b.update_metadata({"n0000": hg.NodeMetadata(created_at=NOW, access_count=3)})
+    find(b, np.ones(DIM, np.float32))
+    assert stats(b)["reclaimable"] == 0
+
+
+# -- semantics the ANN path must hand back to the exact scan ---------------------------------
+
+
+def test_zero_score_nodes_fill_remaining_slots_in_id_order(make: Make) -> None:
+    b = make()
+    axis = np.eye(DIM, dtype=np.float32)[0]
+    cs = hg.Changeset()
+    for i in range(120):  # pointing away from the query: relevance 0
+        cs.add_node(semantic(f"z{i:03d}", -axis + 0.1 * np.eye(DIM, dtype=np.float32)[1 + i % 5]))
+    for i, w in enumerate([0.9, 0.5, 0.2]):
+        cs.add_node(semantic(f"p{i}", w * axis + np.eye(DIM, dtype=np.float32)[2]))
+    b.apply_changeset(cs)
+    got = find(b, axis, vf=params(0.0, 10))
+    assert [i for i, _ in got] == ["p0", "p1", "p2", *[f"z{i:03d}" for i in range(7)]]
+    assert [s for _, s in got[3:]] == [0.0] * 7
+    assert got == find(b, axis, vf=params(0.0, 10), exact=True)
+    assert available(b)
+
+
+class Confidence:
+    """relevance × confidence: never above relevance, but says nothing about it."""
+
+    def score(self, relevance: float, node: hg.Node, metadata: hg.NodeMetadata | None, p: Mapping[str, Any]) -> float:
+        return relevance * float(getattr(node, "confidence", 1.0))
+
+
+class BoundedConfidence(Confidence):
+    bounded_by_relevance = True
+
+
+def test_custom_value_function_without_bound_uses_the_exact_path(make: Make) -> None:
+    b = make()
+    b.apply_changeset(random_graph(6))
+    vf = {"function": Confidence(), **params(0.05, 8)}
+    query = np.ones(DIM, np.float32)
+    assert find(b, query, vf=vf) == find(b, query, vf=vf, exact=True)
+    assert not available(b)
+
+
+def test_custom_value_function_declaring_its_bound_uses_the_ann_path(make: Make) -> None:
+    b = make()
+    b.apply_changeset(random_graph(6))
+    vf = {"function": BoundedConfidence(), **params(0.05, 8)}
+    query = np.ones(DIM, np.float32)
+    assert find(b, query, vf=vf) == find(b, query, vf=vf, exact=True)
+    assert available(b)
+
+
+class Hiding(InMemory):
+    """A store whose hydration loses one node, as a stale index would."""
+
+    hidden = "n0007"
+
+    def _hydrate(self, ids: list[str]) -> dict[str, tuple[hg.Node, hg.NodeMetadata | None]]:
+        out = super()._hydrate(ids)
+        out.pop(self.hidden, None)
+        return out
+
+
+def test_hydration_misses_do_not_count_toward_top_k() -> None:
+    full, hiding = InMemory(ann=CFG), Hiding(ann=CFG)
+    for b in (full, hiding):
+        b.apply_changeset(random_graph(7))
+    node = full.get_node(Hiding.hidden)
+    assert node is not None and node.embedding is not None
+    expected = [h for h in find(full, node.embedding, vf=params(0.0, 6), exact=True) if h[0] != Hiding.hidden]
+    assert find(hiding, node.embedding, vf=params(0.0, 5)) == expected[:5]
+    assert available(hiding)
+
+
+# -- stats and compaction --------------------------------------------------------------------
+
+
+def test_vector_index_stats_count_vectors_nodes_and_marks(make: Make) -> None:
+    b = make()
+    cs = hg.Changeset()
+    rng = np.random.default_rng(8)
+    for i in range(100):
+        emb = None if i < 10 else np.zeros(DIM, np.float32) if i < 15 else rng_vec(rng)
+        cs.add_node(semantic(f"s{i:03d}", emb))
+    b.apply_changeset(cs)
+    assert stats(b) == {"available": False, "nodes": 100, "vectors": 0, "live": 0, "reclaimable": 0}
+    find(b, np.ones(DIM, np.float32))
+    assert stats(b) == {"available": True, "nodes": 100, "vectors": 85, "live": 85, "reclaimable": 0}
+    b.delete_nodes([f"s{i:03d}" for i in range(20, 27)])
+    b.apply_changeset(hg.Changeset().add_node(semantic("s050", rng_vec(rng))))
+    assert stats(b) == {"available": True, "nodes": 93, "vectors": 86, "live": 78, "reclaimable": 8}
+
+
+def test_reclaim_vector_index_compacts_and_keeps_results(make: Make) -> None:
+    b = make()
+    b.apply_changeset(random_graph(9))
+    query = np.ones(DIM, np.float32)
+    find(b, query)
+    b.delete_nodes([f"n{i:04d}" for i in range(0, 40, 3)])
+    before = find(b, query, vf=params(0.0, 12))
+    assert stats(b)["reclaimable"] > 0
+    assert b.reclaim_vector_index() == ["semantic"]
+    after = stats(b)
+    assert after["reclaimable"] == 0 and after["vectors"] == after["live"]
+    assert find(b, query, vf=params(0.0, 12)) == before
+    assert b.reclaim_vector_index() == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"min_nodes": 0}, {"M": -1}, {"ef_construction": True}, {"ef_search": 2.5}, {"threads": -1}, {"threads": "4"}],
+)
+def test_ann_config_rejects_invalid_values(bad: dict[str, Any]) -> None:
+    with pytest.raises(hg.ConfigError):
+        AnnConfig(**bad)
+
+
+# -- LMDB: the saved index --------------------------------------------------------------------
+
+QUERY = np.random.default_rng(77).standard_normal(DIM).astype(np.float32)
+
+
+class SpyIndex(hnswlib.Index):  # type: ignore[misc]
+    """Counts the files hnswlib is asked to read."""
+
+    loads = 0
+
+    def load_index(self, *args: Any, **kwargs: Any) -> None:
+        type(self).loads += 1
+        super().load_index(*args, **kwargs)
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> type[SpyIndex]:
+    monkeypatch.setattr(SpyIndex, "loads", 0)
+    monkeypatch.setattr(hnswlib, "Index", SpyIndex)
+    return SpyIndex
+
+
+def saved_store(path: Path, seed: int = 10) -> Path:
+    """A store whose semantic HNSW index was built, then saved by close()."""
+    with LMDB(path, ann=CFG) as b:
+        b.apply_changeset(random_graph(seed))
+        find(b, QUERY)
+        assert available(b)
+    return path
+
+
+def files(path: Path) -> tuple[Path, Path, Path]:
+    ann = path / "ann"
+    return ann / "semantic.bin", ann / "semantic.labels.msgpack", ann / "semantic.json"
+
+
+def sidecar(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(files(path)[2].read_bytes())
+    return doc
+
+
+def reopen_and_query(path: Path, ann: AnnConfig = CFG) -> tuple[bool, Hits, Hits]:
+    """(loaded from the files?, ANN hits, exact hits) in a fresh process view of the store."""
+    with LMDB(path, ann=ann) as b:
+        vf = params(0.0, 15)
+        hits = find(b, QUERY, vf=vf)
+        info = b.vector_index_stats()["semantic"]
+        assert info["available"]
+        return bool(info["loaded"]), hits, find(b, QUERY, vf=vf, exact=True)
+
+
+def test_close_saves_the_index_as_private_verified_files(tmp_path: Path) -> None:
+    path = saved_store(tmp_path / "store")
+    bin_path, labels_path, _ = files(path)
+    doc = sidecar(path)
+    assert stat.S_IMODE(os.stat(path / "ann").st_mode) == 0o700
+    assert all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files(path))
+    assert {k: doc[k] for k in ("format", "type", "dim", "M", "ef_construction")} == {
+        "format": 1,
+        "type": "semantic",
+        "dim": DIM,
+        "M": CFG.M,
+        "ef_construction": CFG.ef_construction,
+    }
+    assert doc["seq"] >= 1 and doc["count"] == doc["live"] > CFG.min_nodes
+    assert doc["bin_sha256"] == hashlib.sha256(bin_path.read_bytes()).hexdigest()
+    assert doc["labels_sha256"] == hashlib.sha256(labels_path.read_bytes()).hexdigest()
+    assert not [f for f in (path / "ann").iterdir() if f.name.endswith(".tmp")]
+
+
+def test_saved_index_is_loaded_on_reopen_not_rebuilt(tmp_path: Path, spy: type[SpyIndex]) -> None:
+    path = saved_store(tmp_path / "store")
+    loaded, hits, exact = reopen_and_query(path)
+    assert loaded and spy.loads == 1
+    assert hits == exact
+
+
+def test_save_vector_index_saves_without_closing_and_only_once(tmp_path: Path) -> None:
+    with LMDB(tmp_path / "store", ann=CFG) as b:
+        b.apply_changeset(random_graph(11))
+        assert b.save_vector_index() == []
+        find(b, QUERY, types=["semantic", "subgoal"])
+        assert b.save_vector_index() == ["semantic", "subgoal"]
+        assert b.save_vector_index() == []
+    assert reopen_and_query(tmp_path / "store")[0]
+
+
+def test_unchanged_loaded_index_is_not_rewritten_on_close(tmp_path: Path) -> None:
+    path = saved_store(tmp_path / "store")
+    inode = os.stat(files(path)[0]).st_ino
+    assert reopen_and_query(path)[0]
+    assert os.stat(files(path)[0]).st_ino == inode
+
+
+def flip_middle_byte(f: Path) -> None:
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+def truncate_half(f: Path) -> None:
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+DAMAGE: dict[str, Callable[[Path], object]] = {
+    "corrupt_index": lambda p: flip_middle_byte(files(p)[0]),
+    "truncated_index": lambda p: truncate_half(files(p)[0]),
+    "empty_index": lambda p: files(p)[0].write_bytes(b""),
+    "corrupt_labels": lambda p: flip_middle_byte(files(p)[1]),
+    "truncated_labels": lambda p: truncate_half(files(p)[1]),
+    "garbage_sidecar": lambda p: files(p)[2].write_bytes(b"{not json"),
+    "missing_sidecar": lambda p: files(p)[2].unlink(),
+    "sidecar_from_the_future": lambda p: files(p)[2].write_text(json.dumps({**sidecar(p), "seq": 10**6})),
+    "other_format_version": lambda p: files(p)[2].write_text(json.dumps({**sidecar(p), "format": 99})),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_damaged_index_files_are_rebuilt_and_never_read_by_hnswlib(
+    tmp_path: Path, spy: type[SpyIndex], damage: str
+) -> None:
+    path = saved_store(tmp_path / "store")
+    DAMAGE[damage](path)
+    loaded, hits, exact = reopen_and_query(path)
+    assert not loaded and spy.loads == 0
+    assert hits == exact
+
+
+def test_index_saved_with_other_parameters_is_rebuilt(tmp_path: Path, spy: type[SpyIndex]) -> None:
+    path = saved_store(tmp_path / "store")
+    loaded, hits, exact = reopen_and_query(path, AnnConfig(min_nodes=50, M=8, ef_search=512, ef_construction=200))
+    assert not loaded and spy.loads == 0
+    assert hits == exact
+
+
+def test_index_files_of_another_store_are_never_adopted(tmp_path: Path) -> None:
+    mine, other = saved_store(tmp_path / "mine", seed=12), saved_store(tmp_path / "other", seed=13)
+    assert sidecar(mine)["seq"] == sidecar(other)["seq"]
+    for f in files(other):
+        f.replace(files(mine)[files(other).index(f)])
+    loaded, hits, exact = reopen_and_query(mine)
+    assert not loaded
+    assert hits == exact
+
+
+def test_index_stale_by_later_writes_is_caught_up_from_the_change_log(tmp_path: Path) -> None:
+    path = saved_store(tmp_path / "store")
+    rng = np.random.default_rng(14)
+    with LMDB(path, ann=None) as writer:
+        writer.delete_nodes([i for i, _ in find(writer, QUERY, vf=params(0.0, 3), exact=True)])
+        writer.apply_changeset(hg.Changeset().add_node(semantic("newcomer", QUERY)))
+        writer.apply_changeset(hg.Changeset().add_node(semantic("n0000", rng_vec(rng))))
+        writer.update_metadata({"n0001": hg.NodeMetadata(created_at=NOW, access_count=9)})
+    loaded, hits, exact = reopen_and_query(path)
+    assert loaded
+    assert hits == exact and hits[0][0] == "newcomer"
+
+
+def test_caught_up_index_is_saved_again_on_close(tmp_path: Path) -> None:
+    path = saved_store(tmp_path / "store")
+    with LMDB(path, ann=None) as writer:
+        writer.apply_changeset(hg.Changeset().add_node(semantic("newcomer", QUERY)))
+    before = sidecar(path)["seq"]
+    assert reopen_and_query(path)[0]
+    assert sidecar(path)["seq"] == before + 1
+    assert reopen_and_query(path)[0]
+
+
+def test_index_stale_beyond_the_change_log_is_rebuilt(
+    tmp_path: Path, spy: type[SpyIndex], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = saved_store(tmp_path / "store")
+    monkeypatch.setattr(lmdb_module, "LOG_KEEP", 2)
+    with LMDB(path, ann=None) as writer:
+        for i in range(4):
+            writer.apply_changeset(hg.Changeset().add_node(semantic(f"late{i}", QUERY * (i + 1))))
+    loaded, hits, exact = reopen_and_query(path)
+    assert not loaded and spy.loads == 0
+    assert hits == exact
+
+
+def test_close_warns_but_closes_when_the_index_cannot_be_saved(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    b = LMDB(path, ann=CFG)
+    b.apply_changeset(random_graph(15))
+    find(b, QUERY)
+    (path / "ann").write_bytes(b"in the way")
+    with pytest.warns(RuntimeWarning, match="vector index not saved"):
+        b.close()
+    with pytest.raises(hg.StorageError, match="closed"):
+        find(b, QUERY)
+    (path / "ann").unlink()
+    assert reopen_and_query(path)[0] is False
