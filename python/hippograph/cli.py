@@ -11,6 +11,14 @@
     Prints node counts and storage figures of an existing repo (default name
     ``demo``; default directory ``./.hippograph/<name>``).
 
+``hippograph verify [--path DIR] [--name NAME]``
+    Checks the invariants of an existing repo with `Repo.verify` (links end at
+    existing nodes and are recorded on both ends, one embedding dimension,
+    every stored record decodes, no data left behind by deleted nodes) and
+    prints the report. The store is opened read-only: verifying changes
+    nothing. Exit status 0 when the store is consistent, 1 when the report
+    lists problems (or the store cannot be opened).
+
 Exit status: 0 on success, 2 on a usage error, 1 when hippograph reports an
 error (the message goes to stderr).
 """
@@ -26,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
+from .backends.lmdb import LMDB
 from .changeset import Changeset
 from .embedding import ENGLISH_STOP_WORDS, HashingEmbedder
 from .errors import HippographError, NotFoundError, ValidationError
@@ -190,6 +199,31 @@ def _stats(name: str, path: str | None, out: TextIO) -> None:
         _print_stats(repo, name, where, out)
 
 
+def _existing_store(name: str, path: str | None) -> Path:
+    check_repo_name(name)  # before the name is used to build a path
+    where = _store_path(name, path)
+    if not (where / "data.mdb").is_file():
+        raise NotFoundError("repo", str(where), f"no hippograph repo at {str(where)!r}")
+    return where
+
+
+def _verify(name: str, path: str | None, out: TextIO) -> bool:
+    """Print the `Repo.verify` report of an existing repo; True when it found no problem."""
+    where = _existing_store(name, path)
+    with Repo(LMDB(where, readonly=True), flush_interval=0) as repo:
+        report = repo.verify()
+    print(f"repo {name!r} at {where}", file=out)
+    print(f"  checked nodes      {report.checked_nodes}", file=out)
+    print(f"  checked records    {report.checked_records}", file=out)
+    if report.ok:
+        print("  ok: every invariant holds", file=out)
+    else:
+        print(f"  problems           {len(report.problems)}", file=out)
+        for problem in report.problems:
+            print(f"    - {problem}", file=out)
+    return report.ok
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hippograph", description="An embedded memory graph for AI agents.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -198,6 +232,9 @@ def _parser() -> argparse.ArgumentParser:
     stats = commands.add_parser("stats", help="print the counts of a repo")
     stats.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/NAME)")
     stats.add_argument("--name", default=DEMO_NAME, help="repo name (default: demo)")
+    verify = commands.add_parser("verify", help="check a repo's invariants (exit 1 when broken)")
+    verify.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/NAME)")
+    verify.add_argument("--name", default=DEMO_NAME, help="repo name (default: demo)")
     return parser
 
 
@@ -210,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "demo":
             _demo(args.path, sys.stdout)
+        elif args.command == "verify":
+            if not _verify(args.name, args.path, sys.stdout):
+                return 1
         else:
             _stats(args.name, args.path, sys.stdout)
     except HippographError as exc:

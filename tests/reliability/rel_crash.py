@@ -1,0 +1,346 @@
+"""The crash matrix driver: SIGKILL a child running `rel_crash_child.py`, then check the store.
+
+After every kill the parent replays the acknowledged operations on an
+`InMemory` shadow (through the same `rel_workload.run_op` code), applies the
+one operation that may have been in flight while capturing the state after each
+of its backend calls, and requires the reopened LMDB store to equal one of those
+states exactly. On top of that whole-state comparison it checks the named
+invariants one by one, so a failure says which promise broke:
+
+- ``receipt``: every acknowledged ingestion's record exists with its exact receipt;
+- ``partial``: a record's nodes all exist unless an acknowledged delete, decay or
+  consolidation (or the in-flight one) removed them;
+- ``orphan``: every node of an ingestion has that ingestion's record;
+- ``link``: no link ends at a missing node or is recorded on one end only;
+- ``verify``: `Repo.verify()` reports no problem;
+- ``metadata``: acknowledged ``update_metadata`` records are durable;
+- ``shadow``: the store equals the acknowledged prefix, possibly plus the in-flight
+  operation's first k backend calls (each backend call is atomic);
+- ``agree``: maintenance results the child acknowledged equal the shadow's;
+- ``child``: the child died of the SIGKILL and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rel_workload import (
+    T0,
+    Recorder,
+    copy_into_memory,
+    diff,
+    metadata_for,
+    owner_of,
+    receipt_from_json,
+    removed_by,
+    run_op,
+    source_id,
+    state,
+    structure,
+    touched_metadata,
+    trajectory,
+)
+
+import hippograph as hg
+from hippograph.backends import LMDB, InMemory
+from hippograph.fingerprint import FINGERPRINT_VERSION, fingerprint
+from hippograph.testing.graphs import Snapshot
+
+CHILD = Path(__file__).with_name("rel_crash_child.py")
+KINDS = ("ingest", "delete", "meta", "reward", "decay", "consolidate")
+TARGETS = (*KINDS, "anytime")
+CHILD_TIMEOUT = 60.0
+"""Hang guard only: a child that has not reached its kill point by then is killed and reported."""
+
+
+@dataclass
+class Figures:
+    kills: int = 0
+    acknowledged: int = 0
+    stores: int = 0
+    seconds: float = 0.0
+    in_flight: Counter[str] = field(default_factory=Counter)
+    """Kind of the operation in flight at each kill ("none" between operations)."""
+    outcome: Counter[str] = field(default_factory=Counter)
+    """"before": the in-flight operation left no trace; "applied": it was fully applied although never
+    acknowledged; "partial": some but not all of its backend calls (each atomic) were applied."""
+    violations: dict[str, list[str]] = field(default_factory=dict)
+
+    def violate(self, kind: str, message: str) -> None:
+        self.violations.setdefault(kind, []).append(message)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "kills": self.kills,
+            "acknowledged_ops": self.acknowledged,
+            "stores": self.stores,
+            "seconds": round(self.seconds, 1),
+            "in_flight_at_kill": dict(sorted(self.in_flight.items())),
+            "in_flight_outcome": dict(sorted(self.outcome.items())),
+            "violations": sum(len(v) for v in self.violations.values()),
+        }
+
+
+@dataclass
+class Epoch:
+    """What the parent knows about one store across the kills it survives."""
+
+    path: Path
+    shadow: InMemory = field(default_factory=lambda: InMemory(ann=None))
+    receipts: dict[str, hg.IngestionReceipt] = field(default_factory=dict)
+    removed: set[str] = field(default_factory=set)
+    meta: dict[str, int] = field(default_factory=dict)
+    ids: set[str] = field(default_factory=set)
+    sources: set[str] = field(default_factory=set)
+    next_index: int = 0
+
+
+def _spawn(store: Path, seed: int, first: int, errors: Path) -> subprocess.Popen[str]:
+    with errors.open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, str(CHILD), str(store), str(seed), str(first)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGKILL)
+
+
+def _run_child(
+    epoch: Epoch, seed: int, target: str, rng: random.Random, errors: Path, latency: dict[str, float]
+) -> tuple[list[str], int]:
+    """Start a child, kill it at the chosen moment, return its complete output lines and exit status."""
+    proc = _spawn(epoch.path, seed, epoch.next_index, errors)
+    assert proc.stdout is not None
+    guard = threading.Timer(CHILD_TIMEOUT, _kill, (proc,))
+    guard.start()
+    if target == "anytime":  # a purely random moment, which may fall while the store is being opened
+        threading.Timer(rng.uniform(0.0, 0.5), _kill, (proc,)).start()
+    warm = rng.randint(0, 8)
+    seen = 0
+    lines: list[str] = []
+    begun: tuple[str, float] | None = None
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("ACK ") and begun is not None:
+            kind, at = begun
+            latency[kind] = 0.8 * latency.get(kind, 0.01) + 0.2 * (time.perf_counter() - at)
+        elif target != "anytime" and line.startswith("BEGIN "):
+            seen += 1
+            kind = json.loads(line[6:])["op"]
+            begun = (kind, time.perf_counter())
+            if seen > warm and kind == target:
+                # Anywhere from the call's start to a little past its usual acknowledgement.
+                time.sleep(rng.uniform(0.0, 1.2 * latency.get(kind, 0.01)))
+                _kill(proc)
+                break
+    rest, _ = proc.communicate()
+    guard.cancel()
+    lines += rest.splitlines(keepends=True)
+    return [x.rstrip("\n") for x in lines if x.endswith("\n")], proc.returncode
+
+
+def _parse(lines: list[str]) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], dict[str, Any] | None]:
+    acked: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    pending: dict[str, Any] | None = None
+    for line in lines:
+        if line.startswith("BEGIN "):
+            assert pending is None, "two operations in flight"
+            pending = json.loads(line[6:])
+        elif line.startswith("ACK "):
+            assert pending is not None, "acknowledgement without an operation"
+            acked.append((pending, json.loads(line[4:])))
+            pending = None
+    return acked, pending
+
+
+def _note_ids(epoch: Epoch, op: dict[str, Any]) -> None:
+    """Widen the ids and sources every state comparison covers by those `op` names."""
+    if op["op"] == "ingest":
+        epoch.sources.add(source_id(op["i"]))
+        epoch.ids |= set(structure(trajectory(op["i"])).node_ids)
+    elif op["op"] == "meta":
+        epoch.ids.add(op["id"])
+
+
+def _replay_ingest(
+    epoch: Epoch, figures: Figures, backend: Any, op: dict[str, Any], ack: dict[str, Any] | None
+) -> None:
+    _note_ids(epoch, op)
+    t = trajectory(op["i"])
+    sid = t.source_id
+    cs = structure(t)
+    if ack is None:  # in flight: its stored_at is unknown, so states are compared without it
+        receipt = hg.IngestionReceipt(sid, cs.node_ids, T0)
+    else:
+        receipt = receipt_from_json(ack["receipt"])
+        known = epoch.receipts.setdefault(sid, receipt)
+        if known != receipt:
+            figures.violate("receipt", f"{sid}: a replay was acknowledged with {receipt}, the first with {known}")
+    stored = backend.get_ingestion(sid)
+    if stored is None:
+        backend.commit_ingestion(hg.IngestionRecord(sid, fingerprint(t), FINGERPRINT_VERSION, receipt), cs)
+    elif ack is not None and stored.receipt != receipt:
+        figures.violate("receipt", f"{sid}: acknowledged {receipt}, the shadow holds {stored.receipt}")
+
+
+def _replay(epoch: Epoch, figures: Figures, backend: Any, op: dict[str, Any], ack: dict[str, Any] | None) -> None:
+    """Apply one operation to the shadow (`backend`), as the child did."""
+    if op["op"] == "ingest":
+        _replay_ingest(epoch, figures, backend, op, ack)
+        return
+    _note_ids(epoch, op)
+    ours = run_op(hg.Repo(backend, flush_interval=0), op)
+    if ack is not None and ours != ack:
+        figures.violate("agree", f"{op}: the LMDB child acknowledged {ack}, InMemory computed {ours}")
+
+
+def _comparable(snap: Snapshot, loose: str | None) -> Snapshot:
+    """`snap` with the stored_at of source `loose` (an unacknowledged ingestion) blanked."""
+    if loose is None or snap.records.get(loose) is None:
+        return snap
+    records = dict(snap.records)
+    r = records[loose]
+    assert r is not None
+    receipt = hg.IngestionReceipt(r.source_id, r.receipt.node_ids, T0)
+    records[loose] = hg.IngestionRecord(r.source_id, r.payload_digest, r.fingerprint_version, receipt)
+    return Snapshot(snap.nodes, snap.metadata, records)
+
+
+def _check_invariants(
+    epoch: Epoch, figures: Figures, actual: Snapshot, in_flight: dict[str, Any] | None, label: str
+) -> None:
+    nodes = actual.nodes
+    for sid, receipt in epoch.receipts.items():
+        record = actual.records.get(sid)
+        if record is None or record.receipt != receipt:
+            figures.violate("receipt", f"{label}: {sid} acknowledged {receipt}, store holds {record}")
+    may_vanish = set(epoch.removed)
+    if in_flight is not None and in_flight["op"] in ("delete", "decay", "consolidate"):
+        may_vanish |= set(in_flight.get("ids", [])) if in_flight["op"] == "delete" else set(epoch.ids)
+    for sid, record in actual.records.items():
+        if record is None:
+            continue
+        missing = [i for i in record.receipt.node_ids if i not in nodes and i not in may_vanish]
+        if missing:
+            figures.violate("partial", f"{label}: {sid} is missing {missing} that nothing deleted")
+    for node_id in nodes:
+        if actual.records.get(owner_of(node_id)) is None:
+            figures.violate("orphan", f"{label}: node {node_id!r} exists without its ingestion record")
+    for node in nodes.values():
+        for edge, others in node.links.items():
+            for other in others:
+                peer = nodes.get(other)
+                if peer is None or node.id not in peer.links.get(edge, ()):
+                    figures.violate("link", f"{label}: {edge.value} link {node.id!r} -> {other!r} dangles")
+    for node_id, k in epoch.meta.items():
+        if actual.metadata.get(node_id) != metadata_for(k):
+            figures.violate("metadata", f"{label}: acknowledged metadata #{k} of {node_id!r} is not durable")
+
+
+def _settle(epoch: Epoch, acked: list[tuple[dict[str, Any], dict[str, Any]]], in_flight: dict[str, Any] | None) -> None:
+    """Fold this round's acknowledged operations into the expectations carried to the next round."""
+    for op, ack in acked:
+        touched = touched_metadata(op, ack) or set()
+        for node_id in touched:
+            epoch.meta.pop(node_id, None)
+        if op["op"] == "meta":
+            epoch.meta[op["id"]] = op["k"]
+        epoch.removed |= removed_by(op, ack)
+    if in_flight is not None:
+        touched = touched_metadata(in_flight, None)
+        if touched is None:
+            epoch.meta.clear()
+        else:
+            for node_id in touched:
+                epoch.meta.pop(node_id, None)
+
+
+def _round(
+    epoch: Epoch,
+    figures: Figures,
+    seed: int,
+    target: str,
+    rng: random.Random,
+    errors: Path,
+    latency: dict[str, float],
+) -> None:
+    lines, status = _run_child(epoch, seed, target, rng, errors, latency)
+    label = f"kill {figures.kills} (seed {seed}, target {target})"
+    figures.kills += 1
+    if status != -signal.SIGKILL:
+        figures.violate("child", f"{label}: child exited with {status}: {errors.read_text()[-2000:]}")
+    acked, in_flight = _parse(lines)
+    figures.acknowledged += len(acked)
+    figures.in_flight["none" if in_flight is None else in_flight["op"]] += 1
+
+    for op, ack in acked:
+        _replay(epoch, figures, epoch.shadow, op, ack)
+    epoch.next_index = max([epoch.next_index - 1, *(op["i"] for op, _ in acked if op["op"] == "ingest")]) + 1
+    _settle(epoch, acked, in_flight)
+
+    loose = None
+    if in_flight is not None:
+        _note_ids(epoch, in_flight)
+    candidates = [state(epoch.shadow, epoch.ids, epoch.sources)]
+    if in_flight is not None:
+        if in_flight["op"] == "ingest":
+            loose = source_id(in_flight["i"])
+            epoch.next_index = max(epoch.next_index, in_flight["i"] + 1)
+        shadow = epoch.shadow
+        recorder = Recorder(shadow, lambda: candidates.append(state(shadow, epoch.ids, epoch.sources)))
+        _replay(epoch, figures, recorder, in_flight, None)
+
+    with LMDB(epoch.path) as store:
+        actual = state(store, epoch.ids, epoch.sources)
+        report = hg.Repo(store, flush_interval=0).verify()
+        if not report.ok:
+            figures.violate("verify", f"{label}: {list(report.problems)}")
+        _check_invariants(epoch, figures, actual, in_flight, label)
+        seen = _comparable(actual, loose)
+        matches = [i for i, c in enumerate(candidates) if _comparable(c, loose) == seen]
+        if not matches:
+            figures.violate("shadow", f"{label}: in flight {in_flight}; {diff(candidates[-1], actual)}")
+        elif in_flight is not None:
+            k = matches[-1]
+            figures.outcome["before" if k == 0 else "applied" if k == len(candidates) - 1 else "partial"] += 1
+        for record in actual.records.values():
+            if record is not None:
+                epoch.removed |= {i for i in record.receipt.node_ids if i not in actual.nodes}
+        epoch.shadow = copy_into_memory(store, epoch.ids, epoch.sources)
+
+
+def run_matrix(base: Path, kills: int, *, seed: int, per_store: int) -> Figures:
+    """`kills` SIGKILLs, cycling the kill target through every operation kind and random moments."""
+    figures = Figures()
+    rng = random.Random(seed)
+    started = time.perf_counter()
+    epoch: Epoch | None = None
+    errors = base / "child-stderr.txt"
+    latency: dict[str, float] = {}
+    for n in range(kills):
+        if epoch is None or n % per_store == 0:
+            figures.stores += 1
+            epoch = Epoch(base / f"store-{figures.stores:04d}")
+        _round(epoch, figures, seed * 1_000_003 + n, TARGETS[n % len(TARGETS)], rng, errors, latency)
+    figures.seconds = time.perf_counter() - started
+    return figures

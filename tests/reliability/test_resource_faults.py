@@ -1,0 +1,497 @@
+"""Resource faults: a full map, read-only stores, a full disk, a held writer lock, corrupt directories.
+
+`tests/test_lmdb_processes.py` already covers a map growing under
+``apply_changeset``, a foreign directory of plain files, a foreign LMDB
+environment with an unnamed key, a data file of random bytes and a newer storage
+format; the cases here extend those. Opening anything that may crash the
+interpreter (a corrupt data file) happens in a child process, so a crash fails
+one test instead of killing the run.
+
+Root: the tests may run as root, for whom permission bits do not stop writes.
+The permission test then runs its probe in a child process that drops to user
+``nobody``; the full-disk test mounts a 2 MiB tmpfs (root only) and is backed by
+a stand-in that works for anyone: a child whose ``RLIMIT_FSIZE`` caps the file
+size, so LMDB's writes fail with ``EFBIG`` exactly as they would on a full disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import lmdb
+import pytest
+from rel_bugs import known_bug
+from rel_workload import structure, trajectory
+
+import hippograph as hg
+from hippograph.backends import LMDB
+from hippograph.testing.graphs import snapshot
+
+HANG_GUARD = 60.0
+IS_ROOT = os.geteuid() == 0
+
+
+def ingest_many(repo: hg.Repo, count: int, start: int = 0) -> list[hg.IngestionReceipt]:
+    return [repo.ingest(trajectory(i), structure) for i in range(start, start + count)]
+
+
+def run_python(code: str, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+        check=False,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    """Every file under `path` with the SHA-256 of its bytes (to prove a refusal wrote nothing)."""
+    if path.is_file():
+        return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()}
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in path.rglob("*")
+        if p.is_file() and p.name != "lock.mdb"  # LMDB's reader table, rewritten by every open
+    }
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A store holding six ingestions."""
+    path = tmp_path / "store"
+    with hg.open_repo("faults", path=path, flush_interval=0) as repo:
+        ingest_many(repo, 6)
+    return path
+
+
+# -- a full map ----------------------------------------------------------------
+
+
+def test_a_full_map_grows_transparently_during_ingestion(tmp_path: Path) -> None:
+    with hg.Repo(LMDB(tmp_path / "s", map_size=64 * 1024), flush_interval=0) as repo:
+        receipts = ingest_many(repo, 120)
+        assert all(repo.backend.get_ingestion(r.source_id).receipt == r for r in receipts)  # type: ignore[union-attr]
+        assert repo.verify().ok
+    assert (tmp_path / "s" / "data.mdb").stat().st_size > 64 * 1024
+
+
+def test_a_map_grown_by_another_process_is_adopted_by_the_next_write(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with hg.Repo(LMDB(path, map_size=64 * 1024), flush_interval=0) as repo:
+        ingest_many(repo, 1)
+        grower = run_python(
+            """
+            import sys
+            sys.path.insert(0, sys.argv[2])
+            import hippograph as hg
+            from hippograph.backends import LMDB
+            from rel_workload import structure, trajectory
+            with hg.Repo(LMDB(sys.argv[1], map_size=64 * 1024), flush_interval=0) as repo:
+                for i in range(1000, 1150):
+                    repo.ingest(trajectory(i), structure)
+            """,
+            str(path),
+            str(Path(__file__).parent),
+        )
+        assert grower.returncode == 0, grower.stderr
+        ingest_many(repo, 1, start=2)
+        assert repo.backend.get_ingestion("src-001149") is not None
+        assert repo.verify().ok
+
+
+# -- read-only stores ------------------------------------------------------------
+
+
+WRITES: dict[str, Callable[[LMDB], object]] = {
+    "apply_changeset": lambda b: b.apply_changeset(hg.Changeset().add_node(hg.Tag(id="new", label="x"))),
+    "delete_nodes": lambda b: b.delete_nodes(["src-000000:goal"]),
+    "update_metadata": lambda b: b.update_metadata({"src-000000:goal": hg.NodeMetadata()}),
+    "modify_metadata": lambda b: b.modify_metadata(["src-000000:goal"], lambda i, m: hg.NodeMetadata()),
+    "delete_metadata": lambda b: b.delete_metadata(["src-000000:goal"]),
+    "commit_ingestion": lambda b: hg.Repo(b, flush_interval=0).ingest(trajectory(99), structure),
+    "rewrite": lambda b: b.rewrite(hg.Changeset(), ["src-000000:goal"], []),
+    "delete_ingestion": lambda b: b.delete_ingestion("src-000000"),
+}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_a_read_only_open_refuses_every_write_with_storage_error(store: Path, write: str) -> None:
+    with LMDB(store, readonly=True) as backend:
+        before = snapshot(backend, sources=["src-000000", "src-000099"])
+        with pytest.raises(hg.StorageError):
+            WRITES[write](backend)
+        assert snapshot(backend, sources=["src-000000", "src-000099"]) == before
+
+
+RECALL_SUBGOALS = {"params": {"subgoal": {"threshold": 0.0}}}
+
+
+def test_a_read_only_open_still_reads_and_finds_candidates(store: Path) -> None:
+    with LMDB(store, readonly=True) as backend:
+        assert backend.get_ingestion("src-000005") is not None
+        query = structure(trajectory(0)).additions[0].embedding
+        assert backend.find_candidates(["subgoal"], query, [], RECALL_SUBGOALS)
+        assert hg.Repo(backend, flush_interval=0).verify().ok
+
+
+PERMISSION_PROBE = """
+import sys
+import hippograph as hg
+from hippograph.backends import LMDB
+for readonly in (False, True):
+    try:
+        with LMDB(sys.argv[1], readonly=readonly) as b:
+            print("open", readonly, "reads", b.get_ingestion("src-000000") is not None)
+            try:
+                b.delete_nodes(["src-000000:goal"])
+                print("write", readonly, "succeeded")
+            except hg.StorageError as exc:
+                print("write", readonly, "StorageError", exc)
+    except hg.StorageError as exc:
+        print("open", readonly, "StorageError", exc)
+"""
+
+
+PR_CAPBSET_DROP = 24
+CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER = 1, 2, 3
+
+
+def _drop_permission_override() -> None:
+    """In the child before exec: take the capabilities that let root ignore permission bits out of
+    the bounding set, so the exec'd interpreter is subject to mode bits like any user."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def _probe_without_write_permission(path: Path) -> list[str]:
+    """Run `PERMISSION_PROBE` on a store whose directory is 0500 and files 0400 for their owner."""
+    for f in path.iterdir():
+        f.chmod(0o400)
+    path.chmod(0o500)
+    try:
+        result = run_python(PERMISSION_PROBE, str(path), preexec_fn=_drop_permission_override if IS_ROOT else None)
+    finally:
+        path.chmod(0o700)
+        for f in path.iterdir():
+            f.chmod(0o600)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_a_store_without_write_permission_fails_with_storage_error_and_is_left_intact(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with hg.open_repo("perm", path=path, flush_interval=0) as repo:
+        ingest_many(repo, 2)
+    before = tree_digest(path)
+    lines = _probe_without_write_permission(path)
+    # LMDB writes its reader table into lock.mdb even for read-only transactions,
+    # so an unwritable lock file refuses both modes at open; what matters is that
+    # the refusal is a StorageError naming the cause and that nothing changed.
+    assert lines and all("succeeded" not in line for line in lines), lines
+    assert all(" StorageError " in line or " reads True" in line for line in lines), lines
+    assert any("Permission denied" in line for line in lines), lines
+    assert tree_digest(path) == before
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs (needs root and mount privileges; skipped otherwise, see the RLIMIT stand-in)."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the RLIMIT_FSIZE test stands in")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_read_only_file_system_refuses_writes_and_still_reads(tmpfs: Path) -> None:
+    path = tmpfs / "store"
+    with hg.open_repo("rofs", path=path, flush_interval=0) as repo:
+        receipts = ingest_many(repo, 3)
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    with pytest.raises(hg.StorageError):
+        LMDB(path)
+    with LMDB(path, readonly=True) as backend:
+        assert [backend.get_ingestion(r.source_id).receipt for r in receipts] == receipts  # type: ignore[union-attr]
+        with pytest.raises(hg.StorageError):
+            backend.delete_nodes(["src-000000:goal"])
+
+
+# -- a full disk -----------------------------------------------------------------
+
+
+def _fill(repo: hg.Repo) -> tuple[list[hg.IngestionReceipt], hg.StorageError]:
+    receipts: list[hg.IngestionReceipt] = []
+    for i in range(100_000):
+        try:
+            receipts.append(repo.ingest(trajectory(i), structure))
+        except hg.StorageError as exc:
+            return receipts, exc
+    raise AssertionError("the disk never filled up")
+
+
+def test_a_full_disk_fails_the_write_with_storage_error_and_keeps_every_acknowledged_ingestion(tmpfs: Path) -> None:
+    path = tmpfs / "store"
+    with hg.open_repo("full", path=path, flush_interval=0) as repo:
+        receipts, error = _fill(repo)
+        assert error.operation == "commit_ingestion"
+        assert receipts
+    with hg.open_repo("full", path=path, flush_interval=0) as repo:
+        assert [repo.backend.get_ingestion(r.source_id).receipt for r in receipts] == receipts  # type: ignore[union-attr]
+        assert repo.backend.get_ingestion(f"src-{len(receipts):06d}") is None
+        assert repo.verify().ok
+
+
+FSIZE_FILLER = """
+import resource, signal, sys, json
+sys.path.insert(0, sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+import hippograph as hg
+from rel_workload import receipt_json, structure, trajectory
+acked = []
+with hg.open_repo("full", path=sys.argv[1], flush_interval=0) as repo:
+    for i in range(100_000):
+        try:
+            acked.append(receipt_json(repo.ingest(trajectory(i), structure)))
+        except hg.StorageError as exc:
+            print(json.dumps({"acked": acked, "error": str(exc), "operation": exc.operation}))
+            break
+"""
+
+
+def test_a_file_size_limit_fails_the_write_with_storage_error_and_keeps_every_acknowledged_ingestion(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from rel_workload import receipt_from_json
+
+    path = tmp_path / "store"
+    result = run_python(FSIZE_FILLER, str(path), str(Path(__file__).parent))
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout)
+    assert outcome["operation"] == "commit_ingestion"  # LMDB reports EFBIG or EIO, depending on the write
+    receipts = [receipt_from_json(r) for r in outcome["acked"]]
+    assert receipts
+    with hg.open_repo("full", path=path, flush_interval=0) as repo:
+        assert [repo.backend.get_ingestion(r.source_id).receipt for r in receipts] == receipts  # type: ignore[union-attr]
+        assert repo.verify().ok
+        ingest_many(repo, 3, start=50_000)  # without the limit the store takes writes again
+
+
+# -- another process holding the writer lock ------------------------------------
+
+
+LOCK_HOLDER = """
+import sys, time, lmdb
+env = lmdb.open(sys.argv[1], max_dbs=16)
+txn = env.begin(write=True)
+print("LOCKED", flush=True)
+if sys.argv[2] == "forever":
+    time.sleep(3600)
+time.sleep(float(sys.argv[2]))
+print("RELEASING", time.monotonic(), flush=True)
+txn.abort()
+env.close()
+"""
+
+
+def _hold_writer_lock(path: Path, how_long: str) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(path), how_long], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "LOCKED"
+    return holder
+
+
+def _write_in_background(backend: LMDB) -> tuple[threading.Thread, list[float]]:
+    finished: list[float] = []
+
+    def write() -> None:
+        backend.apply_changeset(hg.Changeset().add_node(hg.Tag(id="after-the-lock", label="x")))
+        finished.append(time.monotonic())
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread, finished
+
+
+def test_a_write_waits_for_another_process_holding_the_writer_lock_then_succeeds(store: Path) -> None:
+    with LMDB(store) as backend:
+        holder = _hold_writer_lock(store, "1.0")
+        thread, finished = _write_in_background(backend)
+        out, _ = holder.communicate(timeout=HANG_GUARD)
+        thread.join(HANG_GUARD)
+        assert finished, "the write never completed"
+        released = float(out.split()[1])
+        assert finished[0] > released  # ordering across processes (CLOCK_MONOTONIC is system-wide)
+        assert backend.get_node("after-the-lock") is not None
+        assert hg.Repo(backend, flush_interval=0).verify().ok
+
+
+def test_a_writer_killed_while_holding_the_lock_does_not_block_the_next_write(store: Path) -> None:
+    with LMDB(store) as backend:
+        holder = _hold_writer_lock(store, "forever")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(HANG_GUARD)
+        thread, finished = _write_in_background(backend)
+        thread.join(HANG_GUARD)
+        assert finished, "the write is stuck behind a dead process's lock"
+        assert hg.Repo(backend, flush_interval=0).verify().ok
+
+
+# -- corrupt and foreign directories ---------------------------------------------
+
+
+OPEN_PROBE = """
+import sys
+import hippograph as hg
+from hippograph.backends import LMDB
+try:
+    with LMDB(sys.argv[1]) as b:
+        b.get_nodes_by_type(list(hg.NodeType))
+        print("OPENED")
+except hg.StorageError as exc:
+    print("StorageError", exc)
+"""
+
+
+def open_in_child(path: Path) -> subprocess.CompletedProcess[str]:
+    """Open `path` in a child: a corrupt file may crash the interpreter, which must not take pytest down."""
+    return run_python(OPEN_PROBE, str(path))
+
+
+def assert_refused(path: Path) -> None:
+    before = tree_digest(path)
+    result = open_in_child(path)
+    assert result.returncode == 0, f"the open crashed the process (status {result.returncode}): {result.stderr}"
+    assert result.stdout.startswith("StorageError"), result.stdout
+    assert tree_digest(path) == before
+
+
+def test_a_data_file_with_a_garbage_header_is_refused(store: Path) -> None:
+    with (store / "data.mdb").open("r+b") as f:
+        f.write(os.urandom(8192))
+    assert_refused(store)
+
+
+def test_a_data_file_truncated_to_a_few_bytes_is_refused(store: Path) -> None:
+    os.truncate(store / "data.mdb", 100)
+    assert_refused(store)
+
+
+def test_zeroed_data_pages_are_refused(store: Path) -> None:
+    size = (store / "data.mdb").stat().st_size
+    with (store / "data.mdb").open("r+b") as f:
+        f.seek(8192)
+        f.write(b"\0" * (size - 8192))
+    assert_refused(store)
+
+
+def test_a_plain_file_where_the_store_directory_should_be_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "store"
+    target.write_bytes(b"my notes\n")
+    with pytest.raises(hg.StorageError, match="not a hippograph store"):
+        LMDB(target)
+    assert target.read_bytes() == b"my notes\n"
+
+
+def test_a_directory_named_data_mdb_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "store" / "data.mdb").mkdir(parents=True)
+    with pytest.raises(hg.StorageError):
+        LMDB(tmp_path / "store")
+    assert list((tmp_path / "store").iterdir()) == [tmp_path / "store" / "data.mdb"]
+
+
+def test_an_lmdb_environment_with_foreign_named_databases_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other"
+    env = lmdb.open(str(path), max_dbs=4)
+    for name in (b"users", b"sessions"):
+        with env.begin(write=True, db=env.open_db(name)) as txn:
+            txn.put(b"alice", b"x")
+    env.close()
+    before = tree_digest(path)
+    with pytest.raises(hg.StorageError, match="another application"):
+        LMDB(path)
+    assert tree_digest(path) == before
+
+
+def test_an_lmdb_environment_whose_info_names_another_magic_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other"
+    env = lmdb.open(str(path), max_dbs=4)
+    with env.begin(write=True, db=env.open_db(b"info")) as txn:
+        txn.put(b"magic", b"some-other-app")
+    env.close()
+    with pytest.raises(hg.StorageError, match="not a hippograph store"):
+        LMDB(path)
+
+
+def test_a_garbage_lock_file_is_rebuilt_and_the_data_stays_readable(store: Path) -> None:
+    with (store / "lock.mdb").open("r+b") as f:
+        f.write(os.urandom(4096))
+    with hg.open_repo("faults", path=store, flush_interval=0) as repo:
+        assert repo.stats().ingestion_records == 6
+        assert repo.verify().ok
+
+
+# -- regression tests of bugs found here (see README.md) ------------------------
+
+
+@known_bug("B1", "a truncated data.mdb crashes the interpreter with SIGBUS instead of raising StorageError")
+def test_a_data_file_truncated_to_half_is_refused_without_crashing(store: Path) -> None:
+    with hg.open_repo("faults", path=store, flush_interval=0) as repo:
+        ingest_many(repo, 300, start=100)  # a B-tree several pages deep
+    os.truncate(store / "data.mdb", (store / "data.mdb").stat().st_size // 2)
+    assert_refused(store)
+
+
+@known_bug("B2", "random bytes inside data pages crash the interpreter (SIGSEGV)", strict=False)
+def test_random_bytes_inside_data_pages_are_refused_without_crashing(store: Path) -> None:
+    with hg.open_repo("faults", path=store, flush_interval=0) as repo:
+        ingest_many(repo, 300, start=100)
+    size = (store / "data.mdb").stat().st_size
+    noise = random.Random(3).randbytes(size // 4)
+    with (store / "data.mdb").open("r+b") as f:
+        f.seek(size // 2)
+        f.write(noise)
+    result = open_in_child(store)
+    assert result.returncode == 0, f"the open crashed the process (status {result.returncode})"
+
+
+@known_bug("B3", "a directory holding only lock.mdb (a crash during the first open) is refused forever")
+def test_a_store_whose_creation_was_killed_after_lock_mdb_opens_as_a_new_store(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    path.mkdir(mode=0o700)
+    (path / "lock.mdb").write_bytes(b"")  # LMDB creates lock.mdb before data.mdb
+    with hg.open_repo("fresh", path=path, flush_interval=0) as repo:
+        ingest_many(repo, 1)
+        assert repo.verify().ok
+
+
+@known_bug("B4", "Repo.close() on a read-only store raises StorageError after a recall (access bookkeeping write)")
+def test_a_repo_over_a_read_only_store_recalls_and_closes_cleanly(store: Path) -> None:
+    repo = hg.Repo(LMDB(store, readonly=True), flush_interval=0)
+    query = structure(trajectory(0)).additions[0].embedding
+    assert repo.recall(query, types=["subgoal"], value_function=RECALL_SUBGOALS)
+    repo.close()
