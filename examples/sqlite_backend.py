@@ -45,7 +45,7 @@ from hippograph.model import (
     NodeType,
     Outcome,
     as_edge_type,
-    as_node_type,
+    as_node_types,
     check_id,
 )
 from hippograph.scoring import score_nodes
@@ -275,7 +275,7 @@ class SQLiteBackend:
             return [n for n in (self._node(db, i) for i in sorted(found)) if n is not None]
 
     def get_nodes_by_type(self, types: Iterable[NodeType | str]) -> list[Node]:
-        wanted = list(dict.fromkeys(as_node_type(t) for t in ([types] if isinstance(types, str) else types)))
+        wanted = list(dict.fromkeys(as_node_types(types)))
         with self._tx("get_nodes_by_type", write=False) as db:
             out: list[Node] = []
             for node_type in wanted:

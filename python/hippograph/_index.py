@@ -23,7 +23,16 @@ from . import _core
 from . import ann as ann_module
 from .ann import AnnConfig, AnnIndex
 from .errors import ValidationError
-from .model import Embedding, Node, NodeMetadata, NodeType, as_datetime, as_embedding, as_node_type, utcnow
+from .model import (
+    Embedding,
+    Node,
+    NodeMetadata,
+    NodeType,
+    as_datetime,
+    as_embedding,
+    as_node_types,
+    utcnow,
+)
 from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 
 __all__ = ["META_COLUMNS", "TypeIndex", "TypeSnapshot", "find_candidates", "meta_columns", "prepare_queries"]
@@ -308,6 +317,8 @@ def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> n
     vectors = [as_embedding(query, "query")]
     if isinstance(tags, np.ndarray) and tags.ndim == 2:
         tags = list(tags)
+    if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
+        raise ValidationError(f"tags must be a collection of vectors (pass () for none), got {type(tags).__name__}")
     vectors += [as_embedding(t, f"tag vector {i}") for i, t in enumerate(tags)]
     width = vectors[0].shape[0]
     for i, v in enumerate(vectors):
@@ -336,9 +347,7 @@ def find_candidates(
     skipped and does not count toward top_k (the type is scanned again for
     more), so a stale index can never surface a node the store lost.
     """
-    if isinstance(types, (str, NodeType)):
-        types = [types]
-    wanted = [as_node_type(t) for t in types]
+    wanted = as_node_types(types)
     queries = prepare_queries(query, tags, dim)
     when = utcnow() if now is None else as_datetime(now, "now")
     cfg = resolve_config(value_function)

@@ -34,6 +34,8 @@ class Changeset:
         return self
 
     def add_nodes(self, nodes: Iterable[Node]) -> Changeset:
+        if not isinstance(nodes, Iterable):
+            raise ValidationError(f"add_nodes expects a collection of nodes, got {type(nodes).__name__}")
         for node in nodes:
             self.add_node(node)
         return self
@@ -53,6 +55,8 @@ class Changeset:
 
     def merge(self, other: Changeset) -> Changeset:
         """A new changeset: self's entries then other's; other wins on metadata."""
+        if not isinstance(other, Changeset):
+            raise ValidationError(f"merge expects a Changeset, got {type(other).__name__}")
         return Changeset(
             additions=[*self.additions, *other.additions],
             links=[*self.links, *other.links],
@@ -76,6 +80,8 @@ def check_changeset(cs: object, dim: int | None) -> int | None:
     """
     if not isinstance(cs, Changeset):
         raise ValidationError(f"expected a Changeset, got {type(cs).__name__}")
+    if not isinstance(cs.additions, list) or not isinstance(cs.links, list):
+        raise ValidationError("changeset additions and links must be lists")
     for node in cs.additions:
         if not isinstance(node, Node):
             raise ValidationError(f"changeset addition is not a Node: {type(node).__name__}")

@@ -40,7 +40,8 @@ from .model import (
     Semantic,
     as_datetime,
     as_embedding,
-    as_node_type,
+    as_node_types,
+    finite_float,
     utcnow,
 )
 from .protocol import GraphBackend
@@ -199,7 +200,8 @@ def decay(
 ) -> DecaySummary:
     """Delete nodes whose usage score is below `threshold`, then their orphaned tags/intents."""
     when = utcnow() if now is None else as_datetime(now, "now")
-    wanted = list(dict.fromkeys(as_node_type(t) for t in ([types] if isinstance(types, str) else types)))
+    threshold = finite_float(threshold, "decay threshold")
+    wanted = list(dict.fromkeys(as_node_types(types)))
     checked = 0
     doomed: list[str] = []
     for i, node_type in enumerate(wanted):
@@ -275,6 +277,9 @@ def consolidate(
     Pairs come from the Rust core (cosine > threshold, greedy best partner);
     each merge is one `rewrite` and leaves a consistent graph on its own.
     """
+    threshold = finite_float(threshold, "consolidation threshold")
+    if not callable(decide):
+        raise ValidationError(f"decide must be callable (a, b) -> Merge | None, got {type(decide).__name__}")
     when = utcnow() if now is None else as_datetime(now, "now")
     snap = snapshot(backend, NodeType.SEMANTIC)
     row_of = {node_id: r for r, node_id in enumerate(snap.ids)}

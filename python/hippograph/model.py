@@ -42,7 +42,11 @@ __all__ = [
     "as_edge_type",
     "as_embedding",
     "as_node_type",
+    "as_node_types",
     "check_id",
+    "check_ids",
+    "check_text",
+    "finite_float",
     "utcnow",
 ]
 
@@ -111,6 +115,46 @@ def check_id(value: object, what: str = "id") -> str:
     if size > MAX_ID_BYTES:
         raise ValidationError(f"{what} {value[:40]!r}… is {size} UTF-8 bytes; the limit is {MAX_ID_BYTES}")
     return value
+
+
+def finite_float(value: object, what: str) -> float:
+    """A finite float from an int or float; huge ints and NaN/inf are refused, not overflowed."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(f"{what} must be a number, got {type(value).__name__}")
+    try:
+        out = float(value)
+    except OverflowError:
+        raise ValidationError(f"{what} is too large for a float: {value!r:.40}") from None
+    if not math.isfinite(out):
+        raise ValidationError(f"{what} must be finite, got {value!r}")
+    return out
+
+
+def check_text(value: str, what: str) -> str:
+    """Text must be encodable as UTF-8 (no lone surrogates), so every backend can store it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"{what} is not valid UTF-8 (lone surrogate)") from None
+    return value
+
+
+def check_ids(ids: object, what: str = "id") -> list[str]:
+    """A list of valid ids; a bare str is refused (it would iterate its characters)."""
+    if isinstance(ids, (str, bytes)):
+        raise ValidationError(f"expected a collection of {what}s, got a single {type(ids).__name__} {ids!r:.80}")
+    if not isinstance(ids, Iterable):
+        raise ValidationError(f"expected a collection of {what}s, got {type(ids).__name__}")
+    return [check_id(i, what) for i in ids]
+
+
+def as_node_types(value: object) -> list[NodeType]:
+    """One node type or a collection of them."""
+    if isinstance(value, (str, NodeType)):
+        return [as_node_type(value)]
+    if not isinstance(value, Iterable):
+        raise ValidationError(f"types must be a node type or a collection of them, got {type(value).__name__}")
+    return [as_node_type(t) for t in value]
 
 
 def as_node_type(value: object) -> NodeType:
@@ -209,14 +253,14 @@ class Node:
             value = getattr(self, f.name)
             if value is None and optional:
                 continue
+            what = f"{f.name} of node {self.id!r}"
             if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-                if not math.isfinite(value):
-                    raise ValidationError(f"{f.name} of node {self.id!r} must be finite, got {value!r}")
-                set_(self, f.name, float(value))
-            elif (kind is int and isinstance(value, int) and not isinstance(value, bool)) or (
-                kind is str and isinstance(value, str)
-            ):
-                continue
+                set_(self, f.name, finite_float(value, what))
+            elif kind is int and isinstance(value, int) and not isinstance(value, bool):
+                if not -(2**63) <= value < 2**63:
+                    raise ValidationError(f"{what} does not fit in 64 bits: {value}")
+            elif kind is str and isinstance(value, str):
+                check_text(value, what)
             else:
                 raise ValidationError(
                     f"{f.name} of {self.node_type.value} node {self.id!r} must be "
@@ -355,8 +399,8 @@ NODE_CLASSES: dict[NodeType, type[Node]] = {
 
 
 def _count(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValidationError(f"{what} must be a non-negative int, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+        raise ValidationError(f"{what} must be a non-negative int below 2**63, got {value!r:.40}")
     return value
 
 
@@ -367,7 +411,10 @@ def _check_custom(value: object, path: str, depth: int = 0) -> None:
     """Custom metadata holds plain data every backend stores the same way."""
     if depth > _MAX_CUSTOM_DEPTH:
         raise ValidationError(f"metadata custom value at {path} is nested deeper than {_MAX_CUSTOM_DEPTH}")
-    if value is None or isinstance(value, (bool, str, bytes)):
+    if isinstance(value, str):
+        check_text(value, f"metadata custom value at {path}")
+        return
+    if value is None or isinstance(value, (bool, bytes)):
         return
     if isinstance(value, int):
         if not -(2**63) <= value < 2**64:
@@ -382,6 +429,7 @@ def _check_custom(value: object, path: str, depth: int = 0) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError(f"metadata custom keys must be str, got {key!r:.40} at {path}")
+            check_text(key, f"metadata custom key at {path}")
             _check_custom(item, f"{path}.{key}", depth + 1)
     else:
         raise ValidationError(
@@ -412,10 +460,7 @@ class NodeMetadata:
             set_(self, "last_accessed_at", as_datetime(self.last_accessed_at, "metadata last_accessed_at"))
         _count(self.access_count, "access_count")
         _count(self.reward_count, "reward_count")
-        reward = self.cumulative_reward
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-            raise ValidationError(f"cumulative_reward must be a finite number, got {reward!r}")
-        set_(self, "cumulative_reward", float(reward))
+        set_(self, "cumulative_reward", finite_float(self.cumulative_reward, "cumulative_reward"))
         if not isinstance(self.custom, Mapping):
             raise ValidationError("metadata custom must be a mapping with str keys")
         custom = dict(self.custom)
@@ -437,10 +482,9 @@ class NodeMetadata:
 
     def update_reward(self, reward: float) -> NodeMetadata:
         """A copy with `reward` added to the running reward."""
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-            raise ValidationError(f"reward must be a finite number, got {reward!r}")
+        value = finite_float(reward, "reward")
         return dataclasses.replace(
-            self, cumulative_reward=self.cumulative_reward + float(reward), reward_count=self.reward_count + 1
+            self, cumulative_reward=self.cumulative_reward + value, reward_count=self.reward_count + 1
         )
 
     @property

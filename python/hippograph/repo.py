@@ -41,6 +41,7 @@ from .model import (
     Semantic,
     as_datetime,
     check_id,
+    check_ids,
     utcnow,
 )
 from .protocol import GraphBackend
@@ -142,6 +143,12 @@ class Repo:
         flush_count: int = 1024,
     ) -> None:
         resolve_config(value_function)
+        if not isinstance(backend, GraphBackend):
+            raise ValidationError(f"backend {backend!r:.60} does not implement the GraphBackend protocol")
+        for name, value in (("flush_interval", flush_interval), ("flush_count", flush_count)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValidationError(f"{name} must be a non-negative number, got {value!r}")
+        self._readonly = bool(getattr(backend, "readonly", False))
         self.backend = backend
         self.value_function = value_function
         self._flush_count = flush_count
@@ -219,6 +226,10 @@ class Repo:
         source in this process share one `structure` call.
         """
         self._check_open("ingest")
+        if not callable(structure):
+            raise ValidationError(
+                f"structure must be a callable Trajectory -> Changeset, got {type(structure).__name__}"
+            )
         digest = fingerprint(trajectory)
         source_id = trajectory.source_id
         stored = self.backend.get_ingestion(source_id)
@@ -299,7 +310,7 @@ class Repo:
         when = utcnow() if now is None else as_datetime(now, "now")
         config = value_function if value_function is not None else self.value_function
         hits = self.backend.find_candidates(types, query, tags, config, now=when, exact=exact)
-        if hits:
+        if hits and not self._readonly:  # a read-only store has nowhere to keep access counts
             with self._lock:
                 noted = self._pending.note((n.id for n, _ in hits), when)
             if noted >= self._flush_count:
@@ -309,7 +320,7 @@ class Repo:
     def reward(self, node_ids: Iterable[str], reward: float) -> None:
         """Add `reward` to each existing node's running reward."""
         self._check_open("reward")
-        ids = [check_id(i) for i in ([node_ids] if isinstance(node_ids, str) else node_ids)]
+        ids = [check_id(node_ids)] if isinstance(node_ids, str) else check_ids(node_ids)
         NodeMetadata().update_reward(reward)
         self.flush()
 

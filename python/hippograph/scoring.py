@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ._index import TypeIndex, TypeSnapshot, find_candidates, meta_columns
-from .model import Node, NodeMetadata, NodeType, as_node_type
+from .model import Node, NodeMetadata, NodeType, as_node_types
 from .value import ValueFunctionConfig
 
 __all__ = ["TypeSnapshot", "meta_columns", "score_nodes"]
@@ -35,7 +35,7 @@ def score_nodes(
     `dimension` is the store's embedding dimension (None when it holds no
     embedding yet); queries of another dimension are a `ValidationError`.
     """
-    wanted = [as_node_type(t) for t in ([types] if isinstance(types, (str, NodeType)) else types)]
+    wanted = as_node_types(types)
     indexes: dict[NodeType, TypeIndex] = {}
     loaded: dict[str, tuple[Node, NodeMetadata | None]] = {}
     for node_type in dict.fromkeys(wanted):

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _core
-from .errors import IngestionError
+from .errors import IngestionError, ValidationError
+from .model import MAX_ID_BYTES
 
 __all__ = ["Step", "Trajectory", "validate_trajectory"]
 
@@ -74,8 +75,12 @@ def _step_problem(value: object) -> str | None:
 
 def validate_trajectory(t: Trajectory) -> None:
     """Raise ``IngestionError`` for the first problem of ``t`` in the documented order."""
+    if not isinstance(t, Trajectory):
+        raise ValidationError(f"expected a Trajectory, got {type(t).__name__}")
     source_id: object = t.source_id
     problem = _text_problem(source_id)
+    if problem is None and len(str(source_id).encode("utf-8")) > MAX_ID_BYTES:
+        problem = f"is longer than {MAX_ID_BYTES} UTF-8 bytes"
     if problem:
         raise IngestionError("invalid_source_id", f"source_id {problem}", source_id=source_id)
 

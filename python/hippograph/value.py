@@ -86,7 +86,7 @@ def _number(params: Mapping[str, Any], key: str, node_type: NodeType) -> float:
 def _type_params(node_type: NodeType, overrides: Mapping[str, Any]) -> TypeParams:
     merged = {**DEFAULT_PARAMS[node_type], **overrides}
     top_k = merged["top_k"]
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k < 2**62:
         raise ConfigError(f"top_k of type {node_type.value!r} must be a non-negative int, got {top_k!r}")
     tp = TypeParams(
         threshold=_number(merged, "threshold", node_type),

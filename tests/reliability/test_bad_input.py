@@ -9,8 +9,8 @@ that are valid (NUL, combining characters, 4-byte characters, ids of exactly
 
 Calling with a wrong number of arguments or an unknown keyword is Python's own
 ``TypeError`` and out of scope; so is ``Node(...)`` itself (abstract, documented
-``TypeError``). Inputs that expose library bugs are kept out of the strategies
-and pinned by the ``known_bug`` regression tests at the end of this file.
+``TypeError``). Regression tests of the bugs this file found (B5–B12 in
+README.md) close it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rel_bugs import known_bug
 from rel_workload import DIM, structure, trajectory
 
 import hippograph as hg
@@ -681,7 +680,6 @@ def test_lmdb_refuses_an_unknown_durability_and_creates_nothing(tmp_path: Path, 
 # -- regression tests of bugs found here (see README.md) --------------------------------------
 
 
-@known_bug("B5", "text fields and custom metadata accept lone surrogates; LMDB then raises UnicodeEncodeError")
 @pytest.mark.parametrize(
     "make",
     [
@@ -696,7 +694,6 @@ def test_lone_surrogates_in_text_fields_are_refused_at_construction(make: Callab
         make()
 
 
-@known_bug("B6", "counts and step_index accept ints beyond 64 bits; LMDB then raises OverflowError from msgpack")
 @pytest.mark.parametrize(
     "make",
     [
@@ -711,7 +708,6 @@ def test_integers_beyond_64_bits_are_refused_at_construction(make: Callable[[], 
         make()
 
 
-@known_bug("B7", "ints too large for a float raise OverflowError instead of ValidationError")
 @pytest.mark.parametrize(
     "make",
     [
@@ -726,7 +722,6 @@ def test_ints_too_large_for_a_float_are_refused_with_validation_error(make: Call
         make()
 
 
-@known_bug("B8", "entry points raise bare TypeError/AttributeError for a wrong container type")
 @pytest.mark.parametrize(
     "call",
     [
@@ -772,13 +767,11 @@ def test_a_wrong_container_type_is_refused_with_a_hippograph_error(
     assert_refused(backend, lambda: call(backend, repo), (ValidationError, IngestionError, ConfigError))
 
 
-@known_bug("B9", "a top_k too large for the Rust core raises OverflowError instead of ConfigError")
 def test_a_top_k_beyond_the_core_range_is_refused_with_config_error(backend: Any) -> None:
     config = {"params": {"semantic": {"top_k": 10**30}}}
     assert_refused(backend, lambda: backend.find_candidates(["semantic"], GOOD_VECTOR, [], config), ConfigError)
 
 
-@known_bug("B10", "LMDB() raises bare TypeError/ValueError/OverflowError for bad arguments, some after mkdir")
 @pytest.mark.parametrize(
     ("path", "options"),
     [
@@ -800,7 +793,6 @@ def test_lmdb_refuses_bad_arguments_before_touching_the_disk(
     assert os.listdir(tmp_path) == []
 
 
-@known_bug("B11", "open_repo accepts a backend that is not a GraphBackend and a non-numeric flush_interval")
 @pytest.mark.parametrize(
     "kwargs", [{"backend": 5}, {"backend": InMemory(), "flush_interval": "often"}], ids=["backend", "flush"]
 )
@@ -809,7 +801,6 @@ def test_open_repo_refuses_a_malformed_backend_or_flush_interval(kwargs: dict[st
         hg.open_repo("x", **kwargs)
 
 
-@known_bug("B12", "an over-long source id raises ValidationError, not IngestionError(invalid_source_id)")
 def test_ingest_refuses_an_over_long_source_id_as_invalid_source_id(backend: Any, repo: hg.Repo) -> None:
     t = hg.Trajectory("s" * 513, "g", [hg.Step("o", "a")])
     error = assert_refused(backend, lambda: repo.ingest(t, structure), IngestionError)

@@ -458,7 +458,6 @@ def test_a_garbage_lock_file_is_rebuilt_and_the_data_stays_readable(store: Path)
 # -- regression tests of bugs found here (see README.md) ------------------------
 
 
-@known_bug("B1", "a truncated data.mdb crashes the interpreter with SIGBUS instead of raising StorageError")
 def test_a_data_file_truncated_to_half_is_refused_without_crashing(store: Path) -> None:
     with hg.open_repo("faults", path=store, flush_interval=0) as repo:
         ingest_many(repo, 300, start=100)  # a B-tree several pages deep
@@ -479,7 +478,6 @@ def test_random_bytes_inside_data_pages_are_refused_without_crashing(store: Path
     assert result.returncode == 0, f"the open crashed the process (status {result.returncode})"
 
 
-@known_bug("B3", "a directory holding only lock.mdb (a crash during the first open) is refused forever")
 def test_a_store_whose_creation_was_killed_after_lock_mdb_opens_as_a_new_store(tmp_path: Path) -> None:
     path = tmp_path / "store"
     path.mkdir(mode=0o700)
@@ -489,7 +487,6 @@ def test_a_store_whose_creation_was_killed_after_lock_mdb_opens_as_a_new_store(t
         assert repo.verify().ok
 
 
-@known_bug("B4", "Repo.close() on a read-only store raises StorageError after a recall (access bookkeeping write)")
 def test_a_repo_over_a_read_only_store_recalls_and_closes_cleanly(store: Path) -> None:
     repo = hg.Repo(LMDB(store, readonly=True), flush_interval=0)
     query = structure(trajectory(0)).additions[0].embedding

@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Self
 
 from ..changeset import Changeset, check_changeset
 from ..errors import StorageError, ValidationError
-from ..model import IngestionRecord, NodeMetadata, check_id
+from ..model import IngestionRecord, NodeMetadata, check_id, check_ids
 
 __all__ = ["BackendBase", "RWLock", "check_ids", "check_metadata_updates", "check_record"]
-
-
-def check_ids(ids: Iterable[str], what: str = "id") -> list[str]:
-    """A list of valid ids; a bare str is refused (it would iterate its characters)."""
-    if isinstance(ids, (str, bytes)):
-        raise ValidationError(f"expected a collection of {what}s, got a single {type(ids).__name__} {ids!r:.80}")
-    try:
-        items = list(ids)
-    except TypeError:
-        raise ValidationError(f"expected a collection of {what}s, got {type(ids).__name__}") from None
-    return [check_id(i, what) for i in items]
 
 
 def check_metadata_updates(updates: Mapping[str, NodeMetadata]) -> dict[str, NodeMetadata]:

@@ -75,6 +75,7 @@ from ..model import (
     Outcome,
     as_edge_type,
     as_node_type,
+    as_node_types,
     check_id,
 )
 from ..value import ValueFunctionConfig
@@ -404,7 +405,12 @@ class LMDB(BackendBase):
     ) -> None:
         if durability not in ("sync", "fast"):
             raise ValidationError(f"durability must be 'sync' or 'fast', got {durability!r}")
+        if isinstance(map_size, bool) or not isinstance(map_size, int) or not 1 << 16 <= map_size <= 1 << 46:
+            raise ValidationError(f"map_size must be an int between 64 KiB and 64 TiB, got {map_size!r}")
+        if not isinstance(path, (str, os.PathLike)) or "\0" in os.fspath(path):
+            raise ValidationError(f"path must be a str or os.PathLike without NUL, got {path!r:.80}")
         self.path = Path(path)
+        self.readonly = readonly
         self.durability = durability
         self._readonly = readonly
         self._pid = os.getpid()
@@ -412,7 +418,9 @@ class LMDB(BackendBase):
         self._cache = _Cache(ann, self.path / "ann")
         self._cache_lock = RWLock()
         self._write_lock = threading.Lock()
-        existed = self.path.exists() and any(self.path.iterdir()) if self.path.is_dir() else self.path.exists()
+        # lock.mdb alone is what a kill during the very first open leaves behind: a new store.
+        entries = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
+        existed = bool(entries - {"lock.mdb"}) if self.path.is_dir() else self.path.exists()
         if existed and not (self.path / "data.mdb").is_file():
             raise StorageError(f"{str(self.path)!r} exists and is not a hippograph store", operation="open")
         if not existed:
@@ -428,6 +436,7 @@ class LMDB(BackendBase):
                 mode=0o600,
                 max_readers=256,
             )
+            self._refuse_truncated()
             self._refuse_foreign()
             self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in _DBS}
         except lmdb.Error as exc:
@@ -437,6 +446,14 @@ class LMDB(BackendBase):
             if f.exists() and not readonly:
                 os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
         self._init_info(readonly)
+
+    def _refuse_truncated(self) -> None:
+        """A data file shorter than its last committed page would crash the process (SIGBUS) on read."""
+        need = (self._env.info()["last_pgno"] + 1) * self._env.stat()["psize"]
+        have = (self.path / "data.mdb").stat().st_size
+        if have < need:
+            self._env.close()
+            raise StorageError(f"{str(self.path)!r}: data.mdb is truncated ({have} of {need} bytes)", operation="open")
 
     def _refuse_foreign(self) -> None:
         """An LMDB environment whose main database names anything but ours is someone else's."""
@@ -803,7 +820,7 @@ class LMDB(BackendBase):
 
     def get_nodes_by_type(self, types: Iterable[NodeType | str]) -> list[Node]:
         self._guard("get_nodes_by_type")
-        wanted = list(dict.fromkeys(as_node_type(t) for t in ([types] if isinstance(types, str) else types)))
+        wanted = list(dict.fromkeys(as_node_types(types)))
 
         def run(t: _Txn) -> list[Node]:
             by_type: dict[NodeType, list[str]] = {nt: [] for nt in wanted}

@@ -25,6 +25,7 @@ from ..model import (
     Outcome,
     as_edge_type,
     as_node_type,
+    as_node_types,
     check_id,
 )
 from ..value import ValueFunctionConfig
@@ -259,7 +260,7 @@ class InMemory(BackendBase):
 
     def get_nodes_by_type(self, types: Iterable[NodeType | str]) -> list[Node]:
         self._check_open("get_nodes_by_type")
-        wanted = [as_node_type(t) for t in ([types] if isinstance(types, str) else types)]
+        wanted = as_node_types(types)
         with self._lock.read():
             out: list[Node] = []
             for node_type in dict.fromkeys(wanted):

@@ -126,6 +126,7 @@ from ..model import (
     Outcome,
     as_edge_type,
     as_node_type,
+    as_node_types,
     check_id,
 )
 from ..value import ValueFunctionConfig
@@ -1116,7 +1117,7 @@ class Postgres(BackendBase):
 
     def get_nodes_by_type(self, types: Iterable[NodeType | str]) -> list[Node]:
         self._guard("get_nodes_by_type")
-        wanted = list(dict.fromkeys(as_node_type(t) for t in ([types] if isinstance(types, str) else types)))
+        wanted = list(dict.fromkeys(as_node_types(types)))
 
         def run(tx: _Tx) -> list[Node]:
             if not wanted:
