@@ -1,0 +1,278 @@
+"""The synthetic workload shared by the pytest-benchmark suites and `compare.py`.
+
+Both measure the same data so that a figure in a pytest-benchmark run can be
+checked against the side-by-side table: clustered float32 embeddings from a
+fixed seed, a query plus four tag vectors drawn near cluster centres, usage
+metadata on every node, and one "trajectory-sized" ingestion (1 subgoal, 4
+episodic and 4 source nodes with links) for the write paths.
+
+The store holds ``n`` nodes of the scanned type (semantic) plus ``n // 10``
+nodes spread over the other six types, so a scan must skip the rest of the
+graph; the non-hippograph baselines are given only the ``n`` scanned vectors.
+Everything is deterministic: same ``n`` and seed, same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+import hippograph as hg
+from hippograph.backends import LMDB, InMemory
+
+DIM = 384
+SEED = 20240611
+CLUSTERS = 64
+TOP_K = 20
+"""The default ``top_k`` of the semantic type, used by every method."""
+SCANNED = hg.NodeType.SEMANTIC
+OTHER_TYPES = tuple(t for t in hg.NodeType if t != SCANNED)
+NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
+"""A fixed evaluation instant, so every method applies the same recency decay."""
+
+F32 = npt.NDArray[np.float32]
+
+
+def size_label(n: int) -> str:
+    """``1000`` → ``"1k"``; table and test ids read better that way."""
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The scanned vectors with their ids and metadata, plus the rest of the graph."""
+
+    n: int
+    matrix: F32
+    """``n × DIM`` float32, row ``i`` is node ``ids[i]``; C-contiguous."""
+    ids: list[str]
+    meta: list[hg.NodeMetadata]
+    queries: F32
+    """``5 × DIM``: the query, then four tag vectors."""
+    extra: list[tuple[hg.NodeType, str, F32]]
+    """Nodes of the six other types (not scanned)."""
+    centers: F32
+
+    @property
+    def query(self) -> F32:
+        return self.queries[0]
+
+    @property
+    def tags(self) -> F32:
+        return self.queries[1:]
+
+
+def _clustered(rng: np.random.Generator, centers: F32, count: int, spread: float) -> F32:
+    labels = rng.integers(0, centers.shape[0], count)
+    noise = rng.standard_normal((count, centers.shape[1]), dtype=np.float32)
+    return np.ascontiguousarray(centers[labels] + np.float32(spread) * noise, dtype=np.float32)
+
+
+def _metadata(rng: np.random.Generator, count: int) -> list[hg.NodeMetadata]:
+    """Varied usage so the value function really changes the order."""
+    age_h = rng.uniform(0.0, 30 * 24.0, count)
+    accesses = rng.integers(0, 20, count)
+    since_h = rng.uniform(0.0, 1.0, count)
+    rewards = rng.integers(0, 5, count)
+    avg = rng.uniform(-1.0, 1.0, count)
+    out = []
+    for i in range(count):
+        created = NOW - timedelta(hours=float(age_h[i]))
+        n_acc = int(accesses[i])
+        last = None if n_acc == 0 else created + timedelta(hours=float(age_h[i] * since_h[i]))
+        out.append(
+            hg.NodeMetadata(
+                created_at=created,
+                access_count=n_acc,
+                last_accessed_at=last,
+                cumulative_reward=float(avg[i] * rewards[i]),
+                reward_count=int(rewards[i]),
+            )
+        )
+    return out
+
+
+def make_dataset(n: int, *, seed: int = SEED, dim: int = DIM) -> Dataset:
+    """The workload for ``n`` scanned nodes (deterministic in ``n`` and ``seed``)."""
+    rng = np.random.default_rng([seed, n])
+    centers = rng.standard_normal((CLUSTERS, dim), dtype=np.float32)
+    matrix = _clustered(rng, centers, n, 0.6)
+    ids = [f"{SCANNED.value}-{i:07d}" for i in range(n)]
+    picks = rng.choice(CLUSTERS, 5, replace=False)
+    queries = np.ascontiguousarray(
+        centers[picks] + np.float32(0.3) * rng.standard_normal((5, dim), dtype=np.float32), dtype=np.float32
+    )
+    n_extra = n // 10
+    extra_vecs = _clustered(rng, centers, n_extra, 0.6)
+    extra = [
+        (OTHER_TYPES[i % len(OTHER_TYPES)], f"{OTHER_TYPES[i % len(OTHER_TYPES)].value}-{i:07d}", extra_vecs[i])
+        for i in range(n_extra)
+    ]
+    return Dataset(n, matrix, ids, _metadata(rng, n), queries, extra, centers)
+
+
+def make_node(node_type: hg.NodeType, node_id: str, embedding: F32 | None, i: int) -> hg.Node:
+    """A node of any type with plausible field values."""
+    created = NOW - timedelta(minutes=i % 10_000)
+    common = {"id": node_id, "embedding": embedding, "created_at": created}
+    match node_type:
+        case hg.NodeType.EPISODIC:
+            return hg.Episodic(
+                **common,
+                observation=f"saw screen {i}",
+                action=f"clicked button {i % 17}",
+                state="browsing",
+                subgoal=f"subgoal {i // 4}",
+                reward=0.5,
+                trajectory_id=f"traj-{i // 4}",
+            )
+        case hg.NodeType.SEMANTIC:
+            return hg.Semantic(**common, proposition=f"fact number {i}", confidence=0.8)
+        case hg.NodeType.PROCEDURAL:
+            return hg.Procedural(
+                **common, instruction=f"do step {i}", condition="when asked", expected_outcome="it works"
+            )
+        case hg.NodeType.TAG:
+            return hg.Tag(**common, label=f"tag {i}")
+        case hg.NodeType.INTENT:
+            return hg.Intent(**common, description=f"intent {i}")
+        case hg.NodeType.SUBGOAL:
+            return hg.Subgoal(**common, description=f"subgoal {i}")
+        case hg.NodeType.SOURCE:
+            return hg.Source(**common, episode_id=f"episode-{i // 4}", step_index=i % 4, plain_text=f"step {i}")
+    raise AssertionError(node_type)
+
+
+def graph_changesets(ds: Dataset, chunk: int = 20_000) -> Iterator[hg.Changeset]:
+    """The whole graph (scanned + other types, metadata on every node) in chunks."""
+    cs = hg.Changeset()
+    for i, node_id in enumerate(ds.ids):
+        cs.add_node(make_node(SCANNED, node_id, ds.matrix[i], i))
+        cs.put_metadata(node_id, ds.meta[i])
+        if len(cs.additions) >= chunk:
+            yield cs
+            cs = hg.Changeset()
+    for i, (node_type, node_id, vec) in enumerate(ds.extra):
+        cs.add_node(make_node(node_type, node_id, vec, i))
+        cs.put_metadata(node_id, ds.meta[i % ds.n])
+        if len(cs.additions) >= chunk:
+            yield cs
+            cs = hg.Changeset()
+    if cs.additions:
+        yield cs
+
+
+def build_memory(ds: Dataset) -> InMemory:
+    store = InMemory()
+    for cs in graph_changesets(ds):
+        store.apply_changeset(cs)
+    return store
+
+
+def build_lmdb(ds: Dataset, path: Path, durability: Literal["sync", "fast"] = "sync") -> LMDB:
+    """An LMDB store holding the graph, with its scoring cache already warm."""
+    store = LMDB(path, durability=durability, map_size=1 << 31)
+    for cs in graph_changesets(ds):
+        store.apply_changeset(cs)
+    store.find_candidates([SCANNED], ds.query, ds.tags, None, now=NOW, exact=True)
+    return store
+
+
+class Stores:
+    """Datasets and stores built on first use, shared by the whole session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._data: dict[int, Dataset] = {}
+        self._memory: dict[int, InMemory] = {}
+        self._lmdb: dict[int, LMDB] = {}
+
+    def dataset(self, n: int) -> Dataset:
+        if n not in self._data:
+            self._data[n] = make_dataset(n)
+        return self._data[n]
+
+    def memory(self, n: int) -> InMemory:
+        if n not in self._memory:
+            self._memory[n] = build_memory(self.dataset(n))
+        return self._memory[n]
+
+    def lmdb(self, n: int) -> LMDB:
+        """A synchronous-durability LMDB store with a warm scoring cache."""
+        if n not in self._lmdb:
+            self._lmdb[n] = build_lmdb(self.dataset(n), self.root / f"lmdb-{n}", "sync")
+        return self._lmdb[n]
+
+    def close(self) -> None:
+        for store in self._lmdb.values():
+            store.close()
+
+
+# -- writes ------------------------------------------------------------------------
+
+EPISODES_PER_INGESTION = 4
+
+
+@dataclass(frozen=True)
+class Ingestion:
+    """One trajectory's worth of writes: what `commit_ingestion` receives.
+
+    The sqlite baselines encode the very same nodes, links and metadata
+    themselves (a row per node with its embedding, rows for links, one
+    ingestion row), so both sides write the same logical data.
+    """
+
+    record: hg.IngestionRecord
+    changeset: hg.Changeset
+
+    @property
+    def source_id(self) -> str:
+        return self.record.source_id
+
+
+def make_ingestion(tag: str, i: int, pool: F32) -> Ingestion:
+    """Ingestion number ``i``: 1 subgoal, 4 episodic and 4 source nodes, 11 links, 9 metadata."""
+    source_id = f"{tag}-trajectory-{i:07d}"
+    cs = hg.Changeset()
+    sg = f"{tag}-subgoal-{i:07d}"
+    cs.add_node(make_node(hg.NodeType.SUBGOAL, sg, pool[(9 * i) % len(pool)], i))
+    prev: str | None = None
+    for j in range(EPISODES_PER_INGESTION):
+        ep = f"{tag}-episodic-{i:07d}-{j}"
+        src = f"{tag}-source-{i:07d}-{j}"
+        cs.add_node(make_node(hg.NodeType.EPISODIC, ep, pool[(9 * i + 1 + j) % len(pool)], 4 * i + j))
+        cs.add_node(make_node(hg.NodeType.SOURCE, src, pool[(9 * i + 5 + j) % len(pool)], 4 * i + j))
+        cs.add_link(sg, ep, hg.EdgeType.HIERARCHICAL)
+        cs.add_link(ep, src, hg.EdgeType.PROVENANCE)
+        if prev is not None:
+            cs.add_link(prev, ep, hg.EdgeType.SIBLING)
+        prev = ep
+    meta = hg.NodeMetadata(created_at=NOW)
+    for node_id in cs.node_ids:
+        cs.put_metadata(node_id, meta)
+    digest = hashlib.sha256(source_id.encode()).digest()
+    receipt = hg.IngestionReceipt(source_id=source_id, node_ids=cs.node_ids, stored_at=NOW)
+    return Ingestion(hg.IngestionRecord(source_id, digest, hg.FINGERPRINT_VERSION, receipt), cs)
+
+
+def vector_pool(count: int = 4096, *, seed: int = SEED) -> F32:
+    """Embeddings the write benchmarks draw from (writes do not depend on their values)."""
+    rng = np.random.default_rng([seed, 7])
+    return rng.standard_normal((count, DIM), dtype=np.float32)
+
+
+def sample_trajectory(steps: int = EPISODES_PER_INGESTION) -> hg.Trajectory:
+    """A trajectory with metadata, for the fingerprint benchmark."""
+    return hg.Trajectory(
+        source_id="bench-trajectory",
+        goal="book a table for two",
+        steps=[hg.Step(f"observation {i}: " + "x" * 200, f"action {i}") for i in range(steps)],
+        metadata={"user": "bench", "attempt": 3, "score": 0.75, "tags": ["a", "b", "c"], "ok": True},
+    )

@@ -1,0 +1,1268 @@
+"""hippograph side by side with the alternatives an agent author would reach for.
+
+Usage::
+
+    python benches/compare.py                 # full run, writes benches/RESULTS.md + benches/latency_vs_n.png
+    python benches/compare.py --quick         # < 2 min, writes benches/RESULTS-quick.md + latency_vs_n-quick.png
+    python benches/compare.py --quick --out /tmp/r.md   # what CI runs (plot goes next to --out)
+
+Why this shape: a single process, one synthetic dataset per size, and every
+method timed round-robin within each repetition (the starting method rotates),
+so machine drift and noisy neighbours hit every method alike. BLAS, OpenMP and
+rayon are pinned to one thread *before* numpy or hippograph are imported, so
+the main tables compare algorithms, not core counts; a separate section
+re-runs hippograph and numpy in a subprocess with the libraries' default
+thread counts.
+
+What is measured (see `benches/RESULTS.md` for the numbers):
+
+* scan: hippograph ``find_candidates`` (exact, default value function,
+  metadata on every node, query + 4 tag vectors) on InMemory and warm LMDB;
+  the same computation in numpy (one ``M @ Q.T``, the value function
+  vectorised, ``argpartition``); numpy's single ``M @ q`` as the memory
+  bandwidth floor; a pure-Python transliteration of the reference algorithm
+  (1k and 10k only: minutes per call at 100k); LangGraph
+  ``InMemoryStore.search`` and raw hnswlib k-NN, which both rank by cosine to
+  the query alone (no tags, no value function) and so do less work;
+* ``get_node`` on LMDB vs InMemory, and what ``Repo.recall`` adds over the
+  backend's ``find_candidates`` (LMDB, sync durability);
+* writes: one trajectory-sized ingestion per call through hippograph
+  ``commit_ingestion`` (LMDB sync/fast, InMemory), LangGraph ``SqliteStore``
+  and plain ``sqlite3`` in WAL mode with ``synchronous=FULL`` / ``NORMAL``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")
+MT_WORKER = "--mt-worker" in sys.argv
+if not MT_WORKER:
+    for _var in THREAD_VARS:
+        os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import importlib.metadata  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import sqlite3  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _benchdata import (  # noqa: E402
+    DIM,
+    NOW,
+    SCANNED,
+    TOP_K,
+    Dataset,
+    Ingestion,
+    build_lmdb,
+    build_memory,
+    make_dataset,
+    make_ingestion,
+    size_label,
+    vector_pool,
+)
+
+import hippograph as hg  # noqa: E402
+from hippograph.backends import LMDB, InMemory  # noqa: E402
+from hippograph.value import DEFAULT_PARAMS  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+PARAMS = DEFAULT_PARAMS[SCANNED]
+QUERY_KEY = "__query__"
+
+# Method names, used as table rows and plot labels.
+HG_MEM = "hippograph find_candidates (InMemory, exact)"
+HG_LMDB = "hippograph find_candidates (LMDB warm, exact)"
+HG_MEM_DEFAULT = "hippograph find_candidates (InMemory, exact=False)"
+HG_LMDB_DEFAULT = "hippograph find_candidates (LMDB warm, exact=False)"
+ALONE = ", not interleaved with numpy"
+NP_PATH = "numpy path (M @ Q.T + value fn + argpartition)"
+NP_FLOOR = "numpy floor (M @ q, one vector)"
+PY_REF = "pure Python reference"
+LG_SEARCH = "LangGraph InMemoryStore.search"
+HNSW = "hnswlib knn_query (ef=50, M=16)"
+
+
+# -- timing --------------------------------------------------------------------------
+
+
+@dataclass
+class Method:
+    """A timed callable; ``every`` > 1 runs it only in every ``every``-th repetition (slow baselines)."""
+
+    name: str
+    fn: Callable[[], object]
+    every: int = 1
+    samples: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Stats:
+    median_us: float
+    p95_us: float
+    mean_us: float
+    count: int
+    min_us: float
+    """The fastest repetition: what the method costs when nothing else interferes (a noise-robust cross-check)."""
+
+    @classmethod
+    def of(cls, samples_ns: Sequence[int]) -> Stats:
+        arr = np.asarray(samples_ns, dtype=np.float64) / 1e3
+        return cls(float(np.median(arr)), float(np.percentile(arr, 95)), float(arr.mean()), len(arr), float(arr.min()))
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "median_us": self.median_us,
+            "p95_us": self.p95_us,
+            "mean_us": self.mean_us,
+            "count": self.count,
+            "min_us": self.min_us,
+        }
+
+
+def round_robin(methods: Sequence[Method], reps: int) -> dict[str, Stats]:
+    """Times every method once per repetition, rotating which goes first."""
+    for m in methods:
+        m.fn()  # warm-up: first-call caches, page faults, thread pools
+    for r in range(reps):
+        k = r % len(methods)
+        for m in [*methods[k:], *methods[:k]]:
+            if r % m.every:
+                continue
+            t0 = time.perf_counter_ns()
+            m.fn()
+            m.samples.append(time.perf_counter_ns() - t0)
+    return {m.name: Stats.of(m.samples) for m in methods}
+
+
+def settle() -> None:
+    """Collect garbage and freeze what survives, so GC pauses do not scan the datasets."""
+    gc.collect()
+    gc.freeze()
+
+
+# -- baselines: scan ------------------------------------------------------------------
+
+
+class NumpyScan:
+    """The DESIGN §3 query with the default value function, vectorised in numpy."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.matrix = ds.matrix
+        self.norms = np.linalg.norm(ds.matrix, axis=1).astype(np.float32)
+        self.timestamp = np.array([m.reference_time.timestamp() for m in ds.meta])
+        self.access = np.array([float(m.access_count) for m in ds.meta])
+        self.reward_count = np.array([float(m.reward_count) for m in ds.meta])
+        self.cumulative = np.array([m.cumulative_reward for m in ds.meta])
+        self.now = NOW.timestamp()
+
+    def top(self, queries: npt.NDArray[np.float32]) -> npt.NDArray[np.intp]:
+        qn = np.linalg.norm(queries, axis=1, keepdims=True)
+        unit = np.divide(queries, qn, out=np.zeros_like(queries), where=qn > 0)
+        dots = self.matrix @ unit.T
+        rel = np.divide(dots.max(axis=1), self.norms, out=np.zeros(len(self.norms), np.float32), where=self.norms > 0)
+        rel = np.clip(rel, 0.0, 1.0).astype(np.float64)
+        hours = np.maximum(0.0, (self.now - self.timestamp) / 3600.0)
+        denom = self.access + PARAMS["k"]
+        freq = np.maximum(
+            PARAMS["base_floor"], np.divide(self.access, denom, out=np.zeros_like(denom), where=denom > 0)
+        )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            avg = np.where(self.reward_count > 0, self.cumulative / self.reward_count, 0.0)
+        reward = np.where(self.reward_count > 0, 1.0 / (1.0 + np.exp(-PARAMS["beta"] * avg)), 1.0)
+        score = rel * np.exp(-PARAMS["lambda"] * hours) * freq * reward
+        keep = np.flatnonzero(score >= PARAMS["threshold"])
+        k = int(PARAMS["top_k"])
+        if len(keep) > k:
+            keep = keep[np.argpartition(-score[keep], k - 1)[:k]]
+        return keep[np.lexsort((keep, -score[keep]))]  # ids are zero-padded, so row order is id order
+
+    def floor(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        return self.matrix @ query
+
+
+class PythonReference:
+    """The reference algorithm transliterated to plain Python: per-node cosine, value function, sort."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.rows = ds.matrix.tolist()
+        self.ids = ds.ids
+        self.meta = ds.meta
+        self.now = NOW
+
+    def top(self, queries: list[list[float]]) -> list[str]:
+        lam, k, floor, beta = PARAMS["lambda"], PARAMS["k"], PARAMS["base_floor"], PARAMS["beta"]
+        qnorms = [math.sqrt(sum(x * x for x in q)) for q in queries]
+        scored: list[tuple[float, str]] = []
+        for node_id, row, meta in zip(self.ids, self.rows, self.meta, strict=True):
+            norm = math.sqrt(sum(x * x for x in row))
+            rel = 0.0
+            if norm > 0:
+                for q, qn in zip(queries, qnorms, strict=True):
+                    if qn > 0:
+                        rel = max(rel, sum(a * b for a, b in zip(q, row, strict=True)) / (qn * norm))
+            rel = min(rel, 1.0)
+            hours = max(0.0, (self.now - meta.reference_time).total_seconds() / 3600.0)
+            n = meta.access_count
+            freq = max(floor, n / (n + k) if n + k > 0 else 0.0)
+            reward = 1.0 if meta.reward_count == 0 else 1.0 / (1.0 + math.exp(-beta * meta.avg_reward))
+            score = rel * math.exp(-lam * hours) * freq * reward
+            if score >= PARAMS["threshold"]:
+                scored.append((-score, node_id))
+        scored.sort()
+        return [node_id for _, node_id in scored[: PARAMS["top_k"]]]
+
+
+def langgraph_memory_store(ds: Dataset) -> Any:
+    """A LangGraph InMemoryStore holding the scanned vectors.
+
+    LangGraph's put API cannot take a precomputed vector: it calls the index's
+    ``embed`` function on the text fields. A deterministic lookup stands in for
+    the embedding model (text key → precomputed vector, returned as
+    ``list[float]`` as its ``EmbeddingsFunc`` contract says), so the store holds
+    exactly our vectors and no model time is measured.
+    """
+    from langgraph.store.base import PutOp
+    from langgraph.store.memory import InMemoryStore
+
+    lookup = {node_id: ds.matrix[i] for i, node_id in enumerate(ds.ids)}
+    lookup[QUERY_KEY] = ds.query
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        return [lookup[t].tolist() for t in texts]
+
+    store = InMemoryStore(index={"dims": DIM, "embed": embed, "fields": ["text"]})
+    ops = [PutOp((SCANNED.value,), node_id, {"text": node_id}) for node_id in ds.ids]
+    for start in range(0, len(ops), 5000):
+        store.batch(ops[start : start + 5000])
+    return store
+
+
+def hnsw_index(ds: Dataset) -> Any:
+    """hnswlib over the scanned vectors (cosine, M=16, ef_construction=100); build time not measured."""
+    import hnswlib
+
+    index = hnswlib.Index(space="cosine", dim=DIM)
+    index.init_index(max_elements=ds.n, M=16, ef_construction=100, random_seed=7)
+    index.add_items(ds.matrix, np.arange(ds.n), num_threads=os.cpu_count() or 1)
+    index.set_ef(50)
+    index.set_num_threads(1)
+    return index
+
+
+def has_module(name: str) -> bool:
+    """Optional baselines are skipped (and the report says so) when their package is missing."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def ann_min_nodes() -> int | None:
+    """Above how many nodes hippograph's default (``exact=False``) query may use its vector index, if it has one."""
+    try:
+        from hippograph.ann import DEFAULT_ANN
+    except ImportError:
+        return None
+    return None if DEFAULT_ANN is None else int(DEFAULT_ANN.min_nodes)
+
+
+def exact_cosine_top(ds: Dataset, query: npt.NDArray[np.float32], k: int = TOP_K) -> set[int]:
+    sims = (ds.matrix @ query) / (np.linalg.norm(ds.matrix, axis=1) * np.linalg.norm(query))
+    return set(np.argpartition(-sims, k - 1)[:k].tolist())
+
+
+def recall_queries(ds: Dataset, count: int = 50) -> npt.NDArray[np.float32]:
+    """The benchmark query plus noisy cluster centres, for averaging recall@k."""
+    rng = np.random.default_rng(99)
+    picks = rng.integers(0, len(ds.centers), count - 1)
+    noisy = ds.centers[picks] + np.float32(0.3) * rng.standard_normal((count - 1, DIM), dtype=np.float32)
+    return np.vstack([ds.query[None, :], noisy]).astype(np.float32)
+
+
+# -- sections ------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    sizes: list[int]
+    reps: dict[int, int]
+    slow_reps: dict[int, int]
+    lookup_reps: int
+    recall_reps: dict[int, int]
+    stub_reps: int
+    write_reps: int
+    quick: bool
+
+
+def full_plan() -> Plan:
+    return Plan(
+        sizes=[1_000, 10_000, 100_000],
+        reps={1_000: 400, 10_000: 200, 100_000: 60},
+        slow_reps={1_000: 20, 10_000: 5, 100_000: 5},
+        lookup_reps=2000,
+        recall_reps={1_000: 600, 10_000: 300, 100_000: 100},
+        stub_reps=3000,
+        write_reps=300,
+        quick=False,
+    )
+
+
+def quick_plan() -> Plan:
+    return Plan(
+        sizes=[1_000, 10_000],
+        reps={1_000: 60, 10_000: 30},
+        slow_reps={1_000: 5, 10_000: 3},
+        lookup_reps=300,
+        recall_reps={1_000: 100, 10_000: 50},
+        stub_reps=500,
+        write_reps=25,
+        quick=True,
+    )
+
+
+@dataclass(frozen=True)
+class RecallOverhead:
+    """`Repo.recall` against the backend call it wraps, two ways.
+
+    ``paired``: per-repetition difference recall − find_candidates on the real
+    store (the two calls run back to back, so slow drift cancels). ``own``: the
+    same difference with a backend whose find_candidates returns a fixed hit
+    list, which removes the scan and its noise and leaves exactly what `Repo`
+    adds (including its batched, fsynced access writes to the real store).
+    """
+
+    find_candidates: Stats
+    recall: Stats
+    paired: Stats
+    own: Stats
+
+
+class FixedHits:
+    """Stands in for a backend: find_candidates answers with precomputed hits, everything else is the real store's."""
+
+    def __init__(self, inner: LMDB, hits: list[tuple[hg.Node, float]]) -> None:
+        self.inner = inner
+        self.hits = hits
+
+    def find_candidates(self, *args: object, **kwargs: object) -> list[tuple[hg.Node, float]]:
+        return list(self.hits)
+
+    def close(self) -> None:
+        """The real store outlives this stand-in."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@dataclass
+class SizeResult:
+    n: int
+    scan: dict[str, Stats]
+    agreement: dict[str, str]
+    recall_at_k: dict[str, float]
+    lookup: dict[str, Stats]
+    recall_overhead: RecallOverhead
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_size(n: int, plan: Plan, tmp: Path) -> SizeResult:
+    log(f"N={size_label(n)}: building dataset and stores")
+    ds = make_dataset(n)
+    mem = build_memory(ds)
+    lmdb = build_lmdb(ds, tmp / f"read-{n}", "sync")
+    nps = NumpyScan(ds)
+    q, tags, queries = ds.query, ds.tags, ds.queries
+    types = [SCANNED]
+
+    methods = [
+        Method(HG_MEM, lambda: mem.find_candidates(types, q, tags, None, now=NOW, exact=True)),
+        Method(HG_LMDB, lambda: lmdb.find_candidates(types, q, tags, None, now=NOW, exact=True)),
+        Method(NP_PATH, lambda: nps.top(queries)),
+        Method(NP_FLOOR, lambda: nps.floor(q)),
+    ]
+    reps = plan.reps[n]
+    every = max(1, reps // plan.slow_reps[n])
+    agreement: dict[str, str] = {}
+    want = [ds.ids[i] for i in nps.top(queries)]
+    for name, store, exact in ((HG_MEM, mem, True), (HG_LMDB, lmdb, True)):
+        agreement[name] = _agree(
+            [node.id for node, _ in store.find_candidates(types, q, tags, None, now=NOW, exact=exact)], want
+        )
+    min_ann = ann_min_nodes()
+    if min_ann is not None and n > min_ann:
+        log(f"N={size_label(n)}: first exact=False queries (they build the library's vector index)")
+        for name, store in ((HG_MEM_DEFAULT, mem), (HG_LMDB_DEFAULT, lmdb)):
+            t0 = time.perf_counter()
+            got = [node.id for node, _ in store.find_candidates(types, q, tags, None, now=NOW)]
+            agreement[name] = _agree(got, want) + f"; first call {time.perf_counter() - t0:.1f} s"
+        methods += [
+            Method(HG_MEM_DEFAULT, lambda: mem.find_candidates(types, q, tags, None, now=NOW)),
+            Method(HG_LMDB_DEFAULT, lambda: lmdb.find_candidates(types, q, tags, None, now=NOW)),
+        ]
+    if n <= 10_000:
+        ref = PythonReference(ds)
+        qlists = queries.tolist()
+        agreement[PY_REF] = _agree(ref.top(qlists), want)
+        methods.append(Method(PY_REF, lambda: ref.top(qlists), every=every))
+    log(f"N={size_label(n)}: loading LangGraph InMemoryStore and building hnswlib")
+    recall: dict[str, float] = {}
+    exact = exact_cosine_top(ds, q)
+    lg = langgraph_memory_store(ds) if has_module("langgraph.store.memory") else None
+    if lg is not None:
+        methods.append(
+            Method(LG_SEARCH, lambda: lg.search((SCANNED.value,), query=QUERY_KEY, limit=TOP_K), every=every)
+        )
+        found = lg.search((SCANNED.value,), query=QUERY_KEY, limit=TOP_K)
+        recall[LG_SEARCH] = len({int(item.key.rsplit("-", 1)[1]) for item in found} & exact) / TOP_K
+    index = hnsw_index(ds) if has_module("hnswlib") else None
+    if index is not None:
+        methods.append(Method(HNSW, lambda: index.knn_query(q, k=TOP_K, num_threads=1)))
+        hits = []
+        for rq in recall_queries(ds):
+            labels, _ = index.knn_query(rq, k=TOP_K, num_threads=1)
+            hits.append(len(set(labels[0].tolist()) & exact_cosine_top(ds, rq)) / TOP_K)
+        recall[HNSW] = float(np.mean(hits))
+
+    settle()
+    log(f"N={size_label(n)}: scan, {reps} round-robin repetitions")
+    scan = round_robin(methods, reps)
+
+    log(f"N={size_label(n)}: get_node")
+    rng = np.random.default_rng(5)
+    sample = [ds.ids[i] for i in rng.integers(0, n, plan.lookup_reps)]
+    it_mem, it_lmdb = iter(sample * 2), iter(sample * 2)
+    lookup = round_robin(
+        [
+            Method("get_node (InMemory)", lambda: mem.get_node(next(it_mem))),
+            Method("get_node (LMDB)", lambda: lmdb.get_node(next(it_lmdb))),
+        ],
+        plan.lookup_reps - 1,
+    )
+
+    log(f"N={size_label(n)}: Repo.recall vs find_candidates (LMDB sync)")
+    repo = hg.Repo(lmdb)
+    fc_m = Method("LMDB find_candidates", lambda: lmdb.find_candidates(types, q, tags, None, exact=True))
+    rc_m = Method("Repo.recall", lambda: repo.recall(q, tags, types, exact=True))
+    round_robin([fc_m, rc_m], plan.recall_reps[n])
+    stub = FixedHits(lmdb, lmdb.find_candidates(types, q, tags, None, exact=True))
+    stub_repo = hg.Repo(stub)  # type: ignore[arg-type]
+    sd_m = Method("fixed-hits find_candidates", lambda: stub.find_candidates(types, q, tags, None, exact=True))
+    sr_m = Method("Repo.recall over fixed hits", lambda: stub_repo.recall(q, tags, types, exact=True))
+    round_robin([sd_m, sr_m], plan.stub_reps)
+    stub_repo.close()
+    repo.close()
+    overhead = RecallOverhead(
+        find_candidates=Stats.of(fc_m.samples),
+        recall=Stats.of(rc_m.samples),
+        paired=Stats.of(np.subtract(rc_m.samples, fc_m.samples).tolist()),
+        own=Stats.of(np.subtract(sr_m.samples, sd_m.samples).tolist()),
+    )
+    gc.unfreeze()
+    gc.collect()
+    return SizeResult(n, scan, agreement, recall, lookup, overhead)
+
+
+def _agree(got: list[str], want: list[str]) -> str:
+    if got == want:
+        return f"identical top-{len(want)} (ids and order)"
+    return f"{len(set(got) & set(want))}/{len(want)} ids shared, order {'same' if got == want else 'differs'}"
+
+
+# -- multi-threaded section (subprocess) ---------------------------------------------
+
+
+def _mt_size(n: int, reps: int, tmp: Path) -> dict[str, Stats]:
+    ds = make_dataset(n)
+    mem = build_memory(ds)
+    lmdb = build_lmdb(ds, tmp / f"mt-{n}", "sync")
+    nps = NumpyScan(ds)
+    settle()
+
+    def hg(store: InMemory | LMDB) -> Callable[[], object]:
+        return lambda: store.find_candidates([SCANNED], ds.query, ds.tags, None, now=NOW, exact=True)
+
+    try:
+        # hippograph on its own first: OpenBLAS's worker threads keep spinning for a while after each numpy
+        # call, and in the interleaved run below they compete with rayon for the same vCPUs.
+        alone = round_robin([Method(HG_MEM + ALONE, hg(mem)), Method(HG_LMDB + ALONE, hg(lmdb))], reps)
+        mixed = round_robin(
+            [
+                Method(HG_MEM, hg(mem)),
+                Method(HG_LMDB, hg(lmdb)),
+                Method(NP_PATH, lambda: nps.top(ds.queries)),
+                Method(NP_FLOOR, lambda: nps.floor(ds.query)),
+            ],
+            reps,
+        )
+        return alone | mixed
+    finally:
+        lmdb.close()
+        gc.unfreeze()
+
+
+def mt_worker(sizes: list[int], reps: dict[int, int]) -> None:
+    """Runs in a child with the libraries' default thread counts; prints JSON stats."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="hippograph-mt-") as tmp:
+        for n in sizes:
+            out[str(n)] = {name: s.as_dict() for name, s in _mt_size(n, reps[n], Path(tmp)).items()}
+    print(json.dumps(out))
+
+
+def run_mt(plan: Plan) -> dict[int, dict[str, Stats]]:
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--mt-worker", "--sizes", ",".join(map(str, plan.sizes))]
+    if plan.quick:
+        cmd.append("--quick")
+    log("multi-threaded section (subprocess, default thread counts)")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    raw = json.loads(done.stdout)
+    return {
+        int(n): {
+            name: Stats(s["median_us"], s["p95_us"], s["mean_us"], int(s["count"]), s["min_us"])
+            for name, s in by.items()
+        }
+        for n, by in raw.items()
+    }
+
+
+# -- writes --------------------------------------------------------------------------
+
+
+class SqliteWriter:
+    """Plain sqlite3, WAL mode: a row per node (embedding blob + metadata), rows for links, an ingestion row.
+
+    One transaction per ingestion (``BEGIN IMMEDIATE``), with the same
+    compare-and-set as ``commit_ingestion``: the ingestion row's primary key is
+    checked inside the transaction before anything is written.
+    """
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={synchronous}")
+        self.conn.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS nodes (
+                id TEXT PRIMARY KEY, type TEXT NOT NULL, fields TEXT NOT NULL,
+                embedding BLOB, created_at INTEGER NOT NULL, meta TEXT);
+            CREATE TABLE IF NOT EXISTS links (
+                a TEXT NOT NULL, b TEXT NOT NULL, type TEXT NOT NULL, PRIMARY KEY (a, b, type)) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS ingestions (
+                source_id TEXT PRIMARY KEY, digest BLOB NOT NULL, version INTEGER NOT NULL, receipt TEXT NOT NULL);
+            """
+        )
+
+    def commit(self, ing: Ingestion) -> bool:
+        rec, cs = ing.record, ing.changeset
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            row = cur.execute("SELECT digest, version FROM ingestions WHERE source_id = ?", (rec.source_id,)).fetchone()
+            if row is not None:
+                cur.execute("ROLLBACK")
+                return False
+            cur.executemany(
+                "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        node.id,
+                        node.node_type.value,
+                        json.dumps(node.fields_dict(), sort_keys=True),
+                        None if node.embedding is None else node.embedding.tobytes(),
+                        int(node.created_at.timestamp() * 1e6),
+                        _meta_json(cs.metadata.get(node.id)),
+                    )
+                    for node in cs.additions
+                ],
+            )
+            cur.executemany(
+                "INSERT OR IGNORE INTO links VALUES (?, ?, ?)", [(a, b, str(edge)) for a, b, edge in cs.links]
+            )
+            receipt = json.dumps(
+                {"node_ids": list(rec.receipt.node_ids), "stored_at": rec.receipt.stored_at.isoformat()}
+            )
+            cur.execute(
+                "INSERT INTO ingestions VALUES (?, ?, ?, ?)",
+                (rec.source_id, rec.payload_digest, rec.fingerprint_version, receipt),
+            )
+            cur.execute("COMMIT")
+            return True
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _meta_json(meta: hg.NodeMetadata | None) -> str | None:
+    if meta is None:
+        return None
+    return json.dumps(
+        {
+            "created_at": meta.created_at.isoformat(),
+            "access_count": meta.access_count,
+            "last_accessed_at": None if meta.last_accessed_at is None else meta.last_accessed_at.isoformat(),
+            "cumulative_reward": meta.cumulative_reward,
+            "reward_count": meta.reward_count,
+            "custom": dict(meta.custom),
+        }
+    )
+
+
+class LangGraphSqlite:
+    """LangGraph's SqliteStore as its own ``from_conn_string`` opens it (autocommit connection,
+    SQLite's default rollback journal and ``synchronous=FULL``; langgraph sets no pragmas).
+
+    No vector index: LangGraph's sqlite index needs the sqlite-vec extension,
+    which this interpreter's sqlite3 module cannot load, so the embedding is
+    stored in the item's JSON value. One item per node (fields, embedding,
+    metadata and links), one item for the ingestion record. ``batch`` writes
+    them in one transaction; ``put`` (the documented one-item API) in one
+    transaction each. LangGraph's put is an upsert: no compare-and-set.
+    """
+
+    def __init__(self, path: Path) -> None:
+        from langgraph.store.sqlite import SqliteStore
+
+        self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.store = SqliteStore(self.conn)
+        self.store.setup()
+
+    def _items(self, ing: Ingestion) -> list[tuple[tuple[str, ...], str, dict[str, Any]]]:
+        rec, cs = ing.record, ing.changeset
+        links: dict[str, list[list[str]]] = {}
+        for a, b, edge in cs.links:
+            links.setdefault(a, []).append([b, str(edge)])
+            links.setdefault(b, []).append([a, str(edge)])
+        items: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
+            (
+                ("nodes", node.node_type.value),
+                node.id,
+                {
+                    "fields": node.fields_dict(),
+                    "embedding": None if node.embedding is None else node.embedding.tolist(),
+                    "created_at": node.created_at.isoformat(),
+                    "metadata": json.loads(_meta_json(cs.metadata.get(node.id)) or "null"),
+                    "links": links.get(node.id, []),
+                },
+            )
+            for node in cs.additions
+        ]
+        receipt = {
+            "digest": rec.payload_digest.hex(),
+            "version": rec.fingerprint_version,
+            "node_ids": list(rec.receipt.node_ids),
+            "stored_at": rec.receipt.stored_at.isoformat(),
+        }
+        items.append((("ingestions",), rec.source_id, receipt))
+        return items
+
+    def commit_batch(self, ing: Ingestion) -> None:
+        from langgraph.store.base import PutOp
+
+        self.store.batch([PutOp(ns, key, value, index=False) for ns, key, value in self._items(ing)])
+
+    def commit_puts(self, ing: Ingestion) -> None:
+        for ns, key, value in self._items(ing):
+            self.store.put(ns, key, value, index=False)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+W_LMDB_SYNC = "hippograph commit_ingestion (LMDB, sync)"
+W_LMDB_FAST = "hippograph commit_ingestion (LMDB, fast)"
+W_MEM = "hippograph commit_ingestion (InMemory)"
+W_LG_BATCH = "LangGraph SqliteStore.batch (1 txn)"
+W_LG_PUT = "LangGraph SqliteStore.put ×10 (10 txns)"
+W_SQL_FULL = "sqlite3 WAL synchronous=FULL"
+W_SQL_NORMAL = "sqlite3 WAL synchronous=NORMAL"
+WRITE_ORDER = (W_LMDB_SYNC, W_LMDB_FAST, W_MEM, W_SQL_FULL, W_SQL_NORMAL, W_LG_BATCH, W_LG_PUT)
+FSYNCS = {W_LMDB_SYNC, W_SQL_FULL, W_LG_BATCH, W_LG_PUT}
+
+
+def run_writes(plan: Plan, tmp: Path) -> dict[str, Stats]:
+    log(f"writes: {plan.write_reps} round-robin repetitions")
+    root = tmp / "writes"
+    root.mkdir()
+    pool = vector_pool()
+    lmdb_sync = LMDB(root / "lmdb-sync", durability="sync")
+    lmdb_fast = LMDB(root / "lmdb-fast", durability="fast")
+    mem = InMemory()
+    with_lg = has_module("langgraph.store.sqlite")
+    lg = LangGraphSqlite(root / "langgraph.sqlite") if with_lg else None
+    lg_put = LangGraphSqlite(root / "langgraph-put.sqlite") if with_lg else None
+    sql_full = SqliteWriter(root / "full.sqlite", "FULL")
+    sql_normal = SqliteWriter(root / "normal.sqlite", "NORMAL")
+    total = plan.write_reps + 1
+    # Inputs are built up front: the figure is the store's cost, not building Node objects.
+    feeds = {
+        name: iter([make_ingestion(name.split()[0][:4] + str(i), j, pool) for j in range(total)])
+        for i, name in enumerate([W_LMDB_SYNC, W_LMDB_FAST, W_MEM, W_LG_BATCH, W_LG_PUT, W_SQL_FULL, W_SQL_NORMAL])
+    }
+
+    def hg_commit(store: InMemory | LMDB, name: str) -> Callable[[], object]:
+        return lambda: store.commit_ingestion(*_unpack(next(feeds[name])))
+
+    # Two groups, each interleaved on its own: an fsync from a durable store stalls the file system for
+    # everyone, so mixing them would charge the no-fsync stores for their neighbours' flushes.
+    durable = [
+        Method(W_LMDB_SYNC, hg_commit(lmdb_sync, W_LMDB_SYNC)),
+        Method(W_SQL_FULL, lambda: sql_full.commit(next(feeds[W_SQL_FULL]))),
+    ]
+    if lg is not None and lg_put is not None:
+        durable += [
+            Method(W_LG_BATCH, lambda: lg.commit_batch(next(feeds[W_LG_BATCH]))),
+            Method(W_LG_PUT, lambda: lg_put.commit_puts(next(feeds[W_LG_PUT]))),
+        ]
+    no_fsync = [
+        Method(W_LMDB_FAST, hg_commit(lmdb_fast, W_LMDB_FAST)),
+        Method(W_SQL_NORMAL, lambda: sql_normal.commit(next(feeds[W_SQL_NORMAL]))),
+        Method(W_MEM, hg_commit(mem, W_MEM)),
+    ]
+    settle()
+    measured = round_robin(no_fsync, plan.write_reps) | round_robin(durable, plan.write_reps)
+    stats = {name: measured[name] for name in WRITE_ORDER if name in measured}
+    stored = lmdb_sync.stats()
+    assert stored["ingestion_records"] == total, stored
+    for closable in (lmdb_sync, lmdb_fast, mem, lg, lg_put, sql_full, sql_normal):
+        if closable is not None:
+            closable.close()
+    gc.unfreeze()
+    return stats
+
+
+def _unpack(ing: Ingestion) -> tuple[hg.IngestionRecord, hg.Changeset]:
+    return ing.record, ing.changeset
+
+
+# -- report --------------------------------------------------------------------------
+
+REPRODUCE = (
+    "## Reproduce",
+    "",
+    "- Bench dependencies: `pip install -e '.[bench]' langgraph-checkpoint-sqlite` "
+    "(LangGraph's `SqliteStore` ships separately from `langgraph`).",
+    "- This comparison: `python benches/compare.py` (several minutes; `--quick` runs 1k and 10k in under two "
+    "minutes and writes `benches/RESULTS-quick.md`, or wherever `--out` points, with the plot next to it).",
+    '- The pytest-benchmark suites (not collected by the test run, which uses `testpaths = ["tests"]`): '
+    "`python -m pytest benches -p no:cacheprovider --benchmark-only` (add `--bench-max-n 10000` to skip the "
+    "100k stores).",
+)
+
+
+def _sh(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return ""
+
+
+def machine() -> dict[str, str]:
+    cpu = "?"
+    flags: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and cpu == "?":
+                cpu = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    except OSError:
+        mem_kb = 0
+    lscpu = {}
+    for line in _sh(["lscpu"]).splitlines():
+        if ":" in line:
+            key, value = line.split(":", 1)
+            lscpu[key.strip()] = value.strip()
+    blas = "?"
+    try:
+        cfg = np.show_config(mode="dicts")
+        lib = cfg["Build Dependencies"]["blas"]
+        blas = f"{lib.get('name', '?')} {lib.get('version', '')}".strip()
+    except Exception:
+        pass
+    versions = {}
+    for dist in ("hippograph", "numpy", "lmdb", "langgraph", "langgraph-checkpoint-sqlite", "hnswlib", "matplotlib"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return {
+        "cpu": cpu,
+        "cpus": lscpu.get("CPU(s)", str(os.cpu_count())),
+        "caches": ", ".join(f"{k} {lscpu[k]}" for k in ("L1d cache", "L2 cache", "L3 cache") if k in lscpu),
+        "hypervisor": lscpu.get("Hypervisor vendor", "none"),
+        "simd": ", ".join(f for f in ("avx2", "fma", "avx512f") if f in flags) or "none",
+        "memory": f"{mem_kb / 1024 / 1024:.1f} GiB",
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "blas": blas,
+        "sqlite": sqlite3.sqlite_version,
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "git": _sh(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"])
+        + (" (+ uncommitted changes)" if _sh(["git", "-C", str(HERE.parent), "status", "--porcelain"]) else ""),
+    }
+
+
+def fmt_us(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} µs"
+
+
+def fmt_ratio(x: float) -> str:
+    return f"{x:.2f}×" if x < 100 else f"{x:,.0f}×"
+
+
+@dataclass
+class Target:
+    name: str
+    measured: str
+    met: bool | None
+    """None: not measured in this run."""
+    note: str = ""
+
+
+def evaluate(results: list[SizeResult], writes: dict[str, Stats], quick: bool) -> list[Target]:
+    by_n = {r.n: r for r in results}
+    big = max(by_n)
+    at = f" (at {size_label(big)}{'; quick mode, the target is stated for 100k' if big != 100_000 else ''})"
+    r = by_n[big]
+    out: list[Target] = []
+    mem, floor, path = r.scan[HG_MEM].median_us, r.scan[NP_FLOOR].median_us, r.scan[NP_PATH].median_us
+    best = r.scan[HG_MEM].min_us
+    out.append(
+        Target(
+            "exact hippograph ≤ 1.25× the bandwidth floor" + at,
+            f"{mem / floor:.3f}× floor (fastest runs: {best / r.scan[NP_FLOOR].min_us:.3f}×)",
+            mem / floor <= 1.25,
+        )
+    )
+    out.append(
+        Target(
+            "exact hippograph ≤ 0.5× the numpy path" + at,
+            f"{mem / path:.3f}× numpy path (fastest runs: {best / r.scan[NP_PATH].min_us:.3f}×)",
+            mem / path <= 0.5,
+        )
+    )
+    if 10_000 in by_n and PY_REF in by_n[10_000].scan:
+        s = by_n[10_000].scan
+        speedup = s[PY_REF].median_us / s[HG_MEM].median_us
+        out.append(Target("≥ 50× faster than pure Python at 10k", f"{speedup:,.0f}× faster", speedup >= 50))
+    if all(LG_SEARCH in x.scan for x in by_n.values()):
+        worst = min(by_n[n].scan[LG_SEARCH].median_us / by_n[n].scan[HG_MEM].median_us for n in by_n)
+        slower_lmdb = min(by_n[n].scan[LG_SEARCH].median_us / by_n[n].scan[HG_LMDB].median_us for n in by_n)
+        out.append(
+            Target(
+                "faster than LangGraph InMemoryStore.search at every N",
+                f"smallest speed-up {worst:,.1f}× (InMemory), {slower_lmdb:,.1f}× (LMDB)",
+                worst > 1 and slower_lmdb > 1,
+            )
+        )
+    else:
+        out.append(Target("faster than LangGraph InMemoryStore.search at every N", "langgraph not installed", None))
+    fast, normal = writes[W_LMDB_FAST].mean_us, writes[W_SQL_NORMAL].mean_us
+    out.append(
+        Target(
+            "LMDB fast commit throughput ≥ 2× SQLite synchronous=NORMAL",
+            f"{normal / fast:.2f}× the throughput ({1e6 / fast:,.0f} vs {1e6 / normal:,.0f} ingestions/s); "
+            f"by median latency {writes[W_SQL_NORMAL].median_us / writes[W_LMDB_FAST].median_us:.2f}× "
+            f"({fmt_us(writes[W_LMDB_FAST].median_us)} vs {fmt_us(writes[W_SQL_NORMAL].median_us)})",
+            normal / fast >= 2,
+        )
+    )
+    lm = r.scan[HG_LMDB].median_us
+    out.append(
+        Target(
+            "LMDB warm find_candidates within 1.2× of InMemory" + at,
+            f"{lm / mem:.3f}× (fastest runs: {r.scan[HG_LMDB].min_us / best:.3f}×)",
+            lm / mem <= 1.2,
+        )
+    )
+    own = {n: x.recall_overhead.own.median_us for n, x in by_n.items()}
+    paired = {n: x.recall_overhead.paired.median_us for n, x in by_n.items()}
+    out.append(
+        Target(
+            "Repo.recall adds ≤ 50 µs over find_candidates (median)",
+            "Repo's own cost (fixed-hit backend): "
+            + ", ".join(f"{d:+.0f} µs at {size_label(n)}" for n, d in own.items())
+            + "; paired difference on the real store (noisier): "
+            + ", ".join(f"{d:+.0f} µs at {size_label(n)}" for n, d in paired.items()),
+            max(own.values()) <= 50,
+        )
+    )
+    return out
+
+
+def write_report(
+    out: Path,
+    plot: Path,
+    plan: Plan,
+    results: list[SizeResult],
+    mt: dict[int, dict[str, Stats]],
+    writes: dict[str, Stats],
+    info: dict[str, str],
+    loads: tuple[str, str],
+    command: str,
+    elapsed: float,
+) -> None:
+    L: list[str] = []
+    add = L.append
+    add("# hippograph benchmark results" + (" (quick mode)" if plan.quick else ""))
+    add("")
+    add(f"Generated by `{command}` on {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} in {elapsed:.0f} s.")
+    if plan.quick:
+        add("")
+        add("**Quick mode**: fewer sizes and repetitions; it proves the script works, the figures are indicative only.")
+    add("")
+    for line in REPRODUCE:
+        add(line)
+    add("")
+    add("## Machine")
+    add("")
+    add(
+        f"- CPU: {info['cpu']}, {info['cpus']} vCPUs ({info['hypervisor']} guest), "
+        f"SIMD: {info['simd']}; {info['caches']}"
+    )
+    add(f"- Memory: {info['memory']}; OS: {info['os']}")
+    add(f"- Python {info['python']}; BLAS: {info['blas']}; SQLite {info['sqlite']}")
+    add(f"- Packages: {info['versions']}; hippograph git {info['git']}")
+    add(
+        f"- **The machine was shared** with other work (load average {loads[0]} at start, {loads[1]} at the end); "
+        "methods are interleaved round-robin so disturbances hit all of them, but absolute figures carry that noise."
+    )
+    add(
+        "- Threads: the main tables run with `OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS="
+        "RAYON_NUM_THREADS=1` set before numpy/hippograph are imported; the multi-threaded section runs in a "
+        "subprocess without them (rayon and OpenBLAS use all vCPUs)."
+    )
+    add("")
+    add("## What is measured")
+    add("")
+    add(
+        f"Synthetic data, fixed seed: {len(plan.sizes)} sizes N ∈ {{{', '.join(size_label(n) for n in plan.sizes)}}}, "
+        f"d = {DIM}, float32 vectors around {64} cluster centres. The scanned type (semantic) holds N nodes, every "
+        "one with usage metadata (age, accesses, rewards); the store also holds N/10 nodes spread over the six other "
+        "types, which hippograph must skip. Baselines receive only the N scanned vectors, so every method scans N "
+        f"vectors. A query plus 4 tag vectors; `top_k` = {TOP_K} (the semantic default), threshold 0, default "
+        "value function, a fixed `now`."
+    )
+    add("")
+    add(
+        "- **hippograph**: `backend.find_candidates([semantic], query, tags, None, now=NOW, exact=True)`: the exact "
+        "scan, returning hydrated `Node` objects. LMDB is warm (its derived scoring cache is current; the first call "
+        "after opening a 100k store rebuilds it, which takes seconds)."
+    )
+    min_ann = ann_min_nodes()
+    if min_ann is not None:
+        add(
+            f"- **hippograph, `exact=False`** (the default argument): above {min_ann:,} nodes of a type this build "
+            "answers from its HNSW vector index (candidates rescored exactly until the ranking is certified). Those "
+            "rows appear only at sizes above that threshold; below it `exact=False` is the exact scan. The index is "
+            "built by the first such query (time shown, not included in the latency)."
+        )
+    add(
+        "- **numpy path**: the same query in numpy: `M @ Qn.T` for the 5 unit vectors (one float32 GEMM), row norms "
+        "precomputed as hippograph caches them, max/clip, the value function over the metadata columns, "
+        "`argpartition` + `lexsort` for the top-k. Returns row indices only (no objects). Its top-k is the reference "
+        "the others are checked against."
+    )
+    add("- **numpy floor**: `M @ q` for one vector: reading the matrix once, the bandwidth floor of any exact scan.")
+    add(
+        "- **pure Python**: the reference algorithm in plain Python (per-node cosine over lists, per-node value "
+        "function with `math`, sort). Run at 1k and 10k only: at 100k one call would take about a minute."
+    )
+    add(
+        "- **LangGraph `InMemoryStore.search`**: `index={'dims': 384, 'embed': f, 'fields': ['text']}` where `f` is "
+        "a deterministic lookup (text key → our precomputed vector as `list[float]`): LangGraph cannot take "
+        "precomputed vectors through `put`. It ranks by cosine to the query alone (no tags, no value function), so "
+        "it does less work than hippograph; its per-search cost includes converting the stored lists to an array "
+        "and a thread pool for query embedding, as shipped."
+    )
+    add(
+        "- **hnswlib**: `knn_query(q, k=20)` on an HNSW index (cosine, M=16, ef_construction=100, ef=50), one "
+        "thread, build time excluded; approximate, query vector only. Recall@20 is against the exact cosine top-20, "
+        "averaged over 50 queries."
+    )
+    add(
+        "- Timings are wall-clock `perf_counter_ns` per call; **median** and **p95** over the repetitions shown. "
+        "Ratios: `× floor` and `× numpy path` divide a method's median by theirs (lower is better); "
+        "`× floor (min)` divides the fastest repetitions, a cross-check that is less sensitive to the "
+        "other work on the machine."
+    )
+    add("")
+    add("## Scan latency, single-threaded")
+    add("")
+    for r in results:
+        floor, path = r.scan[NP_FLOOR].median_us, r.scan[NP_PATH].median_us
+        add(f"### N = {size_label(r.n)}")
+        add("")
+        add("| method | median | p95 | min | reps | × floor | × numpy path | × floor (min) | result check |")
+        add("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        for name, s in r.scan.items():
+            check = r.agreement.get(name, "")
+            if name in r.recall_at_k:
+                check = f"recall@{TOP_K} vs exact cosine: {r.recall_at_k[name]:.3f}"
+            if name == NP_PATH:
+                check = "reference top-k"
+            add(
+                f"| {name} | {fmt_us(s.median_us)} | {fmt_us(s.p95_us)} | {fmt_us(s.min_us)} | {s.count} | "
+                f"{fmt_ratio(s.median_us / floor)} | {fmt_ratio(s.median_us / path)} | "
+                f"{fmt_ratio(s.min_us / r.scan[NP_FLOOR].min_us)} | {check} |"
+            )
+        if PY_REF not in r.scan:
+            add(f"| {PY_REF} | not run (≈ a minute per call at this size) | | | | | | | |")
+        for name, package in ((LG_SEARCH, "langgraph"), (HNSW, "hnswlib")):
+            if name not in r.scan:
+                add(f"| {name} | not run: `{package}` is not installed | | | | | | | |")
+        add("")
+    add("## Scan latency, multi-threaded (default thread counts, subprocess)")
+    add("")
+    add(
+        f"rayon and OpenBLAS default to the {info['cpus']} vCPUs. hippograph's scan goes parallel above 2²¹ matrix "
+        "elements (≈ 5.5k rows at d = 384). Ratios against the single-threaded floor of the main run, and against "
+        "the multi-threaded numpy path. The first rows time hippograph alone; in the interleaved rows OpenBLAS's "
+        "worker threads, which keep spinning for a while after each numpy call, compete with rayon for the same "
+        "vCPUs. Two busy threads on a 2-vCPU guest are also the first thing other work on the machine disturbs, "
+        "so compare the `min` column too."
+    )
+    add("")
+    add("| N | method | median | p95 | min | × 1-thread floor | × numpy path (multi-threaded) |")
+    add("|---|---|---:|---:|---:|---:|---:|")
+    for r in results:
+        if r.n not in mt:
+            continue
+        floor = r.scan[NP_FLOOR].median_us
+        path = mt[r.n][NP_PATH].median_us
+        for name, s in mt[r.n].items():
+            add(
+                f"| {size_label(r.n)} | {name} | {fmt_us(s.median_us)} | {fmt_us(s.p95_us)} | {fmt_us(s.min_us)} | "
+                f"{fmt_ratio(s.median_us / floor)} | {fmt_ratio(s.median_us / path)} |"
+            )
+    add("")
+    add("## get_node latency (random ids, interleaved)")
+    add("")
+    add("| N | backend | median | p95 | reps |")
+    add("|---|---|---:|---:|---:|")
+    for r in results:
+        for name, s in r.lookup.items():
+            add(f"| {size_label(r.n)} | {name} | {fmt_us(s.median_us)} | {fmt_us(s.p95_us)} | {s.count} |")
+    add("")
+    add("## Repo.recall overhead over find_candidates (LMDB, sync durability)")
+    add("")
+    add(
+        "Same store, interleaved, both with `exact=True`, `now` defaulted (as an agent calls it). "
+        "`Repo.recall` notes an access on each of the 20 hits; the counts are written in batches "
+        "(every 1 s and every 1024 accesses, so about every 51 calls here) as one fsynced write "
+        "transaction, after which every reader's scoring cache catches up. The median shows the "
+        "steady cost, the mean and p95 include the batched writes."
+    )
+    add("")
+    add(
+        "`paired Δ` is the median of per-repetition differences (recall − find_candidates, run back to back). "
+        "`Repo's own cost` repeats the pair with a backend whose find_candidates returns the same 20 hits "
+        "without scanning (writes still go to the real store), which isolates what `Repo` adds."
+    )
+    add("")
+    add(
+        "| N | find_candidates median | recall median | paired Δ median | paired Δ mean "
+        "| Repo's own cost: median | mean | p95 |"
+    )
+    add("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        o = r.recall_overhead
+        add(
+            f"| {size_label(r.n)} | {fmt_us(o.find_candidates.median_us)} | {fmt_us(o.recall.median_us)} | "
+            f"{o.paired.median_us:+.0f} µs | {o.paired.mean_us:+.0f} µs | {o.own.median_us:+.1f} µs | "
+            f"{o.own.mean_us:+.1f} µs | {o.own.p95_us:+.1f} µs |"
+        )
+    add("")
+    add("## Writes: one trajectory-sized ingestion per call")
+    add("")
+    add(
+        "One ingestion = 1 subgoal + 4 episodic + 4 source nodes, each with a 384-d embedding and metadata, 11 links, "
+        "and the ingestion record: what `Repo.ingest` hands the backend for a 4-step trajectory. Each call writes a "
+        "new source id into a store that starts empty, one transaction per ingestion except where stated. Inputs "
+        "are prebuilt; each store encodes them itself. Throughput = 1 / mean latency. The stores that fsync "
+        "every commit and those that do not are interleaved in two separate groups, so a neighbour's fsync "
+        "never lands inside a no-fsync commit."
+    )
+    add("")
+    add(
+        "- hippograph `commit_ingestion`: compare-and-set on the source id inside LMDB's write transaction; `sync` "
+        "fsyncs every commit, `fast` does not (survives a process crash, not an OS crash)."
+    )
+    add(
+        "- plain `sqlite3`, WAL: `BEGIN IMMEDIATE`, check the ingestion row's primary key, insert 9 node rows "
+        "(fields JSON, embedding blob, metadata JSON), 11 link rows (one per link), the ingestion row, `COMMIT`. "
+        "`synchronous=NORMAL` in WAL mode has the same crash guarantee as hippograph's `fast`."
+    )
+    add(
+        "- LangGraph `SqliteStore` (defaults of `from_conn_string`: rollback journal, `synchronous=FULL`): no vector "
+        "index, because LangGraph's sqlite index needs the sqlite-vec extension and this Python's `sqlite3` module "
+        "cannot load extensions; the embedding is stored as a JSON list in the item. `batch` = one transaction for "
+        "the 10 items; `put` = the one-item API, one transaction each. Upserts, no compare-and-set."
+    )
+    add("")
+    add("| method | fsync per commit | median | p95 | mean | ingestions/s | reps |")
+    add("|---|---|---:|---:|---:|---:|---:|")
+    for name, s in writes.items():
+        add(
+            f"| {name} | {'yes' if name in FSYNCS else 'no'} | {fmt_us(s.median_us)} | {fmt_us(s.p95_us)} | "
+            f"{fmt_us(s.mean_us)} | {1e6 / s.mean_us:,.0f} | {s.count} |"
+        )
+    if W_LG_BATCH not in writes:
+        add(
+            "| LangGraph SqliteStore | | not run: `langgraph-checkpoint-sqlite` is not installed "
+            "(`pip install langgraph-checkpoint-sqlite`) | | | | |"
+        )
+    add("")
+    add("## Targets")
+    add("")
+    add(
+        "Judged on the medians above (write throughput on means). The fastest-run ratios in brackets show what "
+        "the code does when the shared machine leaves it alone; where the two disagree, the machine was busy."
+    )
+    add("")
+    add("| target | measured | met? |")
+    add("|---|---|---|")
+    for t in evaluate(results, writes, plan.quick):
+        verdict = "not measured" if t.met is None else "met" if t.met else "**not met**"
+        add(f"| {t.name} | {t.measured} | {verdict} |")
+    add("")
+    add(f"![latency vs N]({plot.name})")
+    add("")
+    out.write_text("\n".join(L))
+
+
+def make_plot(path: Path, results: list[SizeResult], mt: dict[int, dict[str, Stats]], quick: bool) -> None:
+    """Log-log median latency per method (bars up to p95); the legend sits outside so no line hides behind it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # name → (short label, colour, marker, line style, x nudge so coinciding markers stay visible)
+    styles = {
+        HG_MEM: ("hippograph InMemory, exact", "tab:blue", "o", "-", 1.0),
+        HG_LMDB: ("hippograph LMDB (warm), exact", "tab:cyan", "s", "-", 1.0),
+        HG_MEM_DEFAULT: ("hippograph InMemory, exact=False (vector index)", "tab:brown", "*", "none", 0.93),
+        HG_LMDB_DEFAULT: ("hippograph LMDB, exact=False (vector index)", "tab:pink", "P", "none", 1.07),
+        NP_PATH: ("numpy path: M @ Q.T + value fn + argpartition", "tab:orange", "^", "-", 1.0),
+        NP_FLOOR: ("numpy floor: M @ q (one vector)", "black", "", "--", 1.0),
+        PY_REF: ("pure Python reference", "tab:red", "x", "-", 1.0),
+        LG_SEARCH: ("LangGraph InMemoryStore.search", "tab:purple", "D", "-", 1.0),
+        HNSW: ("hnswlib knn_query (approximate, query only)", "tab:green", "v", "-", 1.0),
+    }
+    fig, ax = plt.subplots(figsize=(12, 6.5), dpi=110)
+    for name, (label, color, marker, line, nudge) in styles.items():
+        pts = [(r.n, r.scan[name]) for r in results if name in r.scan]
+        if not pts:
+            continue
+        xs = [n * nudge for n, _ in pts]
+        ys = [st.median_us / 1e3 for _, st in pts]
+        err = [[0.0] * len(pts), [(st.p95_us - st.median_us) / 1e3 for _, st in pts]]
+        ax.errorbar(xs, ys, yerr=err, color=color, marker=marker, linestyle=line, label=label, capsize=3)
+    mt_pts = [(n, by[HG_MEM]) for n, by in sorted(mt.items())]  # interleaved, like the single-threaded lines
+    if mt_pts:
+        ax.errorbar(
+            [n for n, _ in mt_pts],
+            [st.median_us / 1e3 for _, st in mt_pts],
+            color="tab:blue",
+            marker="o",
+            linestyle=":",
+            label="hippograph InMemory, exact, rayon default threads",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks([r.n for r in results])
+    ax.set_xticklabels([size_label(r.n) for r in results])
+    ax.set_xlabel("N (scanned vectors, d = 384)")
+    ax.set_ylabel("latency per query, ms (median; bar up to p95)")
+    title = "find-candidates latency vs N (single-threaded unless noted)"
+    ax.set_title(title + (" — quick mode" if quick else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# -- main ----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="N in {1k, 10k}, few repetitions: under two minutes")
+    parser.add_argument(
+        "--out", type=Path, help="markdown report (default benches/RESULTS.md, quick: RESULTS-quick.md)"
+    )
+    parser.add_argument("--plot", type=Path, help="PNG plot (default next to --out)")
+    parser.add_argument("--sizes", help="comma-separated N values (overrides the mode's sizes)")
+    parser.add_argument("--mt-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    plan = quick_plan() if args.quick else full_plan()
+    if args.sizes:
+        plan.sizes = [int(s) for s in args.sizes.split(",")]
+        for table in (plan.reps, plan.slow_reps, plan.recall_reps):
+            fallback = min(table.values())
+            for n in plan.sizes:
+                table.setdefault(n, fallback)
+    if args.mt_worker:
+        mt_worker(plan.sizes, {n: max(10, r // 2) for n, r in plan.reps.items()} if plan.quick else plan.reps)
+        return
+
+    out: Path = args.out or HERE / ("RESULTS-quick.md" if plan.quick else "RESULTS.md")
+    plot: Path = args.plot or out.parent / ("latency_vs_n-quick.png" if plan.quick else "latency_vs_n.png")
+    command = "python benches/compare.py" + (" --quick" if plan.quick else "")
+    if args.out:
+        command += f" --out {args.out}"
+    start = time.perf_counter()
+    load_start = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+    info = machine()
+    tmp = Path(tempfile.mkdtemp(prefix="hippograph-compare-"))
+    try:
+        results = [run_size(n, plan, tmp) for n in plan.sizes]
+        writes = run_writes(plan, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    mt = run_mt(plan)
+    load_end = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    make_plot(plot, results, mt, plan.quick)
+    write_report(
+        out, plot, plan, results, mt, writes, info, (load_start, load_end), command, time.perf_counter() - start
+    )
+    log(f"wrote {out} and {plot} in {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
