@@ -9,6 +9,7 @@ it in step with their writes; it is derived data and can always be rebuilt.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,9 @@ from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_conf
 __all__ = ["META_COLUMNS", "TypeIndex", "TypeSnapshot", "find_candidates", "meta_columns", "prepare_queries"]
 
 Hydrate = Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]]
+
+_RANK_MERGE_MAX = 4096
+"""New rows merged into the tie-break order incrementally; more trigger one full sort."""
 
 META_COLUMNS = ("has_meta", "timestamp", "access_count", "reward_count", "cumulative_reward")
 
@@ -86,6 +90,7 @@ class TypeIndex:
             name: np.zeros(0, np.uint8 if name == "has_meta" else np.float64) for name in META_COLUMNS
         }
         self._rank: npt.NDArray[np.uint32] | None = None
+        self._sorted: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -122,7 +127,6 @@ class TypeIndex:
             self._grow(r + 1)
             self.ids.append(node_id)
             self.row[node_id] = r
-            self._rank = None
         if embedding is None:
             self._mat[r] = 0.0
             self._norms[r] = 0.0
@@ -159,17 +163,35 @@ class TypeIndex:
             if self.ann is not None:
                 self.ann.moved(moved, r)
         self.ids.pop()
-        self._rank = None
+        self._rank = self._sorted = None
         if self.ann is not None:
             self.ann.discard(node_id)
 
     def rank(self) -> npt.NDArray[np.uint32]:
-        """Each row's position in id order: the tie-break of equal scores."""
-        if self._rank is None:
-            order = sorted(range(len(self.ids)), key=self.ids.__getitem__)
-            rank = np.empty(len(order), np.uint32)
-            rank[order] = np.arange(len(order), dtype=np.uint32)
+        """Each row's position in id order: the tie-break of equal scores.
+
+        Rows appended since the last call (new ids; removals reset it) are
+        merged in by binary search, so an ingest followed by a recall does
+        not pay a full sort of the type's ids.
+        """
+        n = len(self.ids)
+        ranked = 0 if self._rank is None else len(self._rank)
+        if self._rank is not None and self._sorted is not None and 0 < n - ranked <= _RANK_MERGE_MAX:
+            fresh = self.ids[ranked:]
+            before = np.array([bisect.bisect_left(self._sorted, i) for i in fresh], np.int64)
+            by_id = np.argsort(np.array(fresh, dtype=object), kind="stable")
+            within = np.empty(len(fresh), np.int64)
+            within[by_id] = np.arange(len(fresh))
+            shift = np.searchsorted(np.sort(before), self._rank, side="right")
+            self._rank = np.concatenate([self._rank + shift, before + within]).astype(np.uint32)
+            for i in fresh:
+                bisect.insort(self._sorted, i)
+        elif self._rank is None or ranked != n:
+            positions = sorted(range(n), key=self.ids.__getitem__)
+            rank = np.empty(n, np.uint32)
+            rank[positions] = np.arange(n, dtype=np.uint32)
             self._rank = rank
+            self._sorted = [self.ids[i] for i in positions]
         return self._rank
 
     def matrix(self) -> npt.NDArray[np.float32]:

@@ -10,7 +10,7 @@ import numpy as np
 from .errors import ValidationError
 from .model import EdgeType, Node, NodeMetadata, as_edge_type, check_id
 
-__all__ = ["Changeset", "Link", "check_changeset", "normalised_links"]
+__all__ = ["Changeset", "Link", "check_changeset", "normalised_links", "resulting_dim"]
 
 Link = tuple[str, str, EdgeType]
 
@@ -108,6 +108,23 @@ def check_changeset(cs: object, dim: int | None) -> int | None:
         check_id(node_id, "metadata id")
         if not isinstance(meta, NodeMetadata):
             raise ValidationError(f"metadata of {node_id!r} must be NodeMetadata, got {type(meta).__name__}")
+    return dim
+
+
+def resulting_dim(cs: Changeset, dim: int | None) -> int | None:
+    """The store's dimension after `cs` (already validated by `check_changeset`).
+
+    Backends call it inside their write transaction, where the stored
+    dimension is authoritative, to re-check only what may have changed since
+    the full validation ran outside it: the dimension.
+    """
+    for node in cs.additions:
+        if node.embedding is not None:
+            size = int(node.embedding.shape[0])
+            if dim is None:
+                dim = size
+            elif size != dim:
+                raise ValidationError(f"embedding of node {node.id!r} has dimension {size}, the store holds {dim}")
     return dim
 
 

@@ -62,7 +62,7 @@ from .. import ann as ann_module
 from .. import codec
 from .._index import TypeIndex, TypeSnapshot, find_candidates
 from ..ann import DEFAULT_ANN, AnnConfig
-from ..changeset import Changeset, check_changeset, normalised_links
+from ..changeset import Changeset, check_changeset, normalised_links, resulting_dim
 from ..errors import HippographError, IngestionError, StorageError, ValidationError
 from ..model import (
     ORPHAN_TYPES,
@@ -554,7 +554,7 @@ class LMDB(BackendBase):
     @staticmethod
     def _apply(w: _Writer, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> int | None:
         """Additions, then links, then metadata; returns the store's dimension afterwards."""
-        dim = check_changeset(cs, w.t.dim())
+        dim = resulting_dim(cs, w.t.dim())
         for node in cs.additions:
             w.put_node(node)
         for a, b, edge in normalised_links(cs):

@@ -226,73 +226,13 @@ mod avx2 {
         best
     }
 
-    /// Max dots of two rows at once against `Q` unit queries: each query load
-    /// feeds two FMAs, which matters once the matrix fits in cache.
-    #[inline(always)]
-    unsafe fn max_dot_pair<const Q: usize>(ra: &[f32], rb: &[f32], queries: &[f32], dim: usize) -> (f32, f32) {
-        let full = dim - dim % 8;
-        let mut acc_a = [_mm256_setzero_ps(); Q];
-        let mut acc_b = [_mm256_setzero_ps(); Q];
-        let (pa, pb, q) = (ra.as_ptr(), rb.as_ptr(), queries.as_ptr());
-        let mut i = 0;
-        while i < full {
-            let xa = _mm256_loadu_ps(pa.add(i));
-            let xb = _mm256_loadu_ps(pb.add(i));
-            for j in 0..Q {
-                let y = _mm256_loadu_ps(q.add(j * dim + i));
-                acc_a[j] = _mm256_fmadd_ps(xa, y, acc_a[j]);
-                acc_b[j] = _mm256_fmadd_ps(xb, y, acc_b[j]);
-            }
-            i += 8;
-        }
-        let (mut best_a, mut best_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-        for j in 0..Q {
-            let (mut sa, mut sb) = (hsum(acc_a[j]), hsum(acc_b[j]));
-            for t in full..dim {
-                sa += ra[t] * queries[j * dim + t];
-                sb += rb[t] * queries[j * dim + t];
-            }
-            best_a = best_a.max(sa);
-            best_b = best_b.max(sb);
-        }
-        (best_a, best_b)
-    }
-
-    #[inline(always)]
-    fn finish(best: f32, norm: f32) -> f32 {
-        if norm > 0.0 {
-            (best / norm).clamp(0.0, 1.0)
-        } else {
-            0.0
-        }
-    }
-
     /// Relevance of a block of rows (the caller checked the CPU features).
+    ///
+    /// One row at a time: a two-row variant that shares query loads was
+    /// measured slower once the matrix no longer fits in cache (it splits the
+    /// hardware prefetcher across two streams), which is the case that matters.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
-        let m = unit.len() / dim;
-        if (1..=6).contains(&m) {
-            let pairs = norms.len() / 2;
-            for p in 0..pairs {
-                let (a, b) = (2 * p, 2 * p + 1);
-                let (ra, rb) = (&data[a * dim..(a + 1) * dim], &data[b * dim..(b + 1) * dim]);
-                let (da, db) = match m {
-                    1 => max_dot_pair::<1>(ra, rb, unit, dim),
-                    2 => max_dot_pair::<2>(ra, rb, unit, dim),
-                    3 => max_dot_pair::<3>(ra, rb, unit, dim),
-                    4 => max_dot_pair::<4>(ra, rb, unit, dim),
-                    5 => max_dot_pair::<5>(ra, rb, unit, dim),
-                    _ => max_dot_pair::<6>(ra, rb, unit, dim),
-                };
-                out[a] = finish(da, norms[a]);
-                out[b] = finish(db, norms[b]);
-            }
-            if norms.len() % 2 == 1 {
-                let last = norms.len() - 1;
-                relevance_rows(&data[last * dim..], &norms[last..], dim, unit, &mut out[last..]);
-            }
-            return;
-        }
         relevance_rows(data, norms, dim, unit, out)
     }
 
@@ -455,12 +395,67 @@ pub struct ScanRequest<'a> {
     pub top_k: usize,
 }
 
-/// Relevance, default value function and selection in one call: the fast path.
+/// Rows per block of the fused scan: relevance, values and a bounded top-k
+/// are computed block by block while the rows are still in cache.
+const SCAN_BLOCK: usize = 4096;
+
+/// Relevance, default value function and selection in one pass: the fast path.
+///
+/// Each block keeps only its own best `top_k` (by score, then rank), which
+/// always contains the block's members of the global answer; the survivors of
+/// all blocks are ordered once at the end.
 pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeError> {
-    let rel = relevance(req.stored, req.queries)?;
-    let scores = default_values(&rel, req.meta, req.now, &req.params)?;
-    let picked = select_top(&scores, req.threshold, req.top_k, req.rank)?;
-    Ok(picked.into_iter().map(|i| (i, scores[i])).collect())
+    let n = req.stored.rows()?;
+    let dim = req.stored.dim;
+    req.meta.check(n)?;
+    if let Some(r) = req.rank {
+        if r.len() != n {
+            return Err(ShapeError(format!("rank has {} entries, rows {n}", r.len())));
+        }
+    }
+    let scoring = dim > 0 && !req.queries.is_empty();
+    if scoring && req.queries.len() % dim != 0 {
+        return Err(ShapeError(format!(
+            "query values ({}) are not a multiple of the dimension {dim}",
+            req.queries.len()
+        )));
+    }
+    if req.top_k == 0 || n == 0 {
+        return Ok(Vec::new());
+    }
+    let unit = if scoring { normalise_queries(req.queries, dim) } else { Vec::new() };
+    let block = |start: usize| -> Vec<(usize, f64)> {
+        let end = (start + SCAN_BLOCK).min(n);
+        let mut rel = vec![0.0f32; end - start];
+        if scoring {
+            let rows = &req.stored.data[start * dim..end * dim];
+            relevance_block(rows, &req.stored.norms[start..end], dim, &unit, &mut rel);
+        }
+        let m = req.meta;
+        let scores: Vec<f64> = (start..end)
+            .map(|i| {
+                let meta = (m.has_meta[i] != 0)
+                    .then(|| (m.timestamp[i], m.access_count[i], m.reward_count[i], m.cumulative_reward[i]));
+                default_value(f64::from(rel[i - start]), meta, req.now, &req.params)
+            })
+            .collect();
+        let rank = req.rank.map(|r| &r[start..end]);
+        let picked = select_top(&scores, req.threshold, req.top_k, rank).unwrap_or_default();
+        picked.into_iter().map(|j| (start + j, scores[j])).collect()
+    };
+    let starts: Vec<usize> = (0..n).step_by(SCAN_BLOCK).collect();
+    let parallel = req.stored.data.len() >= PAR_MIN_ELEMS && rayon::current_num_threads() > 1;
+    let mut kept: Vec<(usize, f64)> = if parallel {
+        starts.par_iter().flat_map_iter(|&s| block(s)).collect()
+    } else {
+        starts.iter().flat_map(|&s| block(s)).collect()
+    };
+    let key = |i: usize| req.rank.map_or(i as u64, |r| u64::from(r[i]));
+    kept.sort_unstable_by(|a, b| {
+        b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal).then_with(|| key(a.0).cmp(&key(b.0)))
+    });
+    kept.truncate(req.top_k);
+    Ok(kept)
 }
 
 #[cfg(test)]
@@ -615,6 +610,48 @@ mod tests {
     #[test]
     fn selection_never_keeps_nan() {
         assert_eq!(select_top(&[f64::NAN, 0.1], 0.0, 5, None).unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn fused_scan_equals_relevance_then_values_then_selection() {
+        let dim = 24;
+        let n = 3 * SCAN_BLOCK + 77;
+        let data: Vec<f32> = (0..n * dim).map(|i| ((i * 7919 % 211) as f32) / 13.0 - 8.0).collect();
+        let norms = row_norms(&data, dim);
+        let queries: Vec<f32> = (0..3 * dim).map(|i| ((i * 31 % 17) as f32) - 8.0).collect();
+        let has: Vec<u8> = (0..n).map(|i| (i % 3 != 0) as u8).collect();
+        let ts: Vec<f64> = (0..n).map(|i| (i % 50) as f64 * 3600.0).collect();
+        let cnt: Vec<f64> = (0..n).map(|i| (i % 7) as f64).collect();
+        let rc: Vec<f64> = (0..n).map(|i| (i % 2) as f64).collect();
+        let cr: Vec<f64> = (0..n).map(|i| (i % 5) as f64 - 2.0).collect();
+        let rank: Vec<u32> = (0..n as u32).rev().collect();
+        let meta = MetaColumns {
+            has_meta: &has,
+            timestamp: &ts,
+            access_count: &cnt,
+            reward_count: &rc,
+            cumulative_reward: &cr,
+        };
+        for (threshold, top_k) in [(0.0, 25), (0.2, 7), (-1.0, n + 5), (0.99, 3)] {
+            let req = ScanRequest {
+                stored: stored(&data, &norms, dim),
+                queries: &queries,
+                meta,
+                rank: Some(&rank),
+                now: 200.0 * 3600.0,
+                params: ValueParams::default(),
+                threshold,
+                top_k,
+            };
+            let rel = relevance(req.stored, req.queries).unwrap();
+            let scores = default_values(&rel, meta, req.now, &req.params).unwrap();
+            let want: Vec<(usize, f64)> = select_top(&scores, threshold, top_k, Some(&rank))
+                .unwrap()
+                .into_iter()
+                .map(|i| (i, scores[i]))
+                .collect();
+            assert_eq!(scan_default(&req).unwrap(), want, "threshold {threshold}, top_k {top_k}");
+        }
     }
 
     #[test]
