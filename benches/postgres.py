@@ -1,0 +1,136 @@
+"""PostgreSQL next to LMDB on the same data: commit throughput and warm find_candidates.
+
+    HIPPOGRAPH_PG_DSN=postgresql://... python benches/postgres.py [--n 20000] [--commits 300]
+
+Without a DSN it starts a throwaway local cluster the way the tests do
+(tests/pg_server.py; needs Debian's PostgreSQL binaries). Prints Markdown
+tables for benches/RESULTS.md. Both stores get the same ingestions (one
+subgoal + 4 episodic + 4 source nodes with embeddings, links and metadata),
+then the same exact queries; LMDB runs with durability "sync", PostgreSQL with
+its server defaults (synchronous_commit on, but the throwaway test cluster
+runs with fsync off, which the table says).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+import hippograph as hg
+from hippograph.backends import LMDB
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+DIM = 384
+
+
+def ingestion(rng: np.random.Generator, k: int) -> tuple[hg.IngestionRecord, hg.Changeset]:
+    source = f"bench-{k:07d}"
+    cs = hg.Changeset()
+    vectors = rng.standard_normal((9, DIM)).astype(np.float32)
+    cs.add_node(hg.Subgoal(id=f"{source}:goal", description="goal", embedding=vectors[0]))
+    for i in range(4):
+        ep, src = f"{source}:step:{i}", f"{source}:source:{i}"
+        cs.add_node(
+            hg.Episodic(
+                id=ep,
+                observation="o",
+                action="a",
+                state="",
+                subgoal="goal",
+                reward=0.0,
+                trajectory_id=source,
+                embedding=vectors[1 + i],
+            )
+        )
+        cs.add_node(hg.Source(id=src, episode_id=source, step_index=i, embedding=vectors[5 + i]))
+        cs.add_link(ep, f"{source}:goal", "hierarchical").add_link(ep, src, "provenance")
+        if i:
+            cs.add_link(ep, f"{source}:step:{i - 1}", "sibling")
+    for node in cs.additions:
+        cs.put_metadata(node.id, hg.NodeMetadata())
+    receipt = hg.IngestionReceipt(source_id=source, node_ids=cs.node_ids, stored_at=hg.model.utcnow())
+    return hg.IngestionRecord(source, os.urandom(32), 1, receipt), cs
+
+
+def bulk(backend: hg.GraphBackend, n: int, rng: np.random.Generator) -> None:
+    """n episodic nodes with metadata, loaded in large changesets."""
+    for start in range(0, n, 5000):
+        cs = hg.Changeset()
+        vectors = rng.standard_normal((min(5000, n - start), DIM)).astype(np.float32)
+        for j, vec in enumerate(vectors):
+            node_id = f"bulk-{start + j:07d}"
+            cs.add_node(
+                hg.Episodic(
+                    id=node_id,
+                    observation="o",
+                    action="a",
+                    state="",
+                    subgoal="g",
+                    reward=0.0,
+                    trajectory_id="bulk",
+                    embedding=vec,
+                )
+            )
+            cs.put_metadata(node_id, hg.NodeMetadata(access_count=j % 20))
+        backend.apply_changeset(cs)
+
+
+def measure(name: str, backend: hg.GraphBackend, args: argparse.Namespace) -> list[str]:
+    rng = np.random.default_rng(11)
+    bulk(backend, args.n, rng)
+    commits = []
+    for k in range(args.commits):
+        record, cs = ingestion(rng, k)
+        t0 = time.perf_counter()
+        backend.commit_ingestion(record, cs)
+        commits.append(time.perf_counter() - t0)
+    queries = rng.standard_normal((args.queries, 5, DIM)).astype(np.float32)
+    backend.find_candidates(["episodic"], queries[0][0], list(queries[0][1:]), None, exact=True)  # warm
+    scans = []
+    for q in queries:
+        t0 = time.perf_counter()
+        backend.find_candidates(["episodic"], q[0], list(q[1:]), None, exact=True)
+        scans.append(time.perf_counter() - t0)
+    gets = []
+    for k in range(200):
+        t0 = time.perf_counter()
+        backend.get_node(f"bulk-{k * 37 % args.n:07d}")
+        gets.append(time.perf_counter() - t0)
+    return [
+        f"| {name} | {len(commits) / sum(commits):,.0f} /s | {statistics.median(commits) * 1e3:.2f} ms "
+        f"| {statistics.median(scans) * 1e3:.2f} ms | {statistics.median(gets) * 1e6:.0f} µs |"
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20_000, help="episodic nodes scanned")
+    parser.add_argument("--commits", type=int, default=300)
+    parser.add_argument("--queries", type=int, default=30)
+    args = parser.parse_args()
+    import pg_server  # tests/pg_server.py: finds or starts a throwaway server
+
+    server_dsn = os.environ.get("HIPPOGRAPH_PG_DSN") or pg_server.dsn()
+    from hippograph.backends.postgres import Postgres
+
+    rows = ["| backend | commit_ingestion throughput | commit median | warm find_candidates (exact) | get_node |"]
+    rows.append("|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp, LMDB(Path(tmp) / "s") as lmdb_backend:
+        rows += measure("LMDB (sync)", lmdb_backend, args)
+    with Postgres(server_dsn, repo=f"bench_{uuid.uuid4().hex[:8]}") as pg:
+        rows += measure("PostgreSQL 15 (local, throwaway cluster, fsync off)", pg, args)
+    print(f"N = {args.n:,} episodic nodes × {DIM} + {args.commits} ingestions of 9 nodes; 5 query vectors")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
