@@ -122,6 +122,85 @@ def test_ann_results_equal_exact_results_on_random_graphs(make: Make, seed: int)
     assert available(b) and available(b, "subgoal")
 
 
+def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The certified walk's usage order is sorted once and then only patched: every write must keep it sound."""
+    walked: list[bool] = []
+    real_walk = hg._core.certified_walk
+
+    def spy(*args: Any) -> Any:
+        got = real_walk(*args)
+        walked.append(got is not None)
+        return got
+
+    monkeypatch.setattr(hg._core, "certified_walk", spy)
+    b = make()
+    b.apply_changeset(random_graph(7, n=300))
+    rng = np.random.default_rng(7)
+    ids = [f"n{i:04d}" for i in range(300) if i % 4 != 3]
+    for step in range(40):
+        picked = [str(i) for i in rng.choice(ids, 40, replace=False)]
+        hours = rng.uniform(-48, 400, len(picked))  # some timestamps in the future
+        b.update_metadata(
+            {
+                i: hg.NodeMetadata(
+                    created_at=NOW - timedelta(hours=float(h) + 1),
+                    access_count=int(rng.integers(0, 40)),
+                    last_accessed_at=NOW - timedelta(hours=float(h)),
+                    cumulative_reward=float(rng.uniform(-3, 3)),
+                    reward_count=int(rng.integers(0, 4)),
+                )
+                for i, h in zip(picked, hours, strict=True)
+            }
+        )
+        if step % 5 == 1:
+            gone = str(rng.choice(ids))
+            b.delete_nodes([gone])
+            ids.remove(gone)
+        if step % 5 == 3:
+            fresh = f"x{step:03d}"
+            b.apply_changeset(hg.Changeset().add_node(semantic(fresh, rng_vec(rng))))
+            ids.append(fresh)
+        if step % 7 == 5:
+            moved = str(rng.choice(ids))
+            b.apply_changeset(hg.Changeset().add_node(semantic(moved, rng_vec(rng))))
+        vf = params(float(rng.choice([0.01, 0.05, 0.2])), int(rng.integers(1, 30)))
+        query, tags = rng_vec(rng), [rng_vec(rng) for _ in range(int(rng.integers(0, 3)))]
+        assert find(b, query, tags=tags, vf=vf) == find(b, query, tags=tags, vf=vf, exact=True), f"step {step}"
+    assert any(walked), "the certified walk never answered"
+
+
+def test_a_node_whose_usage_rises_after_a_query_outranks_closer_nodes(make: Make) -> None:
+    """The walk stops early on rows it knows are stale-proof; a node used since must still be looked at."""
+    rng = np.random.default_rng(11)
+    axis = np.eye(DIM, dtype=np.float32)
+    fresh = hg.NodeMetadata(created_at=NOW)
+    old = hg.NodeMetadata(created_at=NOW - timedelta(hours=1000))
+    cs = hg.Changeset()
+    for i in range(40):  # closest to the query, barely used: score ~0.97 × 0.3
+        cs.add_node(semantic(f"a{i:02d}", axis[0] + 0.1 * rng_vec(rng))).put_metadata(f"a{i:02d}", fresh)
+    cs.add_node(semantic("x", axis[0] + 0.5 * axis[1])).put_metadata("x", old)  # cosine 0.89, long unused
+    for i in range(300):
+        emb = rng_vec(rng)
+        emb[0] = 0.0
+        cs.add_node(semantic(f"b{i:03d}", emb)).put_metadata(f"b{i:03d}", old)
+    used = hg.NodeMetadata(created_at=NOW, access_count=20, last_accessed_at=NOW)
+    cs.add_node(semantic("z", axis[0] + 0.5 * axis[2])).put_metadata("z", used)  # cosine 0.89, in use
+    b = make()
+    b.apply_changeset(cs)
+    vf = params(0.01, 5)
+    before = find(b, axis[0], vf=vf)
+    assert before[0][0] == "z" and "x" not in [i for i, _ in before]
+    assert before == find(b, axis[0], vf=vf, exact=True)
+    b.delete_nodes(["b000"])  # the last row ("z") moves into the deleted one's place
+    assert find(b, axis[0], vf=vf) == before
+    b.update_metadata({"x": used})
+    after = find(b, axis[0], vf=vf)
+    assert [i for i, _ in after[:2]] == ["x", "z"]
+    assert after == find(b, axis[0], vf=vf, exact=True)
+
+
 def test_index_is_not_built_at_or_below_min_nodes(make: Make) -> None:
     b = make()
     b.apply_changeset(random_graph(0, n=50))

@@ -53,6 +53,47 @@ def default_values(
 ) -> npt.NDArray[np.float64]:
     """The default value function over precomputed relevances; GIL released."""
 
+def usage_order(
+    has_meta: npt.NDArray[np.uint8],
+    timestamp: npt.NDArray[np.float64],
+    access_count: npt.NDArray[np.float64],
+    reward_count: npt.NDArray[np.float64],
+    cumulative_reward: npt.NDArray[np.float64],
+    lambda_: float,
+    k: float,
+    base_floor: float,
+    beta: float,
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]]:
+    """Rows sorted by their time-independent usage bound (largest first), and the bounds; GIL released."""
+
+def certified_walk(
+    matrix: npt.NDArray[np.float32],
+    norms: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    has_meta: npt.NDArray[np.uint8],
+    timestamp: npt.NDArray[np.float64],
+    access_count: npt.NDArray[np.float64],
+    reward_count: npt.NDArray[np.float64],
+    cumulative_reward: npt.NDArray[np.float64],
+    rank: npt.NDArray[np.uint32] | None,
+    now: float,
+    lambda_: float,
+    k: float,
+    base_floor: float,
+    beta: float,
+    threshold: float,
+    top_k: int,
+    pool: npt.NDArray[np.uint32],
+    bound: float,
+    order: npt.NDArray[np.uint32],
+    order_keys: npt.NDArray[np.float64],
+    stale: npt.NDArray[np.uint32],
+    budget: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
+    """Exact top_k over `pool` and every row that could beat it given `bound` (the relevance
+    of any row outside the pool), walking `order` and re-checking `stale` rows; None when more
+    than `budget` rows beyond the pool would need scoring. GIL released."""
+
 def etf_encode(term: object) -> bytes:
     """Erlang term_to_binary(term, [deterministic, {minor_version, 2}]) under the DESIGN §5 mapping.
 

@@ -59,6 +59,22 @@ def meta_columns(meta: NodeMetadata | None) -> tuple[int, float, float, float, f
     )
 
 
+@dataclass
+class _UsageOrder:
+    """Rows sorted by their time-independent usage bound (`_core.usage_order`), for the certified ANN walk.
+
+    Writes do not re-sort: they append the rows they touch to `stale`, which
+    the walk checks on their current metadata. Past `len(stale)` changes the
+    order is dropped and the next query sorts afresh.
+    """
+
+    params: tuple[float, float, float, float]
+    rows: npt.NDArray[np.uint32]
+    keys: npt.NDArray[np.float64]
+    stale: npt.NDArray[np.uint32]
+    count: int = 0
+
+
 @dataclass(frozen=True)
 class TypeSnapshot:
     """A copy of one type's scoring columns, for maintenance passes."""
@@ -91,6 +107,7 @@ class TypeIndex:
         }
         self._rank: npt.NDArray[np.uint32] | None = None
         self._sorted: list[str] | None = None
+        self._order: _UsageOrder | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -146,6 +163,18 @@ class TypeIndex:
             return
         for name, value in zip(META_COLUMNS, meta_columns(meta), strict=True):
             self._cols[name][r] = value
+        self._stale(r)
+
+    def _stale(self, r: int) -> None:
+        """Row `r` changed (metadata, or now holds another node): the usage order must look at it itself."""
+        order = self._order
+        if order is None:
+            return
+        if order.count == len(order.stale):
+            self._order = None
+        else:
+            order.stale[order.count] = r
+            order.count += 1
 
     def remove(self, node_id: str) -> None:
         r = self.row.pop(node_id, None)
@@ -160,6 +189,7 @@ class TypeIndex:
             self._norms[r] = self._norms[last]
             for col in self._cols.values():
                 col[r] = col[last]
+            self._stale(r)
             if self.ann is not None:
                 self.ann.moved(moved, r)
         self.ids.pop()
@@ -233,27 +263,59 @@ class TypeIndex:
         self.ann = ann_module.build(self, self.ann_config)
         return True
 
-    def _usage(self, cfg: ResolvedConfig, tp: TypeParams, now: datetime) -> npt.NDArray[np.float64] | None:
-        """Per row, the factor the default value function applies to relevance (None otherwise).
+    def _usage_order(self, tp: TypeParams) -> _UsageOrder:
+        """The usage order for `tp`'s parameters, sorted afresh when missing, for other parameters, or too stale."""
+        params = (tp.lam, tp.k, tp.base_floor, tp.beta)
+        order = self._order
+        if order is None or order.params != params:
+            rows, keys = _core.usage_order(*(self.column(name) for name in META_COLUMNS), *params)
+            stale = np.empty(max(1024, len(self.ids) // 64), np.uint32)
+            order = self._order = _UsageOrder(params, rows, keys, stale)
+        return order
 
-        One pass over the metadata columns only (not the embeddings); it lets
-        the certified ANN scan bound unscored rows tightly.
-        """
+    def _walk(
+        self, queries: npt.NDArray[np.float32], cfg: ResolvedConfig, tp: TypeParams, now: datetime, hydrate: Hydrate
+    ) -> ann_module.Walk:
+        """How `certified_scan` finishes a pool: in Rust for the default value function, else in Python."""
         if not cfg.is_default:
-            return None
-        return _core.default_values(
-            np.ones(len(self.ids), np.float32),
-            self.column("has_meta"),
-            self.column("timestamp"),
-            self.column("access_count"),
-            self.column("reward_count"),
-            self.column("cumulative_reward"),
-            now.timestamp(),
-            tp.lam,
-            tp.k,
-            tp.base_floor,
-            tp.beta,
-        )
+
+            def bounded(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> list[tuple[int, float]] | None:
+                # The function never exceeds relevance: rows outside the pool stay below `bound`.
+                picked, scores = self._score(pool.astype(np.int64), queries, cfg, tp, now, hydrate)
+                cutoff = float(scores[tp.top_k - 1]) if len(picked) >= tp.top_k else tp.threshold
+                if bound >= cutoff:
+                    return None
+                return list(zip(picked.tolist(), scores.tolist(), strict=True))
+
+            return bounded
+
+        def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> list[tuple[int, float]] | None:
+            order = self._usage_order(tp)
+            got = _core.certified_walk(
+                self.matrix(),
+                self.norms(),
+                queries,
+                *(self.column(name) for name in META_COLUMNS),
+                self.rank(),
+                now.timestamp(),
+                tp.lam,
+                tp.k,
+                tp.base_floor,
+                tp.beta,
+                tp.threshold,
+                tp.top_k,
+                pool,
+                bound,
+                order.rows,
+                order.keys,
+                order.stale[: order.count],
+                budget,
+            )
+            if got is None:
+                return None
+            return list(zip(got[0].tolist(), got[1].tolist(), strict=True))
+
+        return walk
 
     def _score(
         self,
@@ -320,13 +382,7 @@ class TypeIndex:
         ann = self._ann_for(cfg, exact)
         if ann is not None:
             got = ann_module.certified_scan(
-                self,
-                ann,
-                queries,
-                tp.top_k,
-                tp.threshold,
-                lambda rows: self._score(rows, queries, cfg, tp, now, hydrate),
-                self._usage(cfg, tp, now),
+                self, ann, queries, tp.top_k, tp.threshold, self._walk(queries, cfg, tp, now, hydrate)
             )
             if got is not None:
                 return [(self.ids[r], s) for r, s in got]

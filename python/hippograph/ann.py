@@ -205,35 +205,28 @@ def build(index: TypeIndex, config: AnnConfig) -> AnnIndex:
 
 
 ChangedSince = Callable[[int], "set[str] | None"]
-Scorer = Callable[[npt.NDArray[np.int64]], tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
+Walk = Callable[[npt.NDArray[np.uint32], float, int], "list[tuple[int, float]] | None"]
+"""(pool rows, relevance bound of every other row, scoring budget) → the exact top rows, or None past the budget."""
 
 
 def certified_scan(
-    index: TypeIndex,
-    ann: AnnIndex,
-    queries: npt.NDArray[np.float32],
-    top_k: int,
-    threshold: float,
-    score_rows: Scorer,
-    usage: npt.NDArray[np.float64] | None = None,
+    index: TypeIndex, ann: AnnIndex, queries: npt.NDArray[np.float32], top_k: int, threshold: float, walk: Walk
 ) -> list[tuple[int, float]] | None:
-    """Top rows by exact score from an ANN candidate pool, or None when the exact scan must answer.
+    """Top rows by exact score from ANN candidate pools, or None when the exact scan must answer.
 
     Why the answer is exact (up to the HNSW graph's own neighbour recall): a
     row outside the pool has relevance at most `bound`, the smallest
-    similarity the ANN returned per query vector (maximised over them), and
-    the value function never exceeds relevance × the row's usage factor
-    (`usage`; all ones for a custom function that only declares it never
-    exceeds relevance). With `cutoff` the k-th best pool score (or the
-    threshold while fewer rows qualify), every row with bound × usage ≥ cutoff
-    is scored too; all others are provably below the answer. When that extra
-    set is large the pool grows instead. When too few rows score above zero
-    while the threshold admits zero, the remaining slots belong to zero-score
-    rows in id order, which only the exact scan enumerates: None.
+    similarity the ANN returned per query vector (maximised over them). `walk`
+    scores the pool and every other row whose value could still reach the
+    k-th best under that bound (see `hippograph_core::certified`). When that
+    takes more than an eighth of the type, a deeper pool (a lower bound) is
+    cheaper; past a quarter of the type the exact scan is. When too few rows
+    score above zero while the threshold admits zero, the remaining slots
+    belong to zero-score rows in id order, which only the exact scan
+    enumerates: None.
     """
     n = len(index.ids)
-    factors = np.ones(n, np.float64) if usage is None else usage
-    pool = max(8 * top_k, 128)
+    pool = max(2 * top_k, 32)
     while True:
         found = ann.knn(queries, pool)
         if found is None:
@@ -241,23 +234,14 @@ def certified_scan(
         labels, sims = found
         exhausted = labels.shape[1] >= len(ann)
         rows = ann.row_of_label[labels.ravel().astype(np.int64)]
-        rows = np.unique(rows[rows >= 0])
-        picked, scores = score_rows(rows)
-        full = len(picked) >= top_k
-        if not full and threshold <= 0.0:
-            return None
-        cutoff = float(scores[top_k - 1]) if full else threshold
+        rows = np.unique(rows[rows >= 0]).astype(np.uint32)
         # Float noise between hnswlib's and the Rust core's cosine is far below this margin.
         bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max())) + 1e-6
-        contenders = np.flatnonzero(bound * factors >= cutoff - 1e-9)
-        extra = np.setdiff1d(contenders, rows, assume_unique=True)
-        if len(extra) == 0:
-            return list(zip(picked.tolist(), scores.tolist(), strict=True))
-        if exhausted or len(extra) <= max(4 * pool, n // 16):
-            picked, scores = score_rows(np.union1d(rows, extra))
-            if len(picked) < top_k and threshold <= 0.0:
-                return None
-            return list(zip(picked.tolist(), scores.tolist(), strict=True))
+        got = walk(rows, bound, max(n // 8, 1))
+        if got is not None:
+            return None if len(got) < top_k and threshold <= 0.0 else got
+        if exhausted or 4 * pool > n // 4:
+            return None
         pool *= 4
 
 

@@ -3,6 +3,7 @@
 //! No Python types live here: plain slices and structs in, results out, so the
 //! algorithms are tested with `cargo test` and benchmarked without an interpreter.
 
+pub mod certified;
 pub mod etf;
 pub mod pairs;
 pub mod scoring;

@@ -61,7 +61,15 @@ pub struct MetaColumns<'a> {
 }
 
 impl MetaColumns<'_> {
-    fn check(&self, n: usize) -> Result<(), ShapeError> {
+    /// Row `i` as the default value function's `(timestamp, access_count,
+    /// reward_count, cumulative_reward)`, or `None` without metadata.
+    #[inline]
+    pub fn row(&self, i: usize) -> Option<(f64, f64, f64, f64)> {
+        (self.has_meta[i] != 0)
+            .then(|| (self.timestamp[i], self.access_count[i], self.reward_count[i], self.cumulative_reward[i]))
+    }
+
+    pub(crate) fn check(&self, n: usize) -> Result<(), ShapeError> {
         let lens = [
             self.has_meta.len(),
             self.timestamp.len(),
@@ -115,7 +123,7 @@ pub fn row_norms(data: &[f32], dim: usize) -> Vec<f32> {
 }
 
 /// Queries scaled to unit length (a zero vector stays zero, so it matches nothing).
-fn normalise_queries(queries: &[f32], dim: usize) -> Vec<f32> {
+pub(crate) fn normalise_queries(queries: &[f32], dim: usize) -> Vec<f32> {
     let mut out = queries.to_vec();
     for q in out.chunks_exact_mut(dim) {
         let norm = q.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
@@ -268,7 +276,7 @@ mod avx2 {
 }
 
 /// Relevance of a block of rows, using AVX2 when the CPU has it.
-fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
+pub(crate) fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
@@ -320,12 +328,18 @@ pub fn default_value(relevance: f64, meta: Option<(f64, f64, f64, f64)>, now: f6
     };
     let hours = ((now - timestamp) / 3600.0).max(0.0);
     let recency = (-p.lambda * hours).exp();
+    relevance * recency * usage_weight(access_count, reward_count, cumulative_reward, p)
+}
+
+/// The time-independent factors of the default value function: frequency × reward.
+#[inline]
+pub fn usage_weight(access_count: f64, reward_count: f64, cumulative_reward: f64, p: &ValueParams) -> f64 {
     let denom = access_count + p.k;
     let freq = if denom > 0.0 { access_count / denom } else { 0.0 };
     let frequency = freq.max(p.base_floor);
     let reward =
         if reward_count <= 0.0 { 1.0 } else { 1.0 / (1.0 + (-p.beta * (cumulative_reward / reward_count)).exp()) };
-    relevance * recency * frequency * reward
+    frequency * reward
 }
 
 /// Scores every row with the default value function.
@@ -336,11 +350,7 @@ pub fn default_values(
     p: &ValueParams,
 ) -> Result<Vec<f64>, ShapeError> {
     meta.check(relevance.len())?;
-    let score = |i: usize| {
-        let m = (meta.has_meta[i] != 0)
-            .then(|| (meta.timestamp[i], meta.access_count[i], meta.reward_count[i], meta.cumulative_reward[i]));
-        default_value(f64::from(relevance[i]), m, now, p)
-    };
+    let score = |i: usize| default_value(f64::from(relevance[i]), meta.row(i), now, p);
     Ok((0..relevance.len()).map(score).collect())
 }
 
@@ -432,13 +442,8 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
             relevance_block(rows, &req.stored.norms[start..end], dim, &unit, &mut rel);
         }
         let m = req.meta;
-        let scores: Vec<f64> = (start..end)
-            .map(|i| {
-                let meta = (m.has_meta[i] != 0)
-                    .then(|| (m.timestamp[i], m.access_count[i], m.reward_count[i], m.cumulative_reward[i]));
-                default_value(f64::from(rel[i - start]), meta, req.now, &req.params)
-            })
-            .collect();
+        let scores: Vec<f64> =
+            (start..end).map(|i| default_value(f64::from(rel[i - start]), m.row(i), req.now, &req.params)).collect();
         let rank = req.rank.map(|r| &r[start..end]);
         let picked = select_top(&scores, req.threshold, req.top_k, rank).unwrap_or_default();
         picked.into_iter().map(|j| (start + j, scores[j])).collect()

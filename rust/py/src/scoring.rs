@@ -2,12 +2,13 @@
 //! while scanning so several Python threads can recall at once.
 
 use crate::errors;
-use hippograph_core::pairs;
 use hippograph_core::scoring::{self, MetaColumns, ScanRequest, ShapeError, Stored, ValueParams};
+use hippograph_core::{certified, pairs};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 type Scan<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f64>>);
+type Order<'py> = (Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<f64>>);
 type Pairs<'py> = (Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<f32>>);
 
 fn contiguous<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
@@ -37,6 +38,24 @@ fn matrix_dim(
         return Err(errors::validation(py, format!("query dimension {qdim} does not match stored dimension {dim}")));
     }
     Ok(dim)
+}
+
+/// The metadata columns of the default value function, borrowed from numpy.
+fn meta_columns<'a>(
+    py: Python<'_>,
+    has_meta: &'a PyReadonlyArray1<'_, u8>,
+    timestamp: &'a PyReadonlyArray1<'_, f64>,
+    access_count: &'a PyReadonlyArray1<'_, f64>,
+    reward_count: &'a PyReadonlyArray1<'_, f64>,
+    cumulative_reward: &'a PyReadonlyArray1<'_, f64>,
+) -> PyResult<MetaColumns<'a>> {
+    Ok(MetaColumns {
+        has_meta: contiguous(py, "has_meta", has_meta)?,
+        timestamp: contiguous(py, "timestamp", timestamp)?,
+        access_count: contiguous(py, "access_count", access_count)?,
+        reward_count: contiguous(py, "reward_count", reward_count)?,
+        cumulative_reward: contiguous(py, "cumulative_reward", cumulative_reward)?,
+    })
 }
 
 fn indices(picked: Vec<usize>) -> Vec<i64> {
@@ -117,13 +136,7 @@ fn scan_default<'py>(
     let req = ScanRequest {
         stored: Stored { data: contiguous(py, "matrix", &matrix)?, norms: contiguous(py, "norms", &norms)?, dim },
         queries: contiguous(py, "queries", &queries)?,
-        meta: MetaColumns {
-            has_meta: contiguous(py, "has_meta", &has_meta)?,
-            timestamp: contiguous(py, "timestamp", &timestamp)?,
-            access_count: contiguous(py, "access_count", &access_count)?,
-            reward_count: contiguous(py, "reward_count", &reward_count)?,
-            cumulative_reward: contiguous(py, "cumulative_reward", &cumulative_reward)?,
-        },
+        meta: meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?,
         rank: match &rank {
             Some(r) => Some(contiguous(py, "rank", r)?),
             None => None,
@@ -161,17 +174,95 @@ fn default_values<'py>(
     beta: f64,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
     let rel = contiguous(py, "relevance", &relevance)?;
-    let meta = MetaColumns {
-        has_meta: contiguous(py, "has_meta", &has_meta)?,
-        timestamp: contiguous(py, "timestamp", &timestamp)?,
-        access_count: contiguous(py, "access_count", &access_count)?,
-        reward_count: contiguous(py, "reward_count", &reward_count)?,
-        cumulative_reward: contiguous(py, "cumulative_reward", &cumulative_reward)?,
-    };
+    let meta = meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?;
     let params = ValueParams { lambda: lambda_, k, base_floor, beta };
     let out = errors::detached(py, "default_values", || scoring::default_values(rel, meta, now, &params))?
         .map_err(|e| shape(py, e))?;
     Ok(out.into_pyarray(py))
+}
+
+/// Rows sorted by their time-independent usage bound, for `certified_walk`.
+#[pyfunction]
+#[pyo3(signature = (has_meta, timestamp, access_count, reward_count, cumulative_reward, lambda_, k, base_floor, beta))]
+#[allow(clippy::too_many_arguments)]
+fn usage_order<'py>(
+    py: Python<'py>,
+    has_meta: PyReadonlyArray1<'py, u8>,
+    timestamp: PyReadonlyArray1<'py, f64>,
+    access_count: PyReadonlyArray1<'py, f64>,
+    reward_count: PyReadonlyArray1<'py, f64>,
+    cumulative_reward: PyReadonlyArray1<'py, f64>,
+    lambda_: f64,
+    k: f64,
+    base_floor: f64,
+    beta: f64,
+) -> PyResult<Order<'py>> {
+    let meta = meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?;
+    let params = ValueParams { lambda: lambda_, k, base_floor, beta };
+    let order =
+        errors::detached(py, "usage_order", || certified::usage_order(meta, &params))?.map_err(|e| shape(py, e))?;
+    Ok((order.rows.into_pyarray(py), order.keys.into_pyarray(py)))
+}
+
+/// The certified top-k from a candidate pool with the default value function, or None past the budget.
+#[pyfunction]
+#[pyo3(signature = (
+    matrix, norms, queries, has_meta, timestamp, access_count, reward_count, cumulative_reward,
+    rank, now, lambda_, k, base_floor, beta, threshold, top_k, pool, bound, order, order_keys, stale, budget
+))]
+#[allow(clippy::too_many_arguments)]
+fn certified_walk<'py>(
+    py: Python<'py>,
+    matrix: PyReadonlyArray2<'py, f32>,
+    norms: PyReadonlyArray1<'py, f32>,
+    queries: PyReadonlyArray2<'py, f32>,
+    has_meta: PyReadonlyArray1<'py, u8>,
+    timestamp: PyReadonlyArray1<'py, f64>,
+    access_count: PyReadonlyArray1<'py, f64>,
+    reward_count: PyReadonlyArray1<'py, f64>,
+    cumulative_reward: PyReadonlyArray1<'py, f64>,
+    rank: Option<PyReadonlyArray1<'py, u32>>,
+    now: f64,
+    lambda_: f64,
+    k: f64,
+    base_floor: f64,
+    beta: f64,
+    threshold: f64,
+    top_k: usize,
+    pool: PyReadonlyArray1<'py, u32>,
+    bound: f64,
+    order: PyReadonlyArray1<'py, u32>,
+    order_keys: PyReadonlyArray1<'py, f64>,
+    stale: PyReadonlyArray1<'py, u32>,
+    budget: usize,
+) -> PyResult<Option<Scan<'py>>> {
+    let dim = matrix_dim(py, &matrix, &queries)?;
+    let req = certified::WalkRequest {
+        scan: ScanRequest {
+            stored: Stored { data: contiguous(py, "matrix", &matrix)?, norms: contiguous(py, "norms", &norms)?, dim },
+            queries: contiguous(py, "queries", &queries)?,
+            meta: meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?,
+            rank: match &rank {
+                Some(r) => Some(contiguous(py, "rank", r)?),
+                None => None,
+            },
+            now,
+            params: ValueParams { lambda: lambda_, k, base_floor, beta },
+            threshold,
+            top_k,
+        },
+        pool: contiguous(py, "pool", &pool)?,
+        bound,
+        order: contiguous(py, "order", &order)?,
+        order_keys: contiguous(py, "order_keys", &order_keys)?,
+        stale: contiguous(py, "stale", &stale)?,
+        budget,
+    };
+    let hits = errors::detached(py, "certified_walk", || certified::walk(&req))?.map_err(|e| shape(py, e))?;
+    Ok(hits.map(|hits| {
+        let (idx, scores): (Vec<i64>, Vec<f64>) = hits.into_iter().map(|(i, s)| (i as i64, s)).unzip();
+        (idx.into_pyarray(py), scores.into_pyarray(py))
+    }))
 }
 
 /// Consolidation candidates: greedy best-partner pairs of rows sharing a group
@@ -207,5 +298,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(select_top, m)?)?;
     m.add_function(wrap_pyfunction!(scan_default, m)?)?;
     m.add_function(wrap_pyfunction!(default_values, m)?)?;
+    m.add_function(wrap_pyfunction!(usage_order, m)?)?;
+    m.add_function(wrap_pyfunction!(certified_walk, m)?)?;
     Ok(())
 }

@@ -1,0 +1,416 @@
+//! Certified top-k from a candidate pool: the approximate (`exact=False`) path.
+//!
+//! The default value function is `relevance × recency × weight`, where
+//! `recency = exp(-λ·max(0, now − t)/3600)` and `weight` (frequency × reward)
+//! does not depend on time. Hence for every row
+//!
+//! ```text
+//! value ≤ relevance × exp(key − λ·now/3600),   key = λ·t/3600 + ln(weight)
+//! ```
+//!
+//! and `key` does not depend on `now` either: rows sorted by key once stay in
+//! order as time passes, and only rows whose metadata changed need a look of
+//! their own. Given a pool of rows (the vector index's neighbours of every
+//! query vector) and `bound`, a relevance no row outside the pool exceeds,
+//! [`walk`] scores the pool, then walks the other rows in key order and stops
+//! at the first whose `bound × exp(key − λ·now/3600)` is below the current
+//! k-th best score: no later row can enter the answer. The answer is then the
+//! exact one over every row whose relevance respects `bound`.
+
+use crate::scoring::{
+    default_value, normalise_queries, relevance_block, usage_weight, ScanRequest, ShapeError, ValueParams,
+};
+use rayon::prelude::*;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// Rows sorted by [`usage_key`], largest first (ties by row).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageOrder {
+    pub rows: Vec<u32>,
+    pub keys: Vec<f64>,
+}
+
+/// The time-independent log bound of a row's usage factor (see the module docs).
+///
+/// Rows without metadata score their relevance: `+∞` puts them first. A zero
+/// or NaN weight can never score above zero: `−∞`. A NaN key (extreme
+/// parameters) is treated as `+∞`, so such a row is always scored.
+pub fn usage_key(meta: Option<(f64, f64, f64, f64)>, p: &ValueParams) -> f64 {
+    let Some((timestamp, access_count, reward_count, cumulative_reward)) = meta else {
+        return f64::INFINITY;
+    };
+    let weight = usage_weight(access_count, reward_count, cumulative_reward, p);
+    if weight.is_nan() || weight <= 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    let key = p.lambda * timestamp / 3600.0 + weight.ln();
+    if key.is_nan() {
+        f64::INFINITY
+    } else {
+        key
+    }
+}
+
+/// Every row's [`usage_key`], and the rows sorted by it (largest first).
+pub fn usage_order(meta: crate::scoring::MetaColumns<'_>, p: &ValueParams) -> Result<UsageOrder, ShapeError> {
+    let n = meta.has_meta.len();
+    meta.check(n)?;
+    let keys: Vec<f64> = (0..n).map(|i| usage_key(meta.row(i), p)).collect();
+    let mut rows: Vec<u32> = (0..n as u32).collect();
+    let cmp = |a: &u32, b: &u32| keys[*b as usize].total_cmp(&keys[*a as usize]).then(a.cmp(b));
+    if n >= 1 << 16 {
+        rows.par_sort_unstable_by(cmp);
+    } else {
+        rows.sort_unstable_by(cmp);
+    }
+    let sorted = rows.iter().map(|&r| keys[r as usize]).collect();
+    Ok(UsageOrder { rows, keys: sorted })
+}
+
+/// Largest value a row with usage key `key` and relevance at most `bound` can have at `offset = λ·now/3600`.
+#[inline]
+fn upper(bound: f64, key: f64, offset: f64) -> f64 {
+    if bound <= 0.0 || key == f64::NEG_INFINITY {
+        return 0.0;
+    }
+    if key == f64::INFINITY {
+        return bound;
+    }
+    // Slack for the rounding of two large, nearly equal terms (λ·t and λ·now).
+    let slack = 1e-9 * (1.0 + key.abs() + offset.abs());
+    bound * (key - offset + slack).exp()
+}
+
+/// A scored row in the bounded top-k heap; "greater" means worse, so the heap's top is the worst kept.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    score: f64,
+    key: u64,
+    row: usize,
+}
+
+impl PartialEq for Kept {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Kept {}
+
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Kept {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.score.total_cmp(&self.score).then(self.key.cmp(&other.key))
+    }
+}
+
+/// A fixed-size set of row numbers.
+struct RowSet(Vec<u64>);
+
+impl RowSet {
+    fn new(n: usize) -> Self {
+        Self(vec![0; n.div_ceil(64)])
+    }
+
+    fn contains(&self, r: usize) -> bool {
+        self.0[r / 64] >> (r % 64) & 1 == 1
+    }
+
+    /// Adds `r`; false when it was already present.
+    fn insert(&mut self, r: usize) -> bool {
+        let fresh = !self.contains(r);
+        self.0[r / 64] |= 1 << (r % 64);
+        fresh
+    }
+}
+
+/// What [`walk`] needs beyond one exact scan's inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct WalkRequest<'a> {
+    pub scan: ScanRequest<'a>,
+    /// Rows scored first (the vector index's candidates); rows past the end are ignored.
+    pub pool: &'a [u32],
+    /// No row outside `pool` has a relevance above this.
+    pub bound: f64,
+    /// A [`UsageOrder`] taken when the rows in `stale` had other metadata (or did not exist).
+    pub order: &'a [u32],
+    pub order_keys: &'a [f64],
+    /// Rows whose metadata changed, or that were added or moved, since `order` was taken.
+    pub stale: &'a [u32],
+    /// Most rows to score beyond the pool; past it the walk gives up (`None`).
+    pub budget: usize,
+}
+
+/// The exact top-k over every row whose relevance respects `bound`, best first; `None` past the budget.
+pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeError> {
+    let scan = &req.scan;
+    let n = scan.stored.rows()?;
+    let dim = scan.stored.dim;
+    scan.meta.check(n)?;
+    if req.order.len() != req.order_keys.len() {
+        return Err(ShapeError(format!("order has {} rows but {} keys", req.order.len(), req.order_keys.len())));
+    }
+    if let Some(r) = scan.rank {
+        if r.len() != n {
+            return Err(ShapeError(format!("rank has {} entries, rows {n}", r.len())));
+        }
+    }
+    let scoring = dim > 0 && !scan.queries.is_empty();
+    if scoring && scan.queries.len() % dim != 0 {
+        return Err(ShapeError(format!(
+            "query values ({}) are not a multiple of the dimension {dim}",
+            scan.queries.len()
+        )));
+    }
+    if scan.top_k == 0 || n == 0 {
+        return Ok(Some(Vec::new()));
+    }
+    let unit = if scoring { normalise_queries(scan.queries, dim) } else { Vec::new() };
+    let score = |r: usize| {
+        let mut rel = [0.0f32];
+        if scoring {
+            relevance_block(&scan.stored.data[r * dim..(r + 1) * dim], &scan.stored.norms[r..=r], dim, &unit, &mut rel);
+        }
+        default_value(f64::from(rel[0]), scan.meta.row(r), scan.now, &scan.params)
+    };
+    let rank_key = |r: usize| scan.rank.map_or(r as u64, |rk| u64::from(rk[r]));
+    let mut heap: BinaryHeap<Kept> = BinaryHeap::with_capacity(scan.top_k + 1);
+    let offer = |heap: &mut BinaryHeap<Kept>, row: usize, value: f64| {
+        if value.is_nan() || value < scan.threshold {
+            return;
+        }
+        let kept = Kept { score: value, key: rank_key(row), row };
+        if heap.len() < scan.top_k {
+            heap.push(kept);
+        } else if heap.peek().is_some_and(|worst| kept < *worst) {
+            heap.pop();
+            heap.push(kept);
+        }
+    };
+    let cutoff = |heap: &BinaryHeap<Kept>| match heap.peek() {
+        Some(worst) if heap.len() == scan.top_k => worst.score,
+        _ => scan.threshold,
+    };
+    let mut seen = RowSet::new(n);
+    for &r in req.pool {
+        let r = r as usize;
+        if r < n && seen.insert(r) {
+            offer(&mut heap, r, score(r));
+        }
+    }
+    let mut stale = RowSet::new(n);
+    for &r in req.stale {
+        if (r as usize) < n {
+            stale.insert(r as usize);
+        }
+    }
+    let offset = scan.params.lambda * scan.now / 3600.0;
+    let mut scored = 0usize;
+    for (&r, &key) in req.order.iter().zip(req.order_keys) {
+        if upper(req.bound, key, offset) < cutoff(&heap) {
+            break;
+        }
+        let r = r as usize;
+        if r >= n || stale.contains(r) || !seen.insert(r) {
+            continue;
+        }
+        scored += 1;
+        if scored > req.budget {
+            return Ok(None);
+        }
+        offer(&mut heap, r, score(r));
+    }
+    for &r in req.stale {
+        let r = r as usize;
+        if r >= n || seen.contains(r) {
+            continue;
+        }
+        seen.insert(r);
+        if upper(req.bound, usage_key(scan.meta.row(r), &scan.params), offset) < cutoff(&heap) {
+            continue;
+        }
+        scored += 1;
+        if scored > req.budget {
+            return Ok(None);
+        }
+        offer(&mut heap, r, score(r));
+    }
+    Ok(Some(heap.into_sorted_vec().into_iter().map(|k| (k.row, k.score)).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scoring::{scan_default, MetaColumns, Stored};
+
+    /// A deterministic generator (xorshift), so the tests need no extra crate.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn unit(&mut self) -> f64 {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    struct Data {
+        dim: usize,
+        data: Vec<f32>,
+        norms: Vec<f32>,
+        queries: Vec<f32>,
+        has_meta: Vec<u8>,
+        ts: Vec<f64>,
+        acc: Vec<f64>,
+        rc: Vec<f64>,
+        cr: Vec<f64>,
+        rank: Vec<u32>,
+    }
+
+    const NOW: f64 = 1.75e9;
+
+    fn data(n: usize, dim: usize, seed: u64) -> Data {
+        let mut rng = Rng(seed | 1);
+        let data: Vec<f32> = (0..n * dim).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
+        let norms = crate::scoring::row_norms(&data, dim);
+        let queries: Vec<f32> = (0..3 * dim).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
+        let has_meta = (0..n).map(|_| u8::from(rng.unit() < 0.9)).collect();
+        // Some timestamps lie in the future: recency is clamped to one there.
+        let ts = (0..n).map(|_| NOW - 3600.0 * 24.0 * 40.0 * (rng.unit() - 0.05)).collect();
+        let acc = (0..n).map(|_| (rng.next() % 20) as f64).collect();
+        let rc = (0..n).map(|_| (rng.next() % 4) as f64).collect();
+        let cr = (0..n).map(|_| rng.unit() * 4.0 - 2.0).collect();
+        let mut rank: Vec<u32> = (0..n as u32).collect();
+        rank.reverse();
+        Data { dim, data, norms, queries, has_meta, ts, acc, rc, cr, rank }
+    }
+
+    impl Data {
+        fn meta(&self) -> MetaColumns<'_> {
+            MetaColumns {
+                has_meta: &self.has_meta,
+                timestamp: &self.ts,
+                access_count: &self.acc,
+                reward_count: &self.rc,
+                cumulative_reward: &self.cr,
+            }
+        }
+
+        fn scan(&self, threshold: f64, top_k: usize) -> ScanRequest<'_> {
+            ScanRequest {
+                stored: Stored { data: &self.data, norms: &self.norms, dim: self.dim },
+                queries: &self.queries,
+                meta: self.meta(),
+                rank: Some(&self.rank),
+                now: NOW,
+                params: ValueParams::default(),
+                threshold,
+                top_k,
+            }
+        }
+    }
+
+    #[test]
+    fn key_bounds_the_value_at_any_time() {
+        let p = ValueParams::default();
+        let mut rng = Rng(7);
+        for _ in 0..10_000 {
+            let row = (NOW + 3600.0 * 100.0 * (rng.unit() - 0.3), 20.0 * rng.unit(), 3.0, rng.unit() - 0.5);
+            let meta = Some(row);
+            let rel = rng.unit();
+            let value = default_value(rel, meta, NOW, &p);
+            let bound = upper(rel, usage_key(meta, &p), p.lambda * NOW / 3600.0);
+            assert!(value <= bound, "value {value} above its bound {bound}");
+            assert!(bound <= value * 1.0001 + 1e-12 || row.0 > NOW, "bound {bound} loose for {value}");
+        }
+        assert_eq!(usage_key(None, &p), f64::INFINITY);
+        let floorless = ValueParams { base_floor: 0.0, ..p };
+        assert_eq!(usage_key(Some((NOW, 0.0, 0.0, 0.0)), &floorless), f64::NEG_INFINITY);
+    }
+
+    #[test]
+    fn order_is_by_key_descending() {
+        let d = data(500, 4, 3);
+        let p = ValueParams::default();
+        let order = usage_order(d.meta(), &p).unwrap();
+        assert_eq!(order.rows.len(), 500);
+        assert!(order.keys.windows(2).all(|w| w[0] >= w[1]));
+        for (&r, &k) in order.rows.iter().zip(&order.keys) {
+            assert_eq!(k.to_bits(), usage_key(d.meta().row(r as usize), &p).to_bits());
+        }
+    }
+
+    /// With the pool holding every row whose relevance exceeds `bound`, the walk equals the exact scan.
+    #[test]
+    fn walk_equals_exact_scan_when_the_bound_holds() {
+        for seed in 1..40u64 {
+            let d = data(700, 8, seed);
+            let top_k = 1 + (seed as usize % 25);
+            let threshold = if seed % 3 == 0 { 0.05 } else { 0.001 };
+            let req = d.scan(threshold, top_k);
+            let exact = scan_default(&req).unwrap();
+            let rel = crate::scoring::relevance(req.stored, &d.queries).unwrap();
+            let mut by_rel: Vec<usize> = (0..700).collect();
+            by_rel.sort_by(|&a, &b| rel[b].total_cmp(&rel[a]));
+            let pool_size = 20 + (seed as usize * 13) % 200;
+            let pool: Vec<u32> = by_rel[..pool_size].iter().map(|&r| r as u32).collect();
+            let bound = f64::from(rel[by_rel[pool_size]]) + 1e-6;
+            // An order taken before some rows changed: those are passed as stale.
+            let mut old = d.meta().has_meta.to_vec();
+            let stale: Vec<u32> = (0..700u32).filter(|r| r % 11 == seed as u32 % 11).collect();
+            for &r in &stale {
+                old[r as usize] ^= 1;
+            }
+            let old_meta = MetaColumns { has_meta: &old, ..d.meta() };
+            let order = usage_order(old_meta, &req.params).unwrap();
+            let walked = walk(&WalkRequest {
+                scan: req,
+                pool: &pool,
+                bound,
+                order: &order.rows,
+                order_keys: &order.keys,
+                stale: &stale,
+                budget: usize::MAX,
+            })
+            .unwrap()
+            .unwrap();
+            assert_eq!(walked, exact, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn walk_gives_up_past_its_budget_and_handles_empty_input() {
+        let d = data(300, 4, 5);
+        let req = d.scan(0.0, 10);
+        let order = usage_order(d.meta(), &req.params).unwrap();
+        let w = WalkRequest {
+            scan: req,
+            pool: &[],
+            bound: 1.0,
+            order: &order.rows,
+            order_keys: &order.keys,
+            stale: &[],
+            budget: 5,
+        };
+        assert_eq!(walk(&w).unwrap(), None);
+        let none = WalkRequest { scan: d.scan(0.0, 0), ..w };
+        assert_eq!(walk(&none).unwrap(), Some(Vec::new()));
+        let bad = WalkRequest { order_keys: &order.keys[1..], ..w };
+        assert!(walk(&bad).is_err());
+        // Rows past the end (removed since) are skipped, never read.
+        let far = [10_000u32, 2];
+        let w = WalkRequest { pool: &far, stale: &far, budget: usize::MAX, ..w };
+        assert!(walk(&w).unwrap().is_some());
+    }
+}
