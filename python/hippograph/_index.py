@@ -43,6 +43,8 @@ Hydrate = Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]]
 _RANK_MERGE_MAX = 4096
 """New rows merged into the tie-break order incrementally; more trigger one full sort."""
 
+F64 = npt.NDArray[np.float64]
+MetaArrays = tuple[npt.NDArray[np.uint8], F64, F64, F64, F64]
 META_COLUMNS = ("has_meta", "timestamp", "access_count", "reward_count", "cumulative_reward")
 
 
@@ -263,12 +265,22 @@ class TypeIndex:
         self.ann = ann_module.build(self, self.ann_config)
         return True
 
+    def _meta(self) -> MetaArrays:
+        """The metadata columns in `META_COLUMNS` order, typed for the Rust core."""
+        return (
+            self.column("has_meta"),
+            self.column("timestamp"),
+            self.column("access_count"),
+            self.column("reward_count"),
+            self.column("cumulative_reward"),
+        )
+
     def _usage_order(self, tp: TypeParams) -> _UsageOrder:
         """The usage order for `tp`'s parameters, sorted afresh when missing, for other parameters, or too stale."""
         params = (tp.lam, tp.k, tp.base_floor, tp.beta)
         order = self._order
         if order is None or order.params != params:
-            rows, keys = _core.usage_order(*(self.column(name) for name in META_COLUMNS), *params)
+            rows, keys = _core.usage_order(*self._meta(), *params)
             stale = np.empty(max(1024, len(self.ids) // 64), np.uint32)
             order = self._order = _UsageOrder(params, rows, keys, stale)
         return order
@@ -295,7 +307,7 @@ class TypeIndex:
                 self.matrix(),
                 self.norms(),
                 queries,
-                *(self.column(name) for name in META_COLUMNS),
+                *self._meta(),
                 self.rank(),
                 now.timestamp(),
                 tp.lam,

@@ -233,8 +233,8 @@ def certified_scan(
             return None
         labels, sims = found
         exhausted = labels.shape[1] >= len(ann)
-        rows = ann.row_of_label[labels.ravel().astype(np.int64)]
-        rows = np.unique(rows[rows >= 0]).astype(np.uint32)
+        hits = ann.row_of_label[labels.ravel().astype(np.int64)]
+        rows = np.unique(hits[hits >= 0]).astype(np.uint32)
         # Float noise between hnswlib's and the Rust core's cosine is far below this margin.
         bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max())) + 1e-6
         got = walk(rows, bound, max(n // 8, 1))
