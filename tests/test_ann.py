@@ -365,6 +365,60 @@ def test_vector_index_stats_count_vectors_nodes_and_marks(make: Make) -> None:
     assert stats(b) == {"available": True, "nodes": 93, "vectors": 86, "live": 78, "reclaimable": 8}
 
 
+def test_build_vector_index_builds_now_reporting_progress_and_queries_reuse_it(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = make()
+    b.apply_changeset(random_graph(12, n=400))  # 300 semantic, 100 subgoal: both above min_nodes
+    calls: list[tuple[str, int, int]] = []
+    assert b.build_vector_index(["semantic"], lambda *a: calls.append(a)) == ["semantic"]
+    assert available(b) and not available(b, "subgoal")
+    assert calls and all(phase == "vector index semantic" for phase, _, _ in calls)
+    assert [done for _, done, _ in calls] == sorted(done for _, done, _ in calls)
+    assert calls[-1][1] == calls[-1][2] == stats(b)["nodes"]
+    built = []
+    real_build = hg.ann.build
+    monkeypatch.setattr(hg.ann, "build", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    assert b.build_vector_index() == ["subgoal"]  # semantic is built already
+    assert b.build_vector_index() == []
+    find(b, rng_vec(np.random.default_rng(1)))
+    assert built == [1]  # the query reused the index built ahead of it
+    with pytest.raises(hg.ValidationError):
+        b.build_vector_index(["no-such-type"])
+
+
+def test_build_vector_index_below_min_nodes_or_without_ann_builds_nothing(make: Make) -> None:
+    for b in (make(), make(ann=None)):
+        b.apply_changeset(random_graph(13, n=60))  # 45 semantic nodes: at most min_nodes
+        assert b.build_vector_index() == []
+        assert not available(b)
+
+
+def test_lmdb_build_vector_index_saves_and_a_reopened_store_adopts_the_files(tmp_path: Path) -> None:
+    with LMDB(tmp_path / "s", ann=CFG) as b:
+        b.apply_changeset(random_graph(14))
+        assert b.build_vector_index(["semantic"]) == ["semantic"]
+        assert (tmp_path / "s" / "ann" / "semantic.json").is_file()
+    with LMDB(tmp_path / "s", ann=CFG) as b:
+        assert b.build_vector_index(["semantic"]) == []
+        assert b.vector_index_stats()["semantic"]["loaded"] is True
+
+
+def test_repo_build_vector_index_delegates_or_reports_nothing(tmp_path: Path) -> None:
+    with hg.Repo(InMemory(ann=CFG), flush_interval=0) as repo:
+        repo.backend.apply_changeset(random_graph(15))
+        seen: list[str] = []
+        assert repo.build_vector_index("semantic", progress=lambda phase, *_: seen.append(phase)) == ["semantic"]
+        assert set(seen) == {"vector index semantic"}
+        assert repo.build_vector_index() == ["subgoal"]
+
+    class Plain(InMemory):
+        build_vector_index = None  # type: ignore[assignment]  # a backend without the extension
+
+    with hg.Repo(Plain(ann=CFG), flush_interval=0) as repo:
+        assert repo.build_vector_index() == []
+
+
 def test_reclaim_vector_index_compacts_and_keeps_results(make: Make) -> None:
     b = make()
     b.apply_changeset(random_graph(9))

@@ -1,14 +1,17 @@
-"""The ``hippograph`` command line: demo, stats, exit codes."""
+"""The ``hippograph`` command line: demo, stats, index, exit codes."""
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import hippograph as hg
-from hippograph.cli import demo_trajectories, main
+from hippograph.backends import LMDB
+from hippograph.cli import demo_trajectories, main, progress_bar
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -169,3 +172,57 @@ def test_demo_data_holds_20_to_50_valid_trajectories_of_2_to_6_steps() -> None:
 def test_demo_source_ids_are_unique() -> None:
     ids = [t.source_id for t in demo_trajectories()]
     assert len(set(ids)) == len(ids)
+
+
+def large_store(path: Path, n: int) -> Path:
+    """A store whose semantic type is above the default vector-index threshold when n > 20,000."""
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((n, 8)).astype(np.float32)
+    cs = hg.Changeset()
+    for i in range(n):
+        cs.add_node(hg.Semantic(id=f"s{i:06d}", proposition="p", confidence=0.5, embedding=vectors[i]))
+    with LMDB(path) as b:
+        b.apply_changeset(cs)
+    return path
+
+
+def test_index_builds_saves_and_then_loads_the_vector_index(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    store = large_store(tmp_path / "big", 20_001)
+    code, out, err = run(capsys, "index", "--path", str(store))
+    assert code == 0
+    assert re.search(r"semantic\s+20,001 vectors\s+built and saved", out)
+    assert "vector index semantic: 100% (20,001/20,001)" in err
+    assert (store / "ann" / "semantic.bin").is_file()
+    code, out, err = run(capsys, "index", "--path", str(store))
+    assert code == 0 and err == ""
+    assert re.search(r"semantic\s+20,001 vectors\s+loaded from saved files", out)
+
+
+def test_index_of_a_small_repo_says_recall_scans_exactly(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    store = large_store(tmp_path / "small", 50)
+    code, out, _ = run(capsys, "index", "--path", str(store))
+    assert code == 0
+    assert "no node type is large enough for a vector index" in out
+    assert not (store / "ann").exists()
+
+
+def test_index_of_a_missing_repo_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "index", "--path", str(tmp_path / "nothing"))
+    assert code == 1 and "no hippograph repo" in err
+    assert not (tmp_path / "nothing").exists()
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_redraws_one_line_on_a_terminal_and_logs_tenths_otherwise() -> None:
+    tty, log = Terminal(), io.StringIO()
+    for sink in (tty, log):
+        show = progress_bar(sink, width=10)
+        for done in range(0, 101, 5):
+            show("phase", done, 100)
+    assert tty.getvalue().count("\r") == 21 and tty.getvalue().endswith("[##########] 100% 100/100\n")
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "phase: 0% (0/100)" and lines[-1] == "phase: 100% (100/100)" and len(lines) == 11

@@ -29,6 +29,7 @@ from .model import (
     Node,
     NodeMetadata,
     NodeType,
+    Progress,
     as_datetime,
     as_embedding,
     as_node_types,
@@ -36,7 +37,15 @@ from .model import (
 )
 from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 
-__all__ = ["META_COLUMNS", "TypeIndex", "TypeSnapshot", "find_candidates", "meta_columns", "prepare_queries"]
+__all__ = [
+    "META_COLUMNS",
+    "TypeIndex",
+    "TypeSnapshot",
+    "build_vector_indexes",
+    "find_candidates",
+    "meta_columns",
+    "prepare_queries",
+]
 
 Hydrate = Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]]
 
@@ -245,14 +254,26 @@ class TypeIndex:
 
     def _ann_for(self, cfg: ResolvedConfig, exact: bool) -> AnnIndex | None:
         """The HNSW index to draw candidates from, building it on first use; None for the exact scan."""
-        config = self.ann_config
         bounded = cfg.is_default or getattr(cfg.function, "bounded_by_relevance", False) is True
-        if exact or config is None or not bounded or self.dim == 0 or len(self.ids) <= config.min_nodes:
+        if exact or not bounded or not self.wants_vector_index():
             return None
+        self.build_vector_index()
+        return self.ann
+
+    def wants_vector_index(self) -> bool:
+        """True when non-exact queries of this type use an HNSW index (configured, embedded, large enough)."""
+        config = self.ann_config
+        return config is not None and self.dim > 0 and len(self.ids) > config.min_nodes
+
+    def build_vector_index(self, progress: Callable[[int, int], None] | None = None) -> bool:
+        """Builds the HNSW index now rather than at the first non-exact query; True when this call built it."""
+        if self.ann_config is None or not self.wants_vector_index():
+            return False
         with self._ann_build:
-            if self.ann is None:
-                self.ann = ann_module.build(self, config)
-            return self.ann
+            if self.ann is not None:
+                return False
+            self.ann = ann_module.build(self, self.ann_config, progress)
+            return True
 
     def vector_index_stats(self) -> dict[str, Any]:
         stats = self.ann.stats() if self.ann is not None else {"vectors": 0, "live": 0, "reclaimable": 0}
@@ -417,6 +438,20 @@ def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> n
             what = "query" if i == 0 else f"tag vector {i - 1}"
             raise ValidationError(f"{what} has dimension {v.shape[0]}, the store holds dimension {expected}")
     return np.ascontiguousarray(np.stack(vectors))
+
+
+def build_vector_indexes(indexes: Mapping[NodeType, TypeIndex], types: object, progress: Progress | None) -> list[str]:
+    """Builds the HNSW index of every requested type (None: all) that uses one and lacks it; the types built."""
+    built: list[str] = []
+    for node_type in list(NodeType) if types is None else as_node_types(types):
+
+        def report(done: int, total: int, phase: str = f"vector index {node_type.value}") -> None:
+            if progress is not None:
+                progress(phase, done, total)
+
+        if indexes[node_type].build_vector_index(report):
+            built.append(node_type.value)
+    return built
 
 
 def find_candidates(

@@ -197,10 +197,20 @@ class AnnIndex:
         return {"vectors": int(self.index.element_count), "live": len(self), "reclaimable": self.reclaimable}
 
 
-def build(index: TypeIndex, config: AnnConfig) -> AnnIndex:
-    """An HNSW graph over every embedded row of `index`."""
-    ann = AnnIndex(index.dim, config, capacity=len(index))
-    ann.add_many(list(index.ids), index.matrix(), np.arange(len(index), dtype=np.int64))
+_BUILD_CHUNK = 16_384
+"""Rows handed to hnswlib per call while building: progress is reported between calls."""
+
+
+def build(index: TypeIndex, config: AnnConfig, progress: Callable[[int, int], None] | None = None) -> AnnIndex:
+    """An HNSW graph over every embedded row of `index`, reporting ``progress(rows_done, rows)``."""
+    n = len(index)
+    ann = AnnIndex(index.dim, config, capacity=n)
+    ids, matrix = list(index.ids), index.matrix()
+    for start in range(0, n, _BUILD_CHUNK):
+        stop = min(n, start + _BUILD_CHUNK)
+        ann.add_many(ids[start:stop], matrix[start:stop], np.arange(start, stop, dtype=np.int64))
+        if progress is not None:
+            progress(stop, n)
     return ann
 
 

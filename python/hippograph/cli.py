@@ -19,6 +19,12 @@
     nothing. Exit status 0 when the store is consistent, 1 when the report
     lists problems (or the store cannot be opened).
 
+``hippograph index [--path DIR] [--name NAME]``
+    Readies the vector (HNSW) index of every node type large enough to use
+    one, so that the first approximate recall does not pay for the build: the
+    saved index is adopted when it passes its checks, otherwise it is built
+    (with a progress bar on stderr) and saved next to the store.
+
 Exit status: 0 on success, 2 on a usage error, 1 when hippograph reports an
 error (the message goes to stderr).
 """
@@ -38,12 +44,12 @@ from .backends.lmdb import LMDB
 from .changeset import Changeset
 from .embedding import ENGLISH_STOP_WORDS, HashingEmbedder
 from .errors import HippographError, NotFoundError, ValidationError
-from .model import Episodic, IngestionReceipt, Node, NodeType, Semantic, Source, Subgoal
+from .model import Episodic, IngestionReceipt, Node, NodeType, Progress, Semantic, Source, Subgoal
 from .repo import Hit, Repo, check_repo_name, open_repo
 from .structuring import episodic
 from .trajectory import Step, Trajectory
 
-__all__ = ["DEMO_QUERIES", "demo_trajectories", "format_hits", "main"]
+__all__ = ["DEMO_QUERIES", "demo_trajectories", "format_hits", "main", "progress_bar"]
 
 DEMO_DATA = "demo_trajectories.json"
 DEMO_NAME = "demo"
@@ -224,6 +230,40 @@ def _verify(name: str, path: str | None, out: TextIO) -> bool:
     return report.ok
 
 
+def progress_bar(err: TextIO, width: int = 30) -> Progress:
+    """A progress callback: a redrawn bar per phase on a terminal, a line per tenth otherwise (logs)."""
+    tty = err.isatty()
+    tenths: dict[str, int] = {}
+
+    def show(phase: str, done: int, total: int) -> None:
+        pct = 100 if total <= 0 else min(100, done * 100 // total)
+        if tty:
+            filled = width * pct // 100
+            bar = "#" * filled + " " * (width - filled)
+            err.write(f"\r{phase:<24} [{bar}] {pct:3d}% {done:,}/{total:,}" + ("\n" if pct == 100 else ""))
+        elif tenths.get(phase) != pct // 10:
+            tenths[phase] = pct // 10
+            err.write(f"{phase}: {pct}% ({done:,}/{total:,})\n")
+        err.flush()
+
+    return show
+
+
+def _index(name: str, path: str | None, out: TextIO, err: TextIO) -> None:
+    """Build (or adopt the saved) vector indexes of an existing repo and report them."""
+    where = _existing_store(name, path)
+    with Repo(LMDB(where), flush_interval=0) as repo:
+        built = repo.build_vector_index(progress=progress_bar(err))
+        stats = repo.vector_index_stats()
+    print(f"repo {name!r} at {where}", file=out)
+    ready = {kind: s for kind, s in stats.items() if s["available"]}
+    for kind, s in ready.items():
+        how = "built and saved" if kind in built else "loaded from saved files" if s.get("loaded") else "ready"
+        print(f"  {kind:<16} {s['live']:>10,} vectors  {how}", file=out)
+    if not ready:
+        print("  no node type is large enough for a vector index: recall scans exactly", file=out)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hippograph", description="An embedded memory graph for AI agents.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -235,6 +275,9 @@ def _parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check a repo's invariants (exit 1 when broken)")
     verify.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/NAME)")
     verify.add_argument("--name", default=DEMO_NAME, help="repo name (default: demo)")
+    index = commands.add_parser("index", help="build (or load) and save the vector indexes of a repo")
+    index.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/NAME)")
+    index.add_argument("--name", default=DEMO_NAME, help="repo name (default: demo)")
     return parser
 
 
@@ -250,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "verify":
             if not _verify(args.name, args.path, sys.stdout):
                 return 1
+        elif args.command == "index":
+            _index(args.name, args.path, sys.stdout, sys.stderr)
         else:
             _stats(args.name, args.path, sys.stdout)
     except HippographError as exc:

@@ -37,6 +37,7 @@ from .model import (
     Node,
     NodeMetadata,
     NodeType,
+    Progress,
     Semantic,
     as_datetime,
     as_embedding,
@@ -61,9 +62,6 @@ __all__ = [
     "snapshot",
     "verify",
 ]
-
-Progress = Callable[[str, int, int], None]
-"""Called as ``progress(phase, done, total)`` during long operations."""
 
 
 @dataclass(frozen=True)

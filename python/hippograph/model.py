@@ -10,7 +10,7 @@ import copy
 import dataclasses
 import enum
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Self
@@ -34,6 +34,7 @@ __all__ = [
     "NodeType",
     "Outcome",
     "Procedural",
+    "Progress",
     "Semantic",
     "Source",
     "Subgoal",
@@ -49,6 +50,9 @@ __all__ = [
     "finite_float",
     "utcnow",
 ]
+
+Progress = Callable[[str, int, int], None]
+"""Called as ``progress(phase, done, total)`` during long operations (maintenance, vector index builds)."""
 
 MAX_ID_BYTES = 512
 

@@ -6,7 +6,7 @@ replaced by plain protocol calls otherwise (docs/custom-backends.md lists
 them): ``modify_metadata`` (read-modify-write of metadata in one
 transaction, so access counts and rewards from several processes add up),
 ``stats``, ``rewrite``, ``snapshot``, ``verify_storage``,
-``vector_index_stats`` and ``reclaim_vector_index``.
+``vector_index_stats``, ``build_vector_index`` and ``reclaim_vector_index``.
 
 Access bookkeeping is off the hot path: `recall` only notes which nodes it
 returned; the counts are written in batches (every `flush_interval` seconds,
@@ -391,6 +391,16 @@ class Repo:
         self._check_open("vector_index_stats")
         native = getattr(self.backend, "vector_index_stats", None)
         return {} if native is None else dict(native())
+
+    def build_vector_index(
+        self, types: Iterable[NodeType | str] | None = None, *, progress: maintenance.Progress | None = None
+    ) -> list[str]:
+        """Readies vector indexes now instead of at the first non-exact recall (a large type's first
+        build takes seconds); reports ``progress("vector index <type>", rows, total)``. Returns the
+        types built ([] when the backend has no index)."""
+        self._check_open("build_vector_index")
+        native = getattr(self.backend, "build_vector_index", None)
+        return [] if native is None else list(native(types, progress))
 
     def reclaim_vector_index(self) -> list[str]:
         """Compacts vector indexes that carry deletion marks; returns the types rebuilt."""

@@ -60,7 +60,7 @@ import numpy as np
 
 from .. import ann as ann_module
 from .. import codec
-from .._index import TypeIndex, TypeSnapshot, find_candidates
+from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates
 from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links, resulting_dim
 from ..errors import HippographError, IngestionError, StorageError, ValidationError
@@ -73,6 +73,7 @@ from ..model import (
     NodeMetadata,
     NodeType,
     Outcome,
+    Progress,
     as_edge_type,
     as_node_type,
     as_node_types,
@@ -791,6 +792,27 @@ class LMDB(BackendBase):
                 return self._cache.save()
             except (OSError, RuntimeError, ValueError) as exc:
                 raise StorageError(f"cannot save the vector index: {exc}", operation="save_vector_index") from None
+
+    def build_vector_index(
+        self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
+    ) -> list[str]:
+        """Readies now, rather than at the first non-exact query, the HNSW index of each requested
+        type (None: all) large enough to use one: the saved graph when it passes every check, else
+        built afresh and (writable stores) saved. Returns the types built."""
+        self._guard("build_vector_index")
+        wanted = list(NodeType) if types is None else as_node_types(types)
+
+        def adopt(t: _Txn) -> None:
+            with self._cache_lock.write():
+                self._cache.refresh(t)
+                self._cache.load_saved(t, self._cache.wants_saved(wanted))
+
+        self._read(adopt, "build_vector_index")
+        with self._cache_lock.read():
+            built = build_vector_indexes(self._cache.index, wanted, progress)
+        if built and not self._readonly:
+            self._save_vector_index()
+        return built
 
     def reclaim_vector_index(self) -> list[str]:
         """Rebuilds HNSW indexes that carry deletion marks; returns the types rebuilt."""

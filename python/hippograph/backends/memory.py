@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .._index import TypeIndex, TypeSnapshot, find_candidates
+from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates
 from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links
 from ..errors import IngestionError
@@ -23,6 +23,7 @@ from ..model import (
     NodeMetadata,
     NodeType,
     Outcome,
+    Progress,
     as_edge_type,
     as_node_type,
     as_node_types,
@@ -233,6 +234,15 @@ class InMemory(BackendBase):
         self._check_open("vector_index_stats")
         with self._lock.read():
             return {t.value: self._index[t].vector_index_stats() for t in NodeType}
+
+    def build_vector_index(
+        self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
+    ) -> list[str]:
+        """Builds now, rather than at the first non-exact query, the HNSW index of each requested
+        type (None: all) large enough to use one; returns the types built."""
+        self._check_open("build_vector_index")
+        with self._lock.read():
+            return build_vector_indexes(self._index, types, progress)
 
     def reclaim_vector_index(self) -> list[str]:
         """Rebuilds HNSW indexes that carry deletion marks; returns the types rebuilt."""

@@ -110,7 +110,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import codec
-from .._index import TypeIndex, TypeSnapshot, find_candidates
+from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates
 from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links
 from ..errors import ConfigError, HippographError, IngestionError, StorageError, ValidationError
@@ -124,6 +124,7 @@ from ..model import (
     NodeMetadata,
     NodeType,
     Outcome,
+    Progress,
     as_edge_type,
     as_node_type,
     as_node_types,
@@ -1081,6 +1082,16 @@ class Postgres(BackendBase):
                 return {nt.value: self._cache.index[nt].vector_index_stats() for nt in NodeType}
 
         return self._read("vector_index_stats", run)
+
+    def build_vector_index(
+        self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
+    ) -> list[str]:
+        """Builds now, rather than at the first non-exact query, the HNSW index of each requested
+        type (None: all) large enough to use one; returns the types built."""
+        self._guard("build_vector_index")
+        self._read("build_vector_index", self._refreshed)
+        with self._cache_lock.read():
+            return build_vector_indexes(self._cache.index, types, progress)
 
     def reclaim_vector_index(self) -> list[str]:
         """Rebuilds HNSW indexes that carry deletion marks; returns the types rebuilt."""
