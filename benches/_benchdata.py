@@ -118,6 +118,18 @@ def make_dataset(n: int, *, seed: int = SEED, dim: int = DIM) -> Dataset:
     return Dataset(n, matrix, ids, _metadata(rng, n), queries, extra, centers)
 
 
+def query_sets(ds: Dataset, count: int, *, seed: int = 99) -> list[F32]:
+    """The benchmark's query + 4 tags, then ``count - 1`` more such sets around other cluster centres."""
+    rng = np.random.default_rng([seed, ds.n])
+    dim = ds.matrix.shape[1]
+    sets = [ds.queries]
+    for _ in range(count - 1):
+        picks = rng.choice(len(ds.centers), 5, replace=False)
+        noise = np.float32(0.3) * rng.standard_normal((5, dim), dtype=np.float32)
+        sets.append(np.ascontiguousarray(ds.centers[picks] + noise, dtype=np.float32))
+    return sets
+
+
 def make_node(node_type: hg.NodeType, node_id: str, embedding: F32 | None, i: int) -> hg.Node:
     """A node of any type with plausible field values."""
     created = NOW - timedelta(minutes=i % 10_000)

@@ -26,6 +26,10 @@ What is measured (see `benches/RESULTS.md` for the numbers):
   the query alone (no tags, no value function) and so do less work;
 * ``get_node`` on LMDB vs InMemory, and what ``Repo.recall`` adds over the
   backend's ``find_candidates`` (LMDB, sync durability);
+* approximate recall (``exact=False``, the HNSW vector index) on LMDB at
+  100k × 384 and 1M × 128: recall@top_k against the exact path over 50 query
+  sets, p50 latency of both, index build time, and the time from opening the
+  store to the first answer with the saved index;
 * writes: one trajectory-sized ingestion per call through hippograph
   ``commit_ingestion`` (LMDB sync/fast, InMemory), LangGraph ``SqliteStore``
   and plain ``sqlite3`` in WAL mode with ``synchronous=FULL`` / ``NORMAL``.
@@ -76,6 +80,7 @@ from _benchdata import (  # noqa: E402
     build_memory,
     make_dataset,
     make_ingestion,
+    query_sets,
     size_label,
     vector_pool,
 )
@@ -311,6 +316,9 @@ class Plan:
     stub_reps: int
     write_reps: int
     quick: bool
+    ann: list[tuple[int, int]] = field(default_factory=list)
+    """(N, d) stores for the approximate-recall section."""
+    ann_reps: int = 30
 
 
 def full_plan() -> Plan:
@@ -323,6 +331,8 @@ def full_plan() -> Plan:
         stub_reps=3000,
         write_reps=300,
         quick=False,
+        ann=[(100_000, DIM), (1_000_000, 128)],
+        ann_reps=40,
     )
 
 
@@ -336,6 +346,8 @@ def quick_plan() -> Plan:
         stub_reps=500,
         write_reps=25,
         quick=True,
+        ann=[(25_000, 64)],
+        ann_reps=10,
     )
 
 
@@ -488,6 +500,134 @@ def _agree(got: list[str], want: list[str]) -> str:
     if got == want:
         return f"identical top-{len(want)} (ids and order)"
     return f"{len(set(got) & set(want))}/{len(want)} ids shared, order {'same' if got == want else 'differs'}"
+
+
+# -- approximate recall (vector index) ------------------------------------------------
+
+ANN_QUERY_SETS = 50
+
+
+@dataclass(frozen=True)
+class AnnResult:
+    n: int
+    dim: int
+    build_s: float
+    open_exact_s: float
+    """Opening the store and answering one exact query: the derived scoring cache is rebuilt."""
+    open_approx_s: float
+    """Opening the store and answering one ``exact=False`` query: cache rebuilt and the saved index loaded."""
+    loaded: bool
+    exact: Stats
+    approx: Stats
+    recall: list[float]
+    identical: int
+
+
+def run_ann(n: int, dim: int, reps: int, tmp: Path) -> AnnResult:
+    """Approximate against exact recall on one LMDB store; the store is closed (index saved) and reopened twice."""
+    log(f"ANN {size_label(n)}×{dim}: building dataset and LMDB store")
+    ds = make_dataset(n, dim=dim)
+    path = tmp / f"ann-{n}-{dim}"
+    store = build_lmdb(ds, path, "fast")
+    types = [SCANNED]
+    sets = query_sets(ds, ANN_QUERY_SETS)
+
+    def answer(b: LMDB, q: npt.NDArray[np.float32], exact: bool) -> list[str]:
+        return [node.id for node, _ in b.find_candidates(types, q[0], q[1:], None, now=NOW, exact=exact)]
+
+    log(f"ANN {size_label(n)}×{dim}: building the vector index")
+    t0 = time.perf_counter()
+    store.build_vector_index(types)
+    build_s = time.perf_counter() - t0
+    recall, identical = [], 0
+    for q in sets:
+        want, got = answer(store, q, True), answer(store, q, False)
+        recall.append(len(set(want) & set(got)) / max(1, len(want)))
+        identical += got == want
+    settle()
+    log(f"ANN {size_label(n)}×{dim}: latency, {reps} round-robin repetitions")
+    cycle_exact, cycle_approx = iter(sets * (reps + 2)), iter(sets * (reps + 2))
+    timed = round_robin(
+        [
+            Method("exact", lambda: answer(store, next(cycle_exact), True)),
+            Method("approx", lambda: answer(store, next(cycle_approx), False)),
+        ],
+        reps,
+    )
+    store.close()  # saves the index next to the store
+    gc.unfreeze()
+    gc.collect()
+    log(f"ANN {size_label(n)}×{dim}: reopening")
+    opened = []
+    for exact in (True, False):
+        t0 = time.perf_counter()
+        b = LMDB(path)
+        answer(b, sets[0], exact)
+        opened.append(time.perf_counter() - t0)
+        loaded = bool(b.vector_index_stats()[SCANNED.value]["loaded"])
+        b.close()
+    return AnnResult(n, dim, build_s, opened[0], opened[1], loaded, timed["exact"], timed["approx"], recall, identical)
+
+
+def ann_section(results: list[AnnResult]) -> list[str]:
+    L = [
+        "## Approximate recall: `exact=False` with the HNSW vector index (LMDB)",
+        "",
+        "Same generator as above at other sizes and dimensions (the semantic type holds N nodes, plus N/10 of "
+        f"other types), default `AnnConfig` (M = 16, ef_construction = 100, ef_search = 32), {ANN_QUERY_SETS} "
+        "query sets (query + 4 tags near 5 random cluster centres), default value function, `top_k` = "
+        f"{TOP_K}. Recall@{TOP_K} compares each `exact=False` answer with the `exact=True` answer for the same "
+        "query set. Latencies are `find_candidates` medians, the two paths interleaved round-robin over the "
+        "query sets on the single-threaded settings of the main tables (hnswlib searches on one core; the index "
+        "build uses hnswlib's default threads). *Open* times start from a closed store with a warm OS page "
+        "cache: opening rebuilds the in-process scoring cache from the store, and the first approximate query "
+        "loads the saved index files (SHA-256 verified) instead of building the graph.",
+        "",
+        f"| N × d | index build | open → first exact answer | open → first approximate answer (saved index) "
+        f"| exact p50 | `exact=False` p50 | speed-up | recall@{TOP_K} mean (min) | identical top-{TOP_K} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        saved = f"{r.open_approx_s:.1f} s" + ("" if r.loaded else " (**index rebuilt, not loaded**)")
+        L.append(
+            f"| {size_label(r.n)} × {r.dim} | {r.build_s:.1f} s | {r.open_exact_s:.1f} s | {saved} "
+            f"| {fmt_us(r.exact.median_us)} | {fmt_us(r.approx.median_us)} "
+            f"| {r.exact.median_us / r.approx.median_us:.1f}× | {np.mean(r.recall):.3f} ({min(r.recall):.2f}) "
+            f"| {r.identical}/{len(r.recall)} |"
+        )
+    L.append("")
+    return L
+
+
+def ann_targets(results: list[AnnResult]) -> list[Target]:
+    by = {(r.n, r.dim): r for r in results}
+    out = []
+    for (n, dim), speed in (((100_000, DIM), 10.0), ((1_000_000, 128), None)):
+        r = by.get((n, dim))
+        where = f"{size_label(n)} × {dim}"
+        if r is None:
+            out.append(Target(f"approximate recall targets at {where}", "not run in this mode", None))
+            continue
+        rec = float(np.mean(r.recall))
+        out.append(Target(f"recall@{TOP_K} ≥ 0.95 against the exact path at {where}", f"{rec:.3f}", rec >= 0.95))
+        ratio = r.exact.median_us / r.approx.median_us
+        if speed is not None:
+            out.append(
+                Target(
+                    f"`exact=False` p50 ≥ {speed:.0f}× lower than exact at {where}",
+                    f"{ratio:.1f}× ({fmt_us(r.approx.median_us)} vs {fmt_us(r.exact.median_us)})",
+                    ratio >= speed,
+                )
+            )
+        else:
+            out.append(
+                Target(
+                    f"`exact=False` p50 < 2 ms at {where}",
+                    f"{fmt_us(r.approx.median_us)} ({ratio:.0f}× below exact)",
+                    r.approx.median_us < 2000,
+                )
+            )
+    return out
 
 
 # -- multi-threaded section (subprocess) ---------------------------------------------
@@ -850,7 +990,7 @@ class Target:
     note: str = ""
 
 
-def evaluate(results: list[SizeResult], writes: dict[str, Stats], quick: bool) -> list[Target]:
+def evaluate(results: list[SizeResult], writes: dict[str, Stats], quick: bool, ann: list[AnnResult]) -> list[Target]:
     by_n = {r.n: r for r in results}
     big = max(by_n)
     at = f" (at {size_label(big)}{'; quick mode, the target is stated for 100k' if big != 100_000 else ''})"
@@ -918,7 +1058,7 @@ def evaluate(results: list[SizeResult], writes: dict[str, Stats], quick: bool) -
             max(own.values()) <= 50,
         )
     )
-    return out
+    return out + ann_targets(ann)
 
 
 def write_report(
@@ -928,6 +1068,7 @@ def write_report(
     results: list[SizeResult],
     mt: dict[int, dict[str, Stats]],
     writes: dict[str, Stats],
+    ann: list[AnnResult],
     info: dict[str, str],
     loads: tuple[str, str],
     command: str,
@@ -1144,6 +1285,7 @@ def write_report(
             "(`pip install langgraph-checkpoint-sqlite`) | | | | |"
         )
     add("")
+    L.extend(ann_section(ann))
     add("## Targets")
     add("")
     add(
@@ -1153,13 +1295,30 @@ def write_report(
     add("")
     add("| target | measured | met? |")
     add("|---|---|---|")
-    for t in evaluate(results, writes, plan.quick):
+    for t in evaluate(results, writes, plan.quick, ann):
         verdict = "not measured" if t.met is None else "met" if t.met else "**not met**"
         add(f"| {t.name} | {t.measured} | {verdict} |")
     add("")
     add(f"![latency vs N]({plot.name})")
     add("")
+    own = {line for line in L if line.startswith("## ")}
+    L.extend(kept_sections(out, own))
     out.write_text("\n".join(L))
+
+
+def kept_sections(out: Path, own: set[str]) -> list[str]:
+    """Sections of the previous report that this script does not write (benches/maintenance.py and
+    benches/postgres.py tables are pasted in by hand): kept, so a new run does not drop them."""
+    if not out.exists():
+        return []
+    kept: list[str] = []
+    keep = False
+    for line in out.read_text().splitlines():
+        if line.startswith("## "):
+            keep = line not in own
+        if keep:
+            kept.append(line)
+    return kept + ([""] if kept and kept[-1] else [])
 
 
 def make_plot(path: Path, results: list[SizeResult], mt: dict[int, dict[str, Stats]], quick: bool) -> None:
@@ -1226,6 +1385,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--plot", type=Path, help="PNG plot (default next to --out)")
     parser.add_argument("--sizes", help="comma-separated N values (overrides the mode's sizes)")
+    parser.add_argument(
+        "--ann", help="comma-separated NxD stores for the approximate-recall section, e.g. 100000x384 (none: skip)"
+    )
     parser.add_argument("--mt-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -1236,6 +1398,8 @@ def main(argv: list[str] | None = None) -> None:
             fallback = min(table.values())
             for n in plan.sizes:
                 table.setdefault(n, fallback)
+    if args.ann is not None:
+        plan.ann = [(int(n), int(d)) for n, d in (item.split("x") for item in args.ann.split(",") if item)]
     if args.mt_worker:
         mt_worker(plan.sizes, {n: max(10, r // 2) for n, r in plan.reps.items()} if plan.quick else plan.reps)
         return
@@ -1252,6 +1416,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         results = [run_size(n, plan, tmp) for n in plan.sizes]
         writes = run_writes(plan, tmp)
+        ann = [run_ann(n, dim, plan.ann_reps, tmp) for n, dim in plan.ann]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mt = run_mt(plan)
@@ -1259,7 +1424,7 @@ def main(argv: list[str] | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     make_plot(plot, results, mt, plan.quick)
     write_report(
-        out, plot, plan, results, mt, writes, info, (load_start, load_end), command, time.perf_counter() - start
+        out, plot, plan, results, mt, writes, ann, info, (load_start, load_end), command, time.perf_counter() - start
     )
     log(f"wrote {out} and {plot} in {time.perf_counter() - start:.0f} s")
 

