@@ -4,5 +4,6 @@
 //! algorithms are tested with `cargo test` and benchmarked without an interpreter.
 
 pub mod etf;
+pub mod lmdbcheck;
 pub mod pairs;
 pub mod scoring;
