@@ -20,6 +20,7 @@ import hashlib
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import lmdb
+import msgpack
 import pytest
 from rel_bugs import known_bug
 from rel_workload import structure, trajectory
@@ -476,6 +478,39 @@ def test_random_bytes_inside_data_pages_are_refused_without_crashing(store: Path
         f.write(noise)
     result = open_in_child(store)
     assert result.returncode == 0, f"the open crashed the process (status {result.returncode})"
+
+
+GARBAGE_RECORDS = {
+    "node record": ("nodes", b"src-000001:goal", b"\x01\x01\xc1\xc1"),
+    "node key": ("nodes", b"src-\xc3\x28", None),
+    "embedding": ("emb", b"src-000001:goal", b"\x00" * 5),
+    "links": ("links", b"src-000001:goal", b"\x01" + msgpack.packb([1, 2])),
+    "metadata": ("meta", b"src-000001:goal", b"\x01" + msgpack.packb("x")),
+    "ingestion record": ("ingest", b"src-000001", b"\x01" + msgpack.packb([1, 2, 3, 4])),
+    "change log entry": ("log", struct.pack(">Q", 1), b"\xc1"),
+}
+
+
+@pytest.mark.parametrize("record", GARBAGE_RECORDS)
+def test_garbage_in_a_record_is_a_storage_error_on_read_and_a_problem_for_verify(store: Path, record: str) -> None:
+    db, key, value = GARBAGE_RECORDS[record]
+    env = lmdb.open(str(store), max_dbs=16)
+    with env.begin(write=True) as txn:
+        handle = env.open_db(db.encode(), txn=txn)
+        if value is None:  # a copy of a real record under a key that is not UTF-8
+            value = txn.get(b"src-000001:goal", db=handle)
+        txn.put(key, value, db=handle)
+    env.close()
+    with hg.Repo(LMDB(store), flush_interval=0) as repo:
+        problems, _ = repo.backend.verify_storage()
+        assert any(key.decode("utf-8", "replace") in p or key.hex() in p for p in problems), problems
+        try:
+            repo.backend.get_nodes_by_type(list(hg.NodeType))
+            for node_type in hg.NodeType:
+                repo.backend.snapshot(node_type)
+            repo.backend.get_ingestion("src-000001")
+        except hg.StorageError as exc:
+            assert exc.operation in ("decode", "get_nodes_by_type", "snapshot", "get_ingestion"), exc
 
 
 def test_a_store_whose_creation_was_killed_after_lock_mdb_opens_as_a_new_store(tmp_path: Path) -> None:

@@ -107,6 +107,24 @@ def _seq_key(seq: int) -> bytes:
     return struct.pack(">Q", seq)
 
 
+def _number(raw: bytes, fmt: str, what: str) -> int:
+    """A fixed-size big-endian integer (an ``info`` value or a change-log key)."""
+    if len(raw) != struct.calcsize(fmt):
+        raise StorageError(f"corrupt {what}: {len(raw)} bytes", operation="decode")
+    return int(struct.unpack(fmt, raw)[0])
+
+
+def _logged_ids(raw: bytes) -> list[str]:
+    """The ids one change-log entry lists."""
+    try:
+        ids = msgpack.unpackb(raw)
+    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+        raise StorageError(f"corrupt change log entry: {exc}", operation="decode") from None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise StorageError("corrupt change log entry: not a list of ids", operation="decode")
+    return ids
+
+
 class _Txn:
     """One transaction's view: typed accessors over the named databases."""
 
@@ -131,12 +149,13 @@ class _Txn:
 
     def id_of(self, key: bytes) -> str:
         """The id a key stands for (long ids are looked up in ``longids``)."""
-        if not key.startswith(_LONG):
-            return key.decode("utf-8")
-        raw = self.get("longids", key)
+        raw = key if not key.startswith(_LONG) else self.get("longids", key)
         if raw is None:
             raise StorageError(f"no id recorded for hashed key {key.hex()}", operation="decode")
-        return raw.decode("utf-8")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise StorageError(f"corrupt key {key.hex()}: the id is not UTF-8", operation="decode") from None
 
     def remember(self, item_id: str) -> bytes:
         """The key of `item_id`, recording the full id first when the key is a hash."""
@@ -147,11 +166,11 @@ class _Txn:
 
     def seq(self) -> int:
         raw = self.get("info", b"seq")
-        return 0 if raw is None else int(struct.unpack(">Q", raw)[0])
+        return 0 if raw is None else _number(raw, ">Q", "change counter")
 
     def dim(self) -> int | None:
         raw = self.get("info", b"dim")
-        return None if raw is None else int(struct.unpack(">I", raw)[0])
+        return None if raw is None else _number(raw, ">I", "dimension record")
 
     def node(self, node_id: str) -> Node | None:
         key = _key(node_id)
@@ -160,7 +179,7 @@ class _Txn:
             return None
         emb = self.get("emb", key)
         links = codec.decode_links(self.get("links", key))
-        embedding = None if emb is None else codec.decode_embedding(emb)
+        embedding = None if emb is None else codec.decode_embedding(emb, self.dim())
         return codec.decode_node(data, node_id, embedding, {e: frozenset(i) for e, i in links.items()})
 
     def meta(self, node_id: str) -> NodeMetadata | None:
@@ -287,7 +306,7 @@ class _Cache:
             raw = t.get("log", _seq_key(seq))
             if raw is None:
                 return None
-            changed.update(msgpack.unpackb(raw))
+            changed.update(_logged_ids(raw))
         return changed
 
     def _reload(self, t: _Txn, node_id: str) -> None:
@@ -295,7 +314,7 @@ class _Cache:
         data = t.get("nodes", key)
         node_type = None if data is None else codec.node_type_of(data)
         emb = t.get("emb", key)
-        embedding = None if emb is None or data is None else codec.decode_embedding(emb)
+        embedding = None if emb is None or data is None else codec.decode_embedding(emb, t.dim())
         meta = t.get("meta", key)
         decoded_meta = None if meta is None else codec.decode_meta(meta)
         old = self.type_of.get(node_id)
@@ -328,13 +347,14 @@ class _Cache:
             self.type_of[node_id] = codec.node_type_of(data)
         embeddings = dict(t.items("emb"))
         metas = dict(t.items("meta"))
+        dim = t.dim()
         for node_id, node_type in self.type_of.items():
             key = _key(node_id)
             emb = embeddings.get(key)
             meta = metas.get(key)
             self.index[node_type].upsert(
                 node_id,
-                None if emb is None else codec.decode_embedding(emb),
+                None if emb is None else codec.decode_embedding(emb, dim),
                 None if meta is None else codec.decode_meta(meta),
             )
 
@@ -476,7 +496,7 @@ class LMDB(BackendBase):
             if magic != MAGIC:
                 raise StorageError(f"{str(self.path)!r} is an LMDB file but not a hippograph store", operation="open")
             raw = t.get("info", b"format")
-            version = -1 if raw is None else int(struct.unpack(">I", raw)[0])
+            version = -1 if raw is None else _number(raw, ">I", "format record")
             if version > STORAGE_FORMAT:
                 raise StorageError(
                     f"store {str(self.path)!r} has storage format {version}; this hippograph reads up to "
@@ -905,22 +925,29 @@ class LMDB(BackendBase):
                     problems.append(f"links without node: {key.decode('utf-8', 'replace')!r}")
                 try:
                     codec.decode_links(data)
-                except (StorageError, ValueError) as exc:
+                except StorageError as exc:
                     problems.append(f"links of {key.decode('utf-8', 'replace')!r}: {exc}")
             for key, data in t.items("meta"):
                 try:
                     codec.decode_meta(data)
-                except (StorageError, ValidationError, ValueError, TypeError) as exc:
+                except StorageError as exc:
                     problems.append(f"metadata of {key.decode('utf-8', 'replace')!r}: {exc}")
             records = 0
             for key, data in t.items("ingest"):
                 records += 1
                 try:
                     codec.decode_record(t.id_of(key), data)
-                except (StorageError, ValidationError, ValueError, TypeError) as exc:
+                except StorageError as exc:
                     problems.append(f"ingestion record {key.decode('utf-8', 'replace')!r}: {exc}")
             seq = t.seq()
-            newest = max((struct.unpack(">Q", k)[0] for k, _ in t.items("log")), default=seq)
+            logged = []
+            for key, data in t.items("log"):
+                try:
+                    logged.append(_number(key, ">Q", "change log key"))
+                    _logged_ids(data)
+                except StorageError as exc:
+                    problems.append(f"change log entry {key.hex()}: {exc}")
+            newest = max(logged, default=seq)
             if newest != seq:
                 problems.append(f"change log ends at {newest} but the change counter is {seq}")
             return problems, records
