@@ -1,5 +1,6 @@
 """Stubs of the Rust extension. Arrays are numpy; matrices are C-contiguous, row-major."""
 
+from mmap import mmap
 from typing import Any
 
 import numpy as np
@@ -124,4 +125,15 @@ def consolidation_pairs(
 
     Groups are CSR: group g holds rows members[offsets[g]:offsets[g + 1]]. Each row
     is in at most one returned pair; best cosine first, ties by (a, b). GIL released.
+    """
+
+def lmdb_check(data: bytes | mmap, txnid: int | None = None) -> dict[str, Any] | None:
+    """Structural check of an LMDB data file (bytes or an mmap of data.mdb); GIL released.
+
+    Walks the snapshot whose meta page holds `txnid` (default: the newest):
+    every page of the free tree, the main tree and each named database.
+    Returns meta_page, txnid, page_size, last_page, pages and databases
+    ({name: entries}); None when no meta page holds `txnid`, or damage was seen
+    after that meta page changed (a writer committed: retry with a new snapshot);
+    StorageError naming the page and what is wrong on damage.
     """

@@ -17,7 +17,8 @@ round-trip bit-exactly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -91,6 +92,15 @@ def _body(data: bytes, what: str) -> memoryview:
     return memoryview(data)[1:]
 
 
+@contextmanager
+def _decoding(what: str) -> Iterator[None]:
+    """Reports what garbage in a stored record makes decoding raise as a `StorageError`."""
+    try:
+        yield
+    except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
+        raise StorageError(f"corrupt {what} record: {exc}", operation="decode") from None
+
+
 def _unpack(data: bytes | memoryview, what: str) -> Any:
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
@@ -115,19 +125,20 @@ def decode_node(
     data: bytes, node_id: str, embedding: Embedding | None, links: Mapping[EdgeType, frozenset[str]]
 ) -> Node:
     node_type = node_type_of(data)
-    created, fields = _unpack(_body(data, "node")[1:], "node")
-    try:
+    with _decoding(f"node {node_id!r}"):
+        created, fields = _unpack(_body(data, "node")[1:], "node")
         values = {"id": node_id, "embedding": embedding, "links": links, "created_at": from_us(created), **fields}
         return NODE_CLASSES[node_type].from_storage(values)
-    except (TypeError, ValueError) as exc:
-        raise StorageError(f"corrupt node record {node_id!r}: {exc}", operation="decode") from None
 
 
 def encode_embedding(embedding: Embedding) -> bytes:
     return embedding.astype("<f4", copy=False).tobytes()
 
 
-def decode_embedding(data: bytes) -> Embedding:
+def decode_embedding(data: bytes, dim: int | None = None) -> Embedding:
+    """The stored vector; `dim`, when given, is the store's dimension it must have."""
+    if len(data) % 4 or (dim is not None and len(data) != 4 * dim):
+        raise StorageError(f"corrupt embedding record: {len(data)} bytes for dimension {dim}", operation="decode")
     arr = np.frombuffer(data, dtype="<f4").astype(np.float32)
     arr.flags.writeable = False
     return arr.view()  # a view of a read-only base can never be made writeable again
@@ -141,7 +152,11 @@ def decode_links(data: bytes | None) -> dict[EdgeType, set[str]]:
     if data is None:
         return {}
     raw = _unpack(_body(data, "links"), "links")
-    return {EdgeType(e): set(ids) for e, ids in raw.items()}
+    with _decoding("links"):
+        links = {EdgeType(e): set(ids) for e, ids in raw.items()}
+        if not all(isinstance(i, str) for ids in links.values() for i in ids):
+            raise TypeError("a linked id is not a string")
+        return links
 
 
 def encode_meta(meta: NodeMetadata) -> bytes:
@@ -152,7 +167,7 @@ def encode_meta(meta: NodeMetadata) -> bytes:
 
 
 def decode_meta(data: bytes) -> NodeMetadata:
-    try:
+    with _decoding("metadata"):
         created, count, last, reward, reward_count, custom = _unpack(_body(data, "metadata"), "metadata")
         return NodeMetadata.from_storage(
             {
@@ -164,8 +179,6 @@ def decode_meta(data: bytes) -> NodeMetadata:
                 "custom": custom,
             }
         )
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise StorageError(f"corrupt metadata record: {exc}", operation="decode") from None
 
 
 def encode_record(record: IngestionRecord) -> bytes:
@@ -174,6 +187,9 @@ def encode_record(record: IngestionRecord) -> bytes:
 
 
 def decode_record(source_id: str, data: bytes) -> IngestionRecord:
-    digest, version, node_ids, stored = _unpack(_body(data, "ingestion"), "ingestion")
-    receipt = IngestionReceipt(source_id=source_id, node_ids=tuple(node_ids), stored_at=from_us(stored))
-    return IngestionRecord(source_id, bytes(digest), version, receipt)
+    with _decoding("ingestion"):
+        digest, version, node_ids, stored = _unpack(_body(data, "ingestion"), "ingestion")
+        if not isinstance(digest, bytes) or not all(isinstance(i, str) for i in node_ids):
+            raise TypeError("wrong field types")
+        receipt = IngestionReceipt(source_id=source_id, node_ids=tuple(node_ids), stored_at=from_us(stored))
+        return IngestionRecord(source_id, digest, version, receipt)

@@ -340,9 +340,14 @@ def verify(backend: GraphBackend, *, limit: int = 100) -> VerifyReport:
     ends; every embedding has the store's one dimension; every ingestion
     record's receipt names its own source. A backend may add storage-level
     checks with a ``verify_storage() -> tuple[list[str], int]`` method returning
-    (problems, ingestion records checked); LMDB does.
+    (problems, ingestion records checked); LMDB does. They run first, so a
+    backend can refuse a damaged store before anything else reads it.
     """
     problems: list[str] = []
+    native = getattr(backend, "verify_storage", None)
+    records = 0
+    if native is not None:
+        problems, records = native()
     nodes = {n.id: n for n in backend.get_nodes_by_type(list(NodeType))}
     dims = sorted({n.embedding.shape[0] for n in nodes.values() if n.embedding is not None})
     if len(dims) > 1:
@@ -355,9 +360,4 @@ def verify(backend: GraphBackend, *, limit: int = 100) -> VerifyReport:
                     problems.append(f"node {node.id!r} has a {edge.value} link to missing node {other!r}")
                 elif node.id not in peer.links.get(edge, ()):
                     problems.append(f"{edge.value} link {node.id!r} -> {other!r} is not recorded on {other!r}")
-    native = getattr(backend, "verify_storage", None)
-    records = 0
-    if native is not None:
-        storage_problems, records = native()
-        problems += storage_problems
     return VerifyReport(len(nodes), records, tuple(problems[:limit]))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import lmdb
@@ -105,6 +108,28 @@ def test_verify_of_a_foreign_lmdb_environment_exits_1_with_the_reason(
     assert err.startswith("hippograph: error:")
     assert "another application" in err
     assert "Traceback" not in err
+
+
+def test_verify_of_a_store_with_damaged_pages_exits_1_naming_the_page(store: Path) -> None:
+    data = bytearray((store / "data.mdb").read_bytes())
+    psize = struct.unpack_from("<I", data, 16 + 24)[0]  # MDB_meta.mm_dbs[FREE_DBI].md_pad of meta page 0
+    for pgno in range(2, len(data) // psize):
+        at = pgno * psize
+        if struct.unpack_from("<QxxH", data, at) == (pgno, 0x02):  # a leaf page now claims to be a branch
+            struct.pack_into("<H", data, at + 10, 0x01)
+    (store / "data.mdb").write_bytes(data)
+    # In a child: damage the check misses can crash the process reading it.
+    result = subprocess.run(
+        [sys.executable, "-m", "hippograph.cli", "verify", "--path", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("hippograph: error: open: ")
+    assert "data.mdb is corrupt" in result.stderr and "page" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_verify_with_a_bad_repo_name_exits_1(capsys: pytest.CaptureFixture[str]) -> None:

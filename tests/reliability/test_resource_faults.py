@@ -19,7 +19,9 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import shutil
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -29,8 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import lmdb
+import msgpack
 import pytest
-from rel_bugs import known_bug
 from rel_workload import structure, trajectory
 
 import hippograph as hg
@@ -465,7 +467,6 @@ def test_a_data_file_truncated_to_half_is_refused_without_crashing(store: Path) 
     assert_refused(store)
 
 
-@known_bug("B2", "random bytes inside data pages crash the interpreter (SIGSEGV)", strict=False)
 def test_random_bytes_inside_data_pages_are_refused_without_crashing(store: Path) -> None:
     with hg.open_repo("faults", path=store, flush_interval=0) as repo:
         ingest_many(repo, 300, start=100)
@@ -475,7 +476,175 @@ def test_random_bytes_inside_data_pages_are_refused_without_crashing(store: Path
         f.seek(size // 2)
         f.write(noise)
     result = open_in_child(store)
-    assert result.returncode == 0, f"the open crashed the process (status {result.returncode})"
+    assert result.returncode == 0, f"the open crashed the process (status {result.returncode}): {result.stderr}"
+    assert result.stdout.startswith("StorageError open: "), result.stdout
+    assert "data.mdb is corrupt" in result.stdout and "page" in result.stdout, result.stdout
+
+
+def test_verify_refuses_a_store_damaged_after_it_was_opened(store: Path) -> None:
+    backend = LMDB(store)
+    try:
+        leaves = [pgno for pgno, flags, _ in tree_pages(store) if flags == P_LEAF]
+        psize = page_size(store)
+        with (store / "data.mdb").open("r+b") as f:
+            for leaf in leaves:  # each leaf now claims to be a branch: LMDB's IS_LEAF assertion would abort
+                f.seek(leaf * psize + 10)
+                f.write(struct.pack("<H", P_BRANCH))
+        with pytest.raises(hg.StorageError, match=r"data.mdb is corrupt: .*page \d+: flags 0x0001") as caught:
+            backend.verify_storage()
+        assert caught.value.operation == "verify"
+    finally:
+        backend.close()
+
+
+GARBAGE_RECORDS = {
+    "node record": ("nodes", b"src-000001:goal", b"\x01\x01\xc1\xc1"),
+    "node key": ("nodes", b"src-\xc3\x28", None),
+    "embedding": ("emb", b"src-000001:goal", b"\x00" * 5),
+    "links": ("links", b"src-000001:goal", b"\x01" + msgpack.packb([1, 2])),
+    "metadata": ("meta", b"src-000001:goal", b"\x01" + msgpack.packb("x")),
+    "ingestion record": ("ingest", b"src-000001", b"\x01" + msgpack.packb([1, 2, 3, 4])),
+    "change log entry": ("log", struct.pack(">Q", 1), b"\xc1"),
+}
+
+
+@pytest.mark.parametrize("record", GARBAGE_RECORDS)
+def test_garbage_in_a_record_is_a_storage_error_on_read_and_a_problem_for_verify(store: Path, record: str) -> None:
+    db, key, value = GARBAGE_RECORDS[record]
+    env = lmdb.open(str(store), max_dbs=16)
+    with env.begin(write=True) as txn:
+        handle = env.open_db(db.encode(), txn=txn)
+        if value is None:  # a copy of a real record under a key that is not UTF-8
+            value = txn.get(b"src-000001:goal", db=handle)
+        txn.put(key, value, db=handle)
+    env.close()
+    with hg.Repo(LMDB(store), flush_interval=0) as repo:
+        problems, _ = repo.backend.verify_storage()
+        assert any(key.decode("utf-8", "replace") in p or key.hex() in p for p in problems), problems
+        try:
+            repo.backend.get_nodes_by_type(list(hg.NodeType))
+            for node_type in hg.NodeType:
+                repo.backend.snapshot(node_type)
+            repo.backend.get_ingestion("src-000001")
+        except hg.StorageError as exc:
+            assert exc.operation in ("decode", "get_nodes_by_type", "snapshot", "get_ingestion"), exc
+
+
+# -- random damage inside the B-trees (B2) -----------------------------------------
+
+P_BRANCH, P_LEAF = 0x01, 0x02
+DAMAGE_KINDS = ("aligned", "unaligned", "page_header", "node_pointer", "node_header", "key")
+
+DAMAGE_PROBE = """
+import sys
+import hippograph as hg
+from hippograph.backends import LMDB
+for path in sys.argv[1:]:
+    try:
+        with hg.Repo(LMDB(path), flush_interval=0) as repo:
+            nodes = repo.backend.get_nodes_by_type(list(hg.NodeType))
+            repo.backend.get_metadata([n.id for n in nodes])
+            for node_type in hg.NodeType:
+                repo.backend.snapshot(node_type)
+            repo.stats()
+            repo.verify()
+        print("OPENED", path, flush=True)
+    except hg.StorageError as exc:
+        print("StorageError", path, exc, flush=True)
+"""
+
+
+def page_size(path: Path) -> int:
+    """The page size recorded in meta page 0 (`MDB_meta.mm_dbs[FREE_DBI].md_pad`)."""
+    with (path / "data.mdb").open("rb") as f:
+        f.seek(16 + 24)
+        return int(struct.unpack("<I", f.read(4))[0])
+
+
+def tree_pages(path: Path) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """Every page that looks like a branch or leaf page: (pgno, flags, [(node offset, key size)])."""
+    data = (path / "data.mdb").read_bytes()
+    psize = page_size(path)
+    pages = []
+    for pgno in range(2, len(data) // psize):
+        page = data[pgno * psize : (pgno + 1) * psize]
+        number, (flags, lower, upper) = struct.unpack_from("<Q", page)[0], struct.unpack_from("<HHH", page, 10)
+        if number != pgno or flags not in (P_BRANCH, P_LEAF) or not 16 <= lower <= upper <= psize:
+            continue
+        nodes = []
+        for i in range((lower - 16) // 2):
+            ptr = struct.unpack_from("<H", page, 16 + 2 * i)[0]
+            if ptr + 8 <= psize:
+                nodes.append((ptr, struct.unpack_from("<H", page, ptr + 6)[0]))
+        pages.append((pgno, flags, nodes))
+    return pages
+
+
+def damage(path: Path, kind: str, rng: random.Random) -> str:
+    """Damages `path`'s data.mdb in the way `kind` names; returns what was done."""
+    psize = page_size(path)
+    size = (path / "data.mdb").stat().st_size
+    pages = [p for p in tree_pages(path) if p[2]]
+    pgno, _, nodes = rng.choice(pages)
+    ptr, ksize = rng.choice(nodes)
+    base = pgno * psize
+    if kind == "aligned":
+        offset, patch = rng.randrange(size // psize) * psize, rng.randbytes(rng.choice((16, 64, psize)))
+    elif kind == "unaligned":
+        offset, patch = rng.randrange(size), rng.randbytes(rng.randint(1, 300))
+    else:
+        offset = {
+            "page_header": base + rng.randrange(16),
+            "node_pointer": base + 16 + 2 * rng.randrange(len(nodes)) + rng.randrange(2),
+            "node_header": base + ptr + rng.randrange(8),
+            "key": base + ptr + 8 + rng.randrange(max(ksize, 1)),
+        }[kind]
+        with (path / "data.mdb").open("rb") as f:
+            f.seek(offset)
+            patch = bytes([f.read(1)[0] ^ rng.randint(1, 255)])
+    with (path / "data.mdb").open("r+b") as f:
+        f.seek(offset)
+        f.write(patch[: max(0, size - offset)])
+    return f"{kind}: {len(patch)} bytes at offset {offset} (page {offset // psize})"
+
+
+@pytest.fixture(scope="module")
+def deep_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store whose trees are several pages deep (copied, never changed)."""
+    path = tmp_path_factory.mktemp("deep") / "store"
+    with hg.open_repo("faults", path=path, flush_interval=0) as repo:
+        ingest_many(repo, 120)
+    return path
+
+
+def assert_damage_never_crashes(deep_store: Path, tmp_path: Path, kind: str, seeds: range) -> None:
+    cases = {}
+    for seed in seeds:
+        target = tmp_path / f"{kind}-{seed}"
+        target.mkdir()
+        shutil.copyfile(deep_store / "data.mdb", target / "data.mdb")
+        cases[str(target)] = damage(target, kind, random.Random(f"{kind}-{seed}"))
+    result = run_python(DAMAGE_PROBE, *cases)
+    done = [line.split(" ", 2) for line in result.stdout.splitlines()]
+    crashed = list(cases)[len(done)] if len(done) < len(cases) else None
+    assert result.returncode == 0 and crashed is None, (
+        f"status {result.returncode} at {cases.get(crashed or '')}: {result.stderr[-2000:]}"
+    )
+    assert [path for _, path, *_ in done] == list(cases)
+    assert {outcome for outcome, *_ in done} <= {"OPENED", "StorageError"}
+
+
+@pytest.mark.parametrize("kind", DAMAGE_KINDS)
+def test_damaged_pages_either_open_with_every_record_readable_or_raise_storage_error(
+    deep_store: Path, tmp_path: Path, kind: str
+) -> None:
+    assert_damage_never_crashes(deep_store, tmp_path, kind, range(6))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", DAMAGE_KINDS)
+def test_damaged_pages_never_crash_over_many_seeds(deep_store: Path, tmp_path: Path, kind: str) -> None:
+    assert_damage_never_crashes(deep_store, tmp_path, kind, range(6, 206))
 
 
 def test_a_store_whose_creation_was_killed_after_lock_mdb_opens_as_a_new_store(tmp_path: Path) -> None:

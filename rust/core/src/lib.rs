@@ -5,5 +5,6 @@
 
 pub mod certified;
 pub mod etf;
+pub mod lmdbcheck;
 pub mod pairs;
 pub mod scoring;

@@ -29,6 +29,11 @@ pub fn ingestion(py: Python<'_>, reason: &str, message: impl Into<String>) -> Py
     build(py, "IngestionError", PyTuple::new(py, [reason.to_string(), message.into()]).expect("tuple"), None)
 }
 
+/// `hippograph.errors.StorageError(message)`.
+pub fn storage(py: Python<'_>, message: impl Into<String>) -> PyErr {
+    build(py, "StorageError", PyTuple::new(py, [message.into()]).expect("tuple"), None)
+}
+
 /// `hippograph.errors.HippographError(message)` for internal failures.
 pub fn internal(py: Python<'_>, message: impl Into<String>) -> PyErr {
     build(py, "HippographError", PyTuple::new(py, [message.into()]).expect("tuple"), None)

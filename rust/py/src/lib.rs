@@ -5,11 +5,13 @@ use pyo3::prelude::*;
 
 mod errors;
 mod etf;
+mod lmdbcheck;
 mod scoring;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scoring::register(m)?;
     etf::register(m)?;
+    lmdbcheck::register(m)?;
     Ok(())
 }
