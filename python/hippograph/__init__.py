@@ -7,6 +7,7 @@ Every public name of the data model is importable from here; backends live in
 from __future__ import annotations
 
 from . import backends, errors
+from .ann import AnnConfig
 from .atom import Atom
 from .changeset import Changeset
 from .errors import (
@@ -43,6 +44,7 @@ from .value import DEFAULT_PARAMS, DefaultValueFunction, ValueFunction, ValueFun
 __all__ = [
     "DEFAULT_PARAMS",
     "FINGERPRINT_VERSION",
+    "AnnConfig",
     "Atom",
     "Changeset",
     "ConfigError",

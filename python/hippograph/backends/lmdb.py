@@ -154,15 +154,21 @@ class _Txn:
     def __init__(self, txn: Txn, dbs: Mapping[str, Any]) -> None:
         self.txn = txn
         self.dbs = dbs
+        self._dim: tuple[int | None] | None = None
+        """The dimension record, read once per transaction (every hydrated node checks against it)."""
 
     def get(self, db: str, key: bytes) -> bytes | None:
         value = self.txn.get(key, db=self.dbs[db])
         return None if value is None else bytes(value)
 
     def put(self, db: str, key: bytes, value: bytes) -> None:
+        if db == "info":
+            self._dim = None
         self.txn.put(key, value, db=self.dbs[db])
 
     def delete(self, db: str, key: bytes) -> None:
+        if db == "info":
+            self._dim = None
         self.txn.delete(key, db=self.dbs[db])
 
     def items(self, db: str) -> Iterator[tuple[bytes, bytes]]:
@@ -192,8 +198,10 @@ class _Txn:
         return 0 if raw is None else _number(raw, ">Q", "change counter")
 
     def dim(self) -> int | None:
-        raw = self.get("info", b"dim")
-        return None if raw is None else _number(raw, ">I", "dimension record")
+        if self._dim is None:
+            raw = self.get("info", b"dim")
+            self._dim = (None if raw is None else _number(raw, ">I", "dimension record"),)
+        return self._dim[0]
 
     def node(self, node_id: str) -> Node | None:
         key = _key(node_id)
