@@ -135,12 +135,21 @@ def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
         return got
 
     monkeypatch.setattr(hg._core, "certified_walk", spy)
+    merges: list[int] = []
+    real_merge = hg._core.merge_usage_order
+
+    def merge(*args: Any) -> Any:
+        merges.append(len(args[2]))
+        return real_merge(*args)
+
+    monkeypatch.setattr(hg._core, "merge_usage_order", merge)
+    monkeypatch.setattr(hg._index, "_STALE_MAX", 6)  # merges (7–18 stale rows) as well as re-sorts (more)
     b = make()
     b.apply_changeset(random_graph(7, n=300))
     rng = np.random.default_rng(7)
     ids = [f"n{i:04d}" for i in range(300) if i % 4 != 3]
     for step in range(40):
-        picked = [str(i) for i in rng.choice(ids, 40, replace=False)]
+        picked = [str(i) for i in rng.choice(ids, int(rng.choice([2, 5, 9, 40])), replace=False)]
         hours = rng.uniform(-48, 400, len(picked))  # some timestamps in the future
         b.update_metadata(
             {
@@ -169,6 +178,7 @@ def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
         query, tags = rng_vec(rng), [rng_vec(rng) for _ in range(int(rng.integers(0, 3)))]
         assert find(b, query, tags=tags, vf=vf) == find(b, query, tags=tags, vf=vf, exact=True), f"step {step}"
     assert any(walked), "the certified walk never answered"
+    assert merges, "stale rows were never merged into the usage order"
 
 
 def test_a_node_whose_usage_rises_after_a_query_outranks_closer_nodes(make: Make) -> None:

@@ -67,6 +67,23 @@ def usage_order(
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]]:
     """Rows sorted by their time-independent usage bound (largest first), and the bounds; GIL released."""
 
+def merge_usage_order(
+    rows: npt.NDArray[np.uint32],
+    keys: npt.NDArray[np.float64],
+    stale: npt.NDArray[np.uint32],
+    has_meta: npt.NDArray[np.uint8],
+    timestamp: npt.NDArray[np.float64],
+    access_count: npt.NDArray[np.float64],
+    reward_count: npt.NDArray[np.float64],
+    cumulative_reward: npt.NDArray[np.float64],
+    lambda_: float,
+    k: float,
+    base_floor: float,
+    beta: float,
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]]:
+    """A usage order with its stale rows (changed, added or moved) re-keyed and merged in; rows past
+    the end dropped. One pass instead of a full sort; GIL released."""
+
 def certified_walk(
     matrix: npt.NDArray[np.float32],
     norms: npt.NDArray[np.float32],

@@ -75,15 +75,18 @@ class _UsageOrder:
     """Rows sorted by their time-independent usage bound (`_core.usage_order`), for the certified ANN walk.
 
     Writes do not re-sort: they append the rows they touch to `stale`, which
-    the walk checks on their current metadata. Past `len(stale)` changes the
-    order is dropped and the next query sorts afresh.
+    the walk checks on their current metadata. Past `_STALE_MAX` of them the
+    next query merges them in (one pass in Rust); past a sixteenth of the
+    type, it sorts afresh.
     """
 
     params: tuple[float, float, float, float]
     rows: npt.NDArray[np.uint32]
     keys: npt.NDArray[np.float64]
-    stale: npt.NDArray[np.uint32]
-    count: int = 0
+    stale: list[int] = dataclasses.field(default_factory=list)
+
+
+_STALE_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -178,14 +181,8 @@ class TypeIndex:
 
     def _stale(self, r: int) -> None:
         """Row `r` changed (metadata, or now holds another node): the usage order must look at it itself."""
-        order = self._order
-        if order is None:
-            return
-        if order.count == len(order.stale):
-            self._order = None
-        else:
-            order.stale[order.count] = r
-            order.count += 1
+        if self._order is not None:
+            self._order.stale.append(r)
 
     def remove(self, node_id: str) -> None:
         r = self.row.pop(node_id, None)
@@ -300,10 +297,14 @@ class TypeIndex:
         """The usage order for `tp`'s parameters, sorted afresh when missing, for other parameters, or too stale."""
         params = (tp.lam, tp.k, tp.base_floor, tp.beta)
         order = self._order
-        if order is None or order.params != params:
-            rows, keys = _core.usage_order(*self._meta(), *params)
-            stale = np.empty(max(1024, len(self.ids) // 64), np.uint32)
-            order = self._order = _UsageOrder(params, rows, keys, stale)
+        # Readers may run this concurrently: each builds a new object, none is changed in place.
+        if order is None or order.params != params or len(order.stale) > len(self.ids) // 16:
+            order = self._order = _UsageOrder(params, *_core.usage_order(*self._meta(), *params))
+        elif len(order.stale) > _STALE_MAX:
+            stale = np.array(order.stale, np.uint32)
+            order = self._order = _UsageOrder(
+                params, *_core.merge_usage_order(order.rows, order.keys, stale, *self._meta(), *params)
+            )
         return order
 
     def _walk(
@@ -341,7 +342,7 @@ class TypeIndex:
                 bound,
                 order.rows,
                 order.keys,
-                order.stale[: order.count],
+                np.array(order.stale, np.uint32),
                 budget,
             )
             if got is None:

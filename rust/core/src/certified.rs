@@ -68,6 +68,57 @@ pub fn usage_order(meta: crate::scoring::MetaColumns<'_>, p: &ValueParams) -> Re
     Ok(UsageOrder { rows, keys: sorted })
 }
 
+/// `order` brought up to date: rows in `stale` (changed, added or moved since `order` was taken)
+/// get fresh keys and are merged in; rows past the end (removed since) are dropped.
+///
+/// One pass over `order` plus a sort of the stale rows, instead of sorting every row again.
+pub fn merge_usage_order(
+    order_rows: &[u32],
+    order_keys: &[f64],
+    stale: &[u32],
+    meta: crate::scoring::MetaColumns<'_>,
+    p: &ValueParams,
+) -> Result<UsageOrder, ShapeError> {
+    let n = meta.has_meta.len();
+    meta.check(n)?;
+    if order_rows.len() != order_keys.len() {
+        return Err(ShapeError(format!("order has {} rows but {} keys", order_rows.len(), order_keys.len())));
+    }
+    let changed = sorted_rows(stale, n);
+    let mut fresh: Vec<(f64, u32)> = changed.iter().map(|&r| (usage_key(meta.row(r as usize), p), r)).collect();
+    let first = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    fresh.sort_unstable_by(first);
+    let kept = order_rows
+        .iter()
+        .zip(order_keys)
+        .filter(|(&r, _)| (r as usize) < n && changed.binary_search(&r).is_err())
+        .map(|(&r, &k)| (k, r));
+    let mut rows = Vec::with_capacity(n);
+    let mut keys = Vec::with_capacity(n);
+    let mut fresh = fresh.into_iter().peekable();
+    for old in kept {
+        while let Some(new) = fresh.next_if(|new| first(new, &old) == Ordering::Less) {
+            keys.push(new.0);
+            rows.push(new.1);
+        }
+        keys.push(old.0);
+        rows.push(old.1);
+    }
+    for new in fresh {
+        keys.push(new.0);
+        rows.push(new.1);
+    }
+    Ok(UsageOrder { rows, keys })
+}
+
+/// The rows of `rows` below `n`, sorted, each once.
+fn sorted_rows(rows: &[u32], n: usize) -> Vec<u32> {
+    let mut out: Vec<u32> = rows.iter().copied().filter(|&r| (r as usize) < n).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Largest value a row with usage key `key` and relevance at most `bound` can have at `offset = λ·now/3600`.
 #[inline]
 fn upper(bound: f64, key: f64, offset: f64) -> f64 {
@@ -145,26 +196,6 @@ impl Ord for Kept {
     }
 }
 
-/// A fixed-size set of row numbers.
-struct RowSet(Vec<u64>);
-
-impl RowSet {
-    fn new(n: usize) -> Self {
-        Self(vec![0; n.div_ceil(64)])
-    }
-
-    fn contains(&self, r: usize) -> bool {
-        self.0[r / 64] >> (r % 64) & 1 == 1
-    }
-
-    /// Adds `r`; false when it was already present.
-    fn insert(&mut self, r: usize) -> bool {
-        let fresh = !self.contains(r);
-        self.0[r / 64] |= 1 << (r % 64);
-        fresh
-    }
-}
-
 /// What [`walk`] needs beyond one exact scan's inputs.
 #[derive(Debug, Clone, Copy)]
 pub struct WalkRequest<'a> {
@@ -173,7 +204,8 @@ pub struct WalkRequest<'a> {
     pub pool: &'a [u32],
     /// No row outside `pool` has a relevance above this.
     pub bound: f64,
-    /// A [`UsageOrder`] taken when the rows in `stale` had other metadata (or did not exist).
+    /// A [`UsageOrder`] taken when the rows in `stale` had other metadata (or did not exist);
+    /// each row at most once.
     pub order: &'a [u32],
     pub order_keys: &'a [f64],
     /// Rows whose metadata changed, or that were added or moved, since `order` was taken.
@@ -232,21 +264,15 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         Some(worst) if heap.len() == scan.top_k => worst.score,
         _ => scan.threshold,
     };
-    let mut seen = RowSet::new(n);
-    for (i, &r) in req.pool.iter().enumerate() {
-        if let Some(&ahead) = req.pool.get(i + PREFETCH_AHEAD) {
+    // Sorted lookups rather than a bitmap of every row: a walk touches a few hundred rows,
+    // and zeroing n bits per query would cost more than the walk itself at a million rows.
+    let pool = sorted_rows(req.pool, n);
+    let stale = sorted_rows(req.stale, n);
+    for (i, &r) in pool.iter().enumerate() {
+        if let Some(&ahead) = pool.get(i + PREFETCH_AHEAD) {
             prefetch(scan, ahead as usize);
         }
-        let r = r as usize;
-        if r < n && seen.insert(r) {
-            offer(&mut heap, r, score(r));
-        }
-    }
-    let mut stale = RowSet::new(n);
-    for &r in req.stale {
-        if (r as usize) < n {
-            stale.insert(r as usize);
-        }
+        offer(&mut heap, r as usize, score(r as usize));
     }
     let offset = scan.params.lambda * scan.now / 3600.0;
     let mut scored = 0usize;
@@ -257,22 +283,21 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         if let Some(&ahead) = req.order.get(i + PREFETCH_AHEAD) {
             prefetch(scan, ahead as usize);
         }
-        let r = r as usize;
-        if r >= n || stale.contains(r) || !seen.insert(r) {
+        if r as usize >= n || stale.binary_search(&r).is_ok() || pool.binary_search(&r).is_ok() {
             continue;
         }
+        let r = r as usize;
         scored += 1;
         if scored > req.budget {
             return Ok(None);
         }
         offer(&mut heap, r, score(r));
     }
-    for &r in req.stale {
-        let r = r as usize;
-        if r >= n || seen.contains(r) {
+    for &r in &stale {
+        if pool.binary_search(&r).is_ok() {
             continue;
         }
-        seen.insert(r);
+        let r = r as usize;
         if upper(req.bound, usage_key(scan.meta.row(r), &scan.params), offset) < cutoff(&heap) {
             continue;
         }
@@ -390,6 +415,36 @@ mod tests {
         for (&r, &k) in order.rows.iter().zip(&order.keys) {
             assert_eq!(k.to_bits(), usage_key(d.meta().row(r as usize), &p).to_bits());
         }
+    }
+
+    #[test]
+    fn merged_order_equals_a_fresh_sort() {
+        let d = data(800, 4, 9);
+        let p = ValueParams::default();
+        let mut old = d.meta().has_meta.to_vec();
+        let mut rng = Rng(17);
+        let stale: Vec<u32> = (0..300).map(|_| (rng.next() % 900) as u32).collect(); // repeats, some past the end
+        for &r in &stale {
+            if (r as usize) < 800 {
+                old[r as usize] ^= 1;
+            }
+        }
+        let before = usage_order(MetaColumns { has_meta: &old, ..d.meta() }, &p).unwrap();
+        let merged = merge_usage_order(&before.rows, &before.keys, &stale, d.meta(), &p).unwrap();
+        assert_eq!(merged, usage_order(d.meta(), &p).unwrap());
+        // Rows removed since (the type shrank to 700) are dropped; rows added are merged in.
+        let shrunk = MetaColumns {
+            has_meta: &d.has_meta[..700],
+            timestamp: &d.ts[..700],
+            access_count: &d.acc[..700],
+            reward_count: &d.rc[..700],
+            cumulative_reward: &d.cr[..700],
+        };
+        let small = usage_order(shrunk, &p).unwrap();
+        let added: Vec<u32> = (700..800).collect();
+        let grown = merge_usage_order(&small.rows, &small.keys, &added, d.meta(), &p).unwrap();
+        assert_eq!(grown, usage_order(d.meta(), &p).unwrap());
+        assert_eq!(merge_usage_order(&before.rows, &before.keys, &[], shrunk, &p).unwrap().rows.len(), 700);
     }
 
     /// With the pool holding every row whose relevance exceeds `bound`, the walk equals the exact scan.

@@ -204,6 +204,37 @@ fn usage_order<'py>(
     Ok((order.rows.into_pyarray(py), order.keys.into_pyarray(py)))
 }
 
+/// A usage order with its stale rows merged in (see `hippograph_core::certified::merge_usage_order`).
+#[pyfunction]
+#[pyo3(signature = (
+    rows, keys, stale, has_meta, timestamp, access_count, reward_count, cumulative_reward, lambda_, k, base_floor, beta
+))]
+#[allow(clippy::too_many_arguments)]
+fn merge_usage_order<'py>(
+    py: Python<'py>,
+    rows: PyReadonlyArray1<'py, u32>,
+    keys: PyReadonlyArray1<'py, f64>,
+    stale: PyReadonlyArray1<'py, u32>,
+    has_meta: PyReadonlyArray1<'py, u8>,
+    timestamp: PyReadonlyArray1<'py, f64>,
+    access_count: PyReadonlyArray1<'py, f64>,
+    reward_count: PyReadonlyArray1<'py, f64>,
+    cumulative_reward: PyReadonlyArray1<'py, f64>,
+    lambda_: f64,
+    k: f64,
+    base_floor: f64,
+    beta: f64,
+) -> PyResult<Order<'py>> {
+    let meta = meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?;
+    let params = ValueParams { lambda: lambda_, k, base_floor, beta };
+    let (rows, keys) = (contiguous(py, "rows", &rows)?, contiguous(py, "keys", &keys)?);
+    let stale = contiguous(py, "stale", &stale)?;
+    let order =
+        errors::detached(py, "merge_usage_order", || certified::merge_usage_order(rows, keys, stale, meta, &params))?
+            .map_err(|e| shape(py, e))?;
+    Ok((order.rows.into_pyarray(py), order.keys.into_pyarray(py)))
+}
+
 /// The certified top-k from a candidate pool with the default value function, or None past the budget.
 #[pyfunction]
 #[pyo3(signature = (
@@ -299,6 +330,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_default, m)?)?;
     m.add_function(wrap_pyfunction!(default_values, m)?)?;
     m.add_function(wrap_pyfunction!(usage_order, m)?)?;
+    m.add_function(wrap_pyfunction!(merge_usage_order, m)?)?;
     m.add_function(wrap_pyfunction!(certified_walk, m)?)?;
     Ok(())
 }
