@@ -229,7 +229,7 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         }
     }
     let scoring = dim > 0 && !scan.queries.is_empty();
-    if scoring && scan.queries.len() % dim != 0 {
+    if scoring && !scan.queries.len().is_multiple_of(dim) {
         return Err(ShapeError(format!(
             "query values ({}) are not a multiple of the dimension {dim}",
             scan.queries.len()

@@ -479,7 +479,7 @@ impl<'a> Walker<'a> {
     fn free_list(&self, label: &str, pgno: u64, i: usize, value: &[u8]) -> Result<(), CheckError> {
         let slots = value.len() / 8;
         let count = u64_at(value, 0).unwrap_or(u64::MAX);
-        if value.len() % 8 != 0 || slots == 0 || count >= slots as u64 {
+        if !value.len().is_multiple_of(8) || slots == 0 || count >= slots as u64 {
             return corrupt(format!(
                 "{label}: page {pgno}: node {i}: a free-page list of {} bytes claims {count} pages",
                 value.len()

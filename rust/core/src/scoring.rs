@@ -8,6 +8,7 @@
 
 use rayon::prelude::*;
 use std::cmp::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 /// Rows per parallel task; large enough to amortise scheduling, small enough
 /// to balance across cores.
@@ -275,10 +276,79 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! The AVX2 kernel's shape at 16 lanes: where the matrix sits in a large
+    //! cache the scan is bound by instructions rather than memory, and half as
+    //! many loads and FMAs per row show directly.
+    use std::arch::x86_64::*;
+
+    #[inline(always)]
+    unsafe fn max_dot_q<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
+        let full = dim - dim % 16;
+        let mut acc = [_mm512_setzero_ps(); Q];
+        let r = row.as_ptr();
+        let q = queries.as_ptr();
+        let mut i = 0;
+        while i < full {
+            let x = _mm512_loadu_ps(r.add(i));
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(x, _mm512_loadu_ps(q.add(j * dim + i)), *a);
+            }
+            i += 16;
+        }
+        let mut best = f32::NEG_INFINITY;
+        for (j, a) in acc.iter().enumerate() {
+            let mut s = _mm512_reduce_add_ps(*a);
+            for t in full..dim {
+                s += row[t] * queries[j * dim + t];
+            }
+            best = best.max(s);
+        }
+        best
+    }
+
+    /// Relevance of a block of rows (the caller checked the CPU features).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
+        let m = unit.len() / dim;
+        for ((row, &norm), o) in data.chunks_exact(dim).zip(norms).zip(out.iter_mut()) {
+            if norm <= 0.0 {
+                *o = 0.0;
+                continue;
+            }
+            let mut best = f32::NEG_INFINITY;
+            let mut start = 0;
+            while start < m {
+                let block = &unit[start * dim..];
+                let take = (m - start).min(8);
+                let local = match take {
+                    1 => max_dot_q::<1>(row, block, dim),
+                    2 => max_dot_q::<2>(row, block, dim),
+                    3 => max_dot_q::<3>(row, block, dim),
+                    4 => max_dot_q::<4>(row, block, dim),
+                    5 => max_dot_q::<5>(row, block, dim),
+                    6 => max_dot_q::<6>(row, block, dim),
+                    7 => max_dot_q::<7>(row, block, dim),
+                    _ => max_dot_q::<8>(row, block, dim),
+                };
+                best = best.max(local);
+                start += take;
+            }
+            *o = (best / norm).clamp(0.0, 1.0);
+        }
+    }
+}
+
 /// Relevance of a block of rows, using AVX2 when the CPU has it.
 pub(crate) fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: as below, at 16 lanes (i + 16 <= full <= dim).
+            unsafe { avx512::relevance_block(data, norms, dim, unit, out) };
+            return;
+        }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports the features the kernel was compiled for, and
             // every pointer offset stays within `row` (i + 8 <= full <= dim) or
@@ -302,7 +372,7 @@ pub fn relevance(stored: Stored<'_>, queries: &[f32]) -> Result<Vec<f32>, ShapeE
     if dim == 0 || queries.is_empty() || n == 0 {
         return Ok(out);
     }
-    if queries.len() % dim != 0 {
+    if !queries.len().is_multiple_of(dim) {
         return Err(ShapeError(format!("query values ({}) are not a multiple of the dimension {dim}", queries.len())));
     }
     let unit = normalise_queries(queries, dim);
@@ -424,7 +494,7 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
         }
     }
     let scoring = dim > 0 && !req.queries.is_empty();
-    if scoring && req.queries.len() % dim != 0 {
+    if scoring && !req.queries.len().is_multiple_of(dim) {
         return Err(ShapeError(format!(
             "query values ({}) are not a multiple of the dimension {dim}",
             req.queries.len()
@@ -434,6 +504,12 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
         return Ok(Vec::new());
     }
     let unit = if scoring { normalise_queries(req.queries, dim) } else { Vec::new() };
+    // The k-th best score any finished block has seen: no row scoring below it can be in the
+    // answer, so later blocks skip the value function and the selection for such rows. Scores
+    // are never negative, and the bits of non-negative f64 order like their values.
+    let cutoff = AtomicU64::new(0.0f64.to_bits());
+    // Recency and reward are at most one, frequency at most max(1, base_floor).
+    let gain = req.params.base_floor.max(1.0);
     let block = |start: usize| -> Vec<(usize, f64)> {
         let end = (start + SCAN_BLOCK).min(n);
         let mut rel = vec![0.0f32; end - start];
@@ -442,10 +518,24 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
             relevance_block(rows, &req.stored.norms[start..end], dim, &unit, &mut rel);
         }
         let m = req.meta;
-        let scores: Vec<f64> =
-            (start..end).map(|i| default_value(f64::from(rel[i - start]), m.row(i), req.now, &req.params)).collect();
+        let floor = f64::from_bits(cutoff.load(AtomicOrdering::Relaxed));
+        let scores: Vec<f64> = (start..end)
+            .map(|i| {
+                let r = f64::from(rel[i - start]);
+                if r * gain < floor {
+                    return f64::NAN; // below the cutoff whatever the metadata: never selected
+                }
+                default_value(r, m.row(i), req.now, &req.params)
+            })
+            .collect();
         let rank = req.rank.map(|r| &r[start..end]);
-        let picked = select_top(&scores, req.threshold, req.top_k, rank).unwrap_or_default();
+        let picked = select_top(&scores, req.threshold.max(floor), req.top_k, rank).unwrap_or_default();
+        if picked.len() == req.top_k {
+            let kth = scores[picked[req.top_k - 1]];
+            if kth >= 0.0 {
+                cutoff.fetch_max(kth.to_bits(), AtomicOrdering::Relaxed);
+            }
+        }
         picked.into_iter().map(|j| (start + j, scores[j])).collect()
     };
     let starts: Vec<usize> = (0..n).step_by(SCAN_BLOCK).collect();
@@ -548,12 +638,32 @@ mod tests {
         for m in [1, 2, 5, 6, 7, 8, 9, 17] {
             let q: Vec<f32> = (0..m * dim).map(|i| ((i * 13 % 71) as f32) / 7.0 - 5.0).collect();
             let unit = normalise_queries(&q, dim);
-            let mut fast = vec![0.0; n];
             let mut portable = vec![0.0; n];
-            relevance_block(&data, &norms, dim, &unit, &mut fast);
             relevance_block_impl(&data, &norms, dim, &unit, &mut portable);
-            for (a, b) in fast.iter().zip(&portable) {
-                assert!((a - b).abs() < 1e-5, "{m} queries: {a} vs {b}");
+            // Every kernel this CPU can run, not only the one the dispatcher picks.
+            let mut kernels: Vec<(&str, Vec<f32>)> = Vec::new();
+            let mut fast = vec![0.0; n];
+            relevance_block(&data, &norms, dim, &unit, &mut fast);
+            kernels.push(("dispatched", fast));
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                    let mut out = vec![0.0; n];
+                    // SAFETY: the CPU has the features this kernel needs.
+                    unsafe { avx2::relevance_block(&data, &norms, dim, &unit, &mut out) };
+                    kernels.push(("avx2", out));
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    let mut out = vec![0.0; n];
+                    // SAFETY: the CPU has the features this kernel needs.
+                    unsafe { avx512::relevance_block(&data, &norms, dim, &unit, &mut out) };
+                    kernels.push(("avx512", out));
+                }
+            }
+            for (name, out) in &kernels {
+                for (a, b) in out.iter().zip(&portable) {
+                    assert!((a - b).abs() < 1e-5, "{name}, {m} queries: {a} vs {b}");
+                }
             }
         }
     }
@@ -637,14 +747,20 @@ mod tests {
             reward_count: &rc,
             cumulative_reward: &cr,
         };
-        for (threshold, top_k) in [(0.0, 25), (0.2, 7), (-1.0, n + 5), (0.99, 3)] {
+        // A base_floor above one lets a value exceed its relevance: the scan's cutoff must allow for it.
+        let boosted = ValueParams { base_floor: 1.5, ..ValueParams::default() };
+        let cases = [(0.0, 25), (0.2, 7), (-1.0, n + 5), (0.99, 3)];
+        let settings = [(ValueParams::default(), 200.0 * 3600.0), (boosted, 200.0 * 3600.0), (boosted, 0.0)];
+        for ((params, now), (threshold, top_k)) in
+            settings.into_iter().flat_map(|p| cases.into_iter().map(move |c| (p, c)))
+        {
             let req = ScanRequest {
                 stored: stored(&data, &norms, dim),
                 queries: &queries,
                 meta,
                 rank: Some(&rank),
-                now: 200.0 * 3600.0,
-                params: ValueParams::default(),
+                now,
+                params,
                 threshold,
                 top_k,
             };
