@@ -1,11 +1,15 @@
 """The crash matrix driver: SIGKILL a child running `rel_crash_child.py`, then check the store.
 
-After every kill the parent replays the acknowledged operations on an
-`InMemory` shadow (through the same `rel_workload.run_op` code), applies the
-one operation that may have been in flight while capturing the state after each
-of its backend calls, and requires the reopened LMDB store to equal one of those
-states exactly. On top of that whole-state comparison it checks the named
-invariants one by one, so a failure says which promise broke:
+The store is an LMDB directory or a PostgreSQL schema (`open_store`). After
+every kill the parent replays the acknowledged operations on an `InMemory`
+shadow (through the same `rel_workload.run_op` code), applies the one operation
+that may have been in flight while capturing the state after each of its backend
+calls, and requires the reopened store to equal one of those states exactly. On
+PostgreSQL it first waits until the server has ended the killed client's
+sessions: only then is the client's last transaction settled (rolled back, or
+committed when its ``COMMIT`` was already on the wire). On top of that
+whole-state comparison it checks the named invariants one by one, so a failure
+says which promise broke:
 
 - ``receipt``: every acknowledged ingestion's record exists with its exact receipt;
 - ``partial``: a record's nodes all exist unless an acknowledged delete, decay or
@@ -17,7 +21,8 @@ invariants one by one, so a failure says which promise broke:
 - ``shadow``: the store equals the acknowledged prefix, possibly plus the in-flight
   operation's first k backend calls (each backend call is atomic);
 - ``agree``: maintenance results the child acknowledged equal the shadow's;
-- ``child``: the child died of the SIGKILL and nothing else.
+- ``child``: the child died of the SIGKILL and nothing else;
+- ``session`` (PostgreSQL): the server ended the killed client's sessions within `SETTLE_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -31,10 +36,11 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rel_workload import (
     T0,
@@ -63,10 +69,111 @@ KINDS = ("ingest", "delete", "meta", "reward", "decay", "consolidate")
 TARGETS = (*KINDS, "anytime")
 CHILD_TIMEOUT = 60.0
 """Hang guard only: a child that has not reached its kill point by then is killed and reported."""
+SETTLE_TIMEOUT = 30.0
+"""How long PostgreSQL may take to end a killed client's sessions (it notices the closed socket at once)."""
+REPO = "crash"
+"""The repo name of every store (a PostgreSQL store is a schema of its own, so runs never meet)."""
+
+
+def child_application_name(pid: int) -> str:
+    """The PostgreSQL ``application_name`` of child `pid`'s connections: how the parent finds its sessions."""
+    return f"hippograph-crash-{pid}"
+
+
+def open_store(spec: str, *, application_name: str = "hippograph-crash-check") -> Any:
+    """The backend a store spec names: ``lmdb:<dir>`` (``sync`` durability) or ``postgres:<dsn>#<schema>``."""
+    kind, _, where = spec.partition(":")
+    if kind == "lmdb":
+        return LMDB(where, durability="sync")
+    if kind == "postgres":
+        from hippograph.backends.postgres import Postgres
+
+        dsn, _, schema = where.rpartition("#")
+        return Postgres(dsn, repo=REPO, schema=schema, application_name=application_name)
+    raise ValueError(f"unknown store spec {spec!r}")
+
+
+class Stores(Protocol):
+    """Where a matrix run keeps its stores: hands out fresh ones and removes them at the end."""
+
+    name: str
+
+    def fresh(self, number: int) -> str: ...
+
+    def settle(self, pid: int) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+class LmdbStores:
+    """A fresh directory per store under `base` (left to pytest's tmp_path cleanup)."""
+
+    name = "lmdb"
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def fresh(self, number: int) -> str:
+        return f"lmdb:{self.base / f'store-{number:04d}'}"
+
+    def settle(self, pid: int) -> str | None:
+        """Nothing to wait for: LMDB's write transaction dies with the process that held it."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class PostgresStores:
+    """A fresh schema per store on the server at `dsn` (the first open runs the migrations); `close` drops them."""
+
+    name = "postgres"
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg
+
+        self.dsn = dsn
+        self.run = uuid.uuid4().hex[:12]
+        self.schemas: list[str] = []
+        self._admin = psycopg.connect(dsn, autocommit=True)
+
+    def fresh(self, number: int) -> str:
+        schema = f"hg_crash_{self.run}_{number:04d}"
+        self.schemas.append(schema)
+        return f"postgres:{self.dsn}#{schema}"
+
+    def _sessions(self, name: str) -> int:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        row = self._admin.execute(query, (name,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def settle(self, pid: int) -> str | None:
+        """Wait until the server has ended the sessions of killed child `pid`; a complaint if that took too long.
+
+        A session's entry leaves ``pg_stat_activity`` only after its transaction was rolled back (or
+        committed, if the ``COMMIT`` had been sent before the kill), so the store is final from then on.
+        """
+        name = child_application_name(pid)
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        complaint = None
+        while self._sessions(name):
+            if complaint is None and time.monotonic() > deadline:
+                complaint = f"{name}: the server kept the killed client's sessions for over {SETTLE_TIMEOUT:g} s"
+                self._admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (name,)
+                )
+            time.sleep(0.002)
+        return complaint
+
+    def close(self) -> None:
+        for schema in self.schemas:
+            self._admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        self._admin.close()
 
 
 @dataclass
 class Figures:
+    backend: str = "lmdb"
     kills: int = 0
     acknowledged: int = 0
     stores: int = 0
@@ -77,12 +184,15 @@ class Figures:
     """"before": the in-flight operation left no trace; "applied": it was fully applied although never
     acknowledged; "partial": some but not all of its backend calls (each atomic) were applied."""
     violations: dict[str, list[str]] = field(default_factory=dict)
+    settle_max: float = 0.0
+    """PostgreSQL: the longest wait for the server to end a killed client's sessions, in seconds."""
 
     def violate(self, kind: str, message: str) -> None:
         self.violations.setdefault(kind, []).append(message)
 
     def summary(self) -> dict[str, Any]:
         return {
+            "backend": self.backend,
             "kills": self.kills,
             "acknowledged_ops": self.acknowledged,
             "stores": self.stores,
@@ -90,6 +200,7 @@ class Figures:
             "in_flight_at_kill": dict(sorted(self.in_flight.items())),
             "in_flight_outcome": dict(sorted(self.outcome.items())),
             "violations": sum(len(v) for v in self.violations.values()),
+            **({"longest_session_wait_ms": round(1000 * self.settle_max, 1)} if self.backend == "postgres" else {}),
         }
 
 
@@ -97,7 +208,8 @@ class Figures:
 class Epoch:
     """What the parent knows about one store across the kills it survives."""
 
-    path: Path
+    spec: str
+    """The store, as `open_store` takes it."""
     shadow: InMemory = field(default_factory=lambda: InMemory(ann=None))
     receipts: dict[str, hg.IngestionReceipt] = field(default_factory=dict)
     removed: set[str] = field(default_factory=set)
@@ -107,10 +219,10 @@ class Epoch:
     next_index: int = 0
 
 
-def _spawn(store: Path, seed: int, first: int, errors: Path) -> subprocess.Popen[str]:
+def _spawn(spec: str, seed: int, first: int, errors: Path) -> subprocess.Popen[str]:
     with errors.open("w") as err:
         return subprocess.Popen(
-            [sys.executable, str(CHILD), str(store), str(seed), str(first)],
+            [sys.executable, str(CHILD), spec, str(seed), str(first)],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
@@ -124,9 +236,9 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 
 def _run_child(
     epoch: Epoch, seed: int, target: str, rng: random.Random, errors: Path, latency: dict[str, float]
-) -> tuple[list[str], int]:
-    """Start a child, kill it at the chosen moment, return its complete output lines and exit status."""
-    proc = _spawn(epoch.path, seed, epoch.next_index, errors)
+) -> tuple[list[str], int, int]:
+    """Start a child, kill it at the chosen moment, return its complete output lines, exit status and pid."""
+    proc = _spawn(epoch.spec, seed, epoch.next_index, errors)
     assert proc.stdout is not None
     guard = threading.Timer(CHILD_TIMEOUT, _kill, (proc,))
     guard.start()
@@ -156,7 +268,7 @@ def _run_child(
     rest, _ = proc.communicate()
     guard.cancel()
     lines += rest.splitlines(keepends=True)
-    return [x.rstrip("\n") for x in lines if x.endswith("\n")], proc.returncode
+    return [x.rstrip("\n") for x in lines if x.endswith("\n")], proc.returncode, proc.pid
 
 
 def _parse(lines: list[str]) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], dict[str, Any] | None]:
@@ -211,7 +323,7 @@ def _replay(epoch: Epoch, figures: Figures, backend: Any, op: dict[str, Any], ac
     _note_ids(epoch, op)
     ours = run_op(hg.Repo(backend, flush_interval=0), op)
     if ack is not None and ours != ack:
-        figures.violate("agree", f"{op}: the LMDB child acknowledged {ack}, InMemory computed {ours}")
+        figures.violate("agree", f"{op}: the child acknowledged {ack}, InMemory computed {ours}")
 
 
 def _comparable(snap: Snapshot, loose: str | None) -> Snapshot:
@@ -276,6 +388,7 @@ def _settle(epoch: Epoch, acked: list[tuple[dict[str, Any], dict[str, Any]]], in
 
 
 def _round(
+    stores: Stores,
     epoch: Epoch,
     figures: Figures,
     seed: int,
@@ -284,11 +397,16 @@ def _round(
     errors: Path,
     latency: dict[str, float],
 ) -> None:
-    lines, status = _run_child(epoch, seed, target, rng, errors, latency)
+    lines, status, pid = _run_child(epoch, seed, target, rng, errors, latency)
     label = f"kill {figures.kills} (seed {seed}, target {target})"
     figures.kills += 1
     if status != -signal.SIGKILL:
         figures.violate("child", f"{label}: child exited with {status}: {errors.read_text()[-2000:]}")
+    waited = time.perf_counter()
+    complaint = stores.settle(pid)
+    figures.settle_max = max(figures.settle_max, time.perf_counter() - waited)
+    if complaint is not None:
+        figures.violate("session", f"{label}: {complaint}")
     acked, in_flight = _parse(lines)
     figures.acknowledged += len(acked)
     figures.in_flight["none" if in_flight is None else in_flight["op"]] += 1
@@ -310,7 +428,7 @@ def _round(
         recorder = Recorder(shadow, lambda: candidates.append(state(shadow, epoch.ids, epoch.sources)))
         _replay(epoch, figures, recorder, in_flight, None)
 
-    with LMDB(epoch.path) as store:
+    with open_store(epoch.spec) as store:
         actual = state(store, epoch.ids, epoch.sources)
         report = hg.Repo(store, flush_interval=0).verify()
         if not report.ok:
@@ -329,18 +447,24 @@ def _round(
         epoch.shadow = copy_into_memory(store, epoch.ids, epoch.sources)
 
 
-def run_matrix(base: Path, kills: int, *, seed: int, per_store: int) -> Figures:
-    """`kills` SIGKILLs, cycling the kill target through every operation kind and random moments."""
-    figures = Figures()
+def run_matrix(stores: Stores, base: Path, kills: int, *, seed: int, per_store: int) -> Figures:
+    """`kills` SIGKILLs, cycling the kill target through every operation kind and random moments.
+
+    `base` holds the child's stderr; the stores come from `stores`, which is closed at the end.
+    """
+    figures = Figures(backend=stores.name)
     rng = random.Random(seed)
     started = time.perf_counter()
     epoch: Epoch | None = None
     errors = base / "child-stderr.txt"
     latency: dict[str, float] = {}
-    for n in range(kills):
-        if epoch is None or n % per_store == 0:
-            figures.stores += 1
-            epoch = Epoch(base / f"store-{figures.stores:04d}")
-        _round(epoch, figures, seed * 1_000_003 + n, TARGETS[n % len(TARGETS)], rng, errors, latency)
+    try:
+        for n in range(kills):
+            if epoch is None or n % per_store == 0:
+                figures.stores += 1
+                epoch = Epoch(stores.fresh(figures.stores))
+            _round(stores, epoch, figures, seed * 1_000_003 + n, TARGETS[n % len(TARGETS)], rng, errors, latency)
+    finally:
+        stores.close()
     figures.seconds = time.perf_counter() - started
     return figures

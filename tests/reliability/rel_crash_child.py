@@ -1,6 +1,10 @@
 """Child process of the crash matrix: runs a random operation stream until it is killed.
 
-Usage: ``python rel_crash_child.py STORE SEED FIRST_INDEX``. Prints ``READY``
+Usage: ``python rel_crash_child.py SPEC SEED FIRST_INDEX``, where SPEC names the
+store as `rel_crash.open_store` takes it (``lmdb:<dir>`` or
+``postgres:<dsn>#<schema>``; PostgreSQL connections carry the
+``application_name`` `rel_crash.child_application_name` gives for this pid, so
+the parent can wait for the server to end them). Prints ``READY``
 once the store is open, then for every operation ``BEGIN <json descriptor>``
 before calling it and ``ACK <json result>`` after it returned (each line
 flushed; a random pause of up to 4 ms precedes the acknowledgement, like a caller's own
@@ -11,6 +15,7 @@ work would), so the parent knows which operations were acknowledged and which on
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -20,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from rel_crash import REPO, child_application_name, open_store
 from rel_workload import REWARDS, T0, removed_by, run_op
 
 import hippograph as hg
@@ -29,9 +35,10 @@ WEIGHTS = {"ingest": 36, "delete": 10, "meta": 16, "reward": 16, "decay": 11, "c
 
 
 def main() -> None:
-    store, seed, first = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    spec, seed, first = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rng, pause = random.Random(seed), random.Random(-seed)
-    repo = hg.open_repo("crash", path=store, flush_interval=0)  # durability="sync", the default
+    backend = open_store(spec, application_name=child_application_name(os.getpid()))
+    repo = hg.open_repo(REPO, backend=backend, flush_interval=0)
     live = sorted(n.id for n in repo.backend.get_nodes_by_type(list(NodeType)))
     gone: list[str] = []
     next_index = first

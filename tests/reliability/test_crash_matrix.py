@@ -1,43 +1,86 @@
 """The crash matrix: SIGKILL a writer at random moments of every operation kind, then prove nothing was lost.
 
-A child process (`rel_crash_child.py`) runs a stream of operations on an LMDB
-store in ``sync`` durability: `Repo.ingest` with the built-in ``episodic``
-structure, ``delete_nodes``, ``update_metadata``, `Repo.decay`,
-`Repo.consolidate` (deterministic ``decide``) and `Repo.reward`, printing each
-operation before it starts and an acknowledgement after it returns. The parent
+A child process (`rel_crash_child.py`) runs a stream of operations on a store
+(an LMDB directory in ``sync`` durability, or a PostgreSQL schema of its own):
+`Repo.ingest` with the built-in ``episodic`` structure, ``delete_nodes``,
+``update_metadata``, `Repo.decay`, `Repo.consolidate` (deterministic
+``decide``) and `Repo.reward`, printing each operation before it starts and an
+acknowledgement after it returns. The parent
 kills it (cycling the target through every kind, plus purely random moments,
 including while the store is being opened), reopens the store and checks it;
-see `rel_crash.py` for the invariants. The CI profile performs 56 kills, the
-``slow`` profile 1,008 (``pytest -m slow tests/reliability/test_crash_matrix.py``).
+see `rel_crash.py` for the invariants. Per backend, the CI profile performs
+56 (LMDB) and 40 (PostgreSQL) kills, the ``slow`` profile 1,008 and 240
+(``pytest -m slow tests/reliability/test_crash_matrix.py [-k postgres]``). The
+PostgreSQL matrix kills the client only: the server stays up and settles the
+client's last transaction, as it would for a crashed application host.
+Without a server it is skipped like the other PostgreSQL tests, and fails
+under ``HIPPOGRAPH_REQUIRE_PG=1``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
-from rel_crash import KINDS, Figures, run_matrix
+from rel_crash import KINDS, Figures, LmdbStores, PostgresStores, Stores, run_matrix
 
-PROFILES = {"ci": (56, 8), "slow": (1008, 24)}
-"""kills, kills per store (a fresh store then starts, so checks stay cheap)."""
+PROFILES = {
+    "lmdb": {"ci": (56, 8), "slow": (1008, 24)},
+    "postgres": {"ci": (40, 8), "slow": (240, 24)},
+}
+"""Per backend and profile: kills, kills per store (a fresh store then starts, so checks stay cheap)."""
+MIN_KILLS = {"lmdb": 50, "postgres": 40}
+"""The fewest kills a profile may have and still put every kind in flight several times."""
 
 
-@pytest.fixture(scope="module", params=["ci", pytest.param("slow", marks=pytest.mark.slow)])
-def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Figures:
-    kills, per_store = PROFILES[request.param]
-    figures = run_matrix(tmp_path_factory.mktemp(f"crash-{request.param}"), kills, seed=20250101, per_store=per_store)
-    summary = json.dumps({"profile": request.param, **figures.summary()}, indent=1)
-    print(f"\ncrash matrix figures: {summary}")
+def _postgres() -> Stores:
+    """Stores on the test server; skips or fails (HIPPOGRAPH_REQUIRE_PG=1) as the other PostgreSQL tests do."""
+    tests = str(Path(__file__).resolve().parents[1])
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from pg_server import require_dsn, require_psycopg
+
+    require_psycopg()
+    return PostgresStores(require_dsn())
+
+
+def _report(name: str, summary: dict[str, object]) -> None:
+    """Adds this run's figures, under `name`, to the JSON file $HIPPOGRAPH_CRASH_REPORT names (if set)."""
     report = os.environ.get("HIPPOGRAPH_CRASH_REPORT")
     if report:
-        Path(report).write_text(summary + "\n")
+        path = Path(report)
+        runs = json.loads(path.read_text()) if path.exists() else {}
+        runs[name] = summary
+        path.write_text(json.dumps(runs, indent=1) + "\n")
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(
+            (backend, profile), id=f"{backend}-{profile}", marks=[pytest.mark.slow] if profile == "slow" else []
+        )
+        for backend, profiles in PROFILES.items()
+        for profile in profiles
+    ],
+)
+def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Figures:
+    backend, profile = request.param
+    kills, per_store = PROFILES[backend][profile]
+    base = tmp_path_factory.mktemp(f"crash-{backend}-{profile}")
+    stores = LmdbStores(base) if backend == "lmdb" else _postgres()
+    figures = run_matrix(stores, base, kills, seed=20250101, per_store=per_store)
+    summary = {"profile": profile, **figures.summary()}
+    print(f"\ncrash matrix figures: {json.dumps(summary, indent=1)}")
+    _report(f"{backend}-{profile}", summary)
     return figures
 
 
 def test_every_planned_kill_is_performed(matrix: Figures) -> None:
-    assert matrix.kills >= 50
+    assert matrix.kills >= MIN_KILLS[matrix.backend]
     assert matrix.acknowledged > matrix.kills
 
 
@@ -51,6 +94,13 @@ def test_some_kills_land_after_a_commit_but_before_its_acknowledgement(matrix: F
 
 def test_children_die_of_the_kill_and_nothing_else(matrix: Figures) -> None:
     assert matrix.violations.get("child", []) == []
+
+
+def test_the_server_ends_a_killed_clients_sessions(matrix: Figures) -> None:
+    """Until it does, the client's last transaction may still commit or hold its row locks."""
+    if matrix.backend != "postgres":
+        pytest.skip("only a PostgreSQL store has server-side sessions")
+    assert matrix.violations.get("session", []) == []
 
 
 def test_every_acknowledged_ingestion_keeps_its_exact_receipt(matrix: Figures) -> None:
@@ -81,5 +131,5 @@ def test_store_equals_acknowledged_prefix_plus_at_most_part_of_the_op_in_flight(
     assert matrix.violations.get("shadow", []) == []
 
 
-def test_lmdb_and_inmemory_agree_on_every_maintenance_result(matrix: Figures) -> None:
+def test_store_and_inmemory_agree_on_every_maintenance_result(matrix: Figures) -> None:
     assert matrix.violations.get("agree", []) == []
