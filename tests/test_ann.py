@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -275,6 +276,59 @@ def test_reembedded_node_ranks_by_its_new_vector(make: Make) -> None:
     assert near_old == find(b, old, vf=params(0.0, 5), exact=True)
     top_id, top_score = find(b, new, vf=params(0.0, 5))[0]
     assert top_id == "mover" and top_score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_threads_recalling_while_another_thread_writes_never_see_acknowledged_deletes(make: Make) -> None:
+    """hnswlib must not be searched while it is being added to: readers stay correct under a concurrent writer."""
+    b = make()
+    b.apply_changeset(random_graph(5))
+    find(b, np.ones(DIM, np.float32), vf=params(0.0, 10))
+    assert available(b)
+    deleted: set[str] = set()
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        rng = np.random.default_rng(55)
+        try:
+            for i in range(60):
+                cs = hg.Changeset()
+                for j in range(5):
+                    cs.add_node(semantic(f"w{i:03d}-{j}", rng_vec(rng)))
+                cs.add_node(semantic(f"n{4 * i:04d}", rng_vec(rng)))
+                b.apply_changeset(cs)
+                if i >= 2:
+                    gone = [f"w{i - 2:03d}-{j}" for j in range(3)]
+                    b.delete_nodes(gone)
+                    deleted.update(gone)
+        except BaseException as e:  # reported to the main thread
+            errors.append(e)
+        finally:
+            done.set()
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            while not done.is_set():
+                acknowledged = set(deleted)
+                got = find(b, rng_vec(rng), tags=[rng_vec(rng)], vf=params(0.0, 15))
+                ids = [i for i, _ in got]
+                assert not acknowledged & set(ids), acknowledged & set(ids)
+                assert len(ids) == len(set(ids)) == 15
+                assert [s for _, s in got] == sorted((s for _, s in got), reverse=True)
+        except BaseException as e:  # reported to the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(s,)) for s in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    rng = np.random.default_rng(66)
+    for _ in range(5):
+        query = rng_vec(rng)
+        assert find(b, query, vf=params(0.0, 15)) == find(b, query, vf=params(0.0, 15), exact=True)
 
 
 def test_metadata_updates_leave_no_deletion_marks(make: Make) -> None:
