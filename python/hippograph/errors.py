@@ -4,6 +4,10 @@ The hierarchy is declared here in Python, where the attributes callers match on
 (``reason``, ``source_id``, ``operation``, ``resource``, ``id``) are plain and
 typed; the Rust extension imports these classes and raises them, so the same
 class objects surface from Rust and Python code paths alike.
+
+Messages end up in agents' logs, so they name the offending id, field,
+metadata key path and type, never stored content: no text, embedding values
+or metadata values (tests/reliability/test_security.py holds every path to it).
 """
 
 from __future__ import annotations

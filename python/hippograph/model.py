@@ -102,7 +102,7 @@ def as_datetime(value: object, what: str = "timestamp") -> datetime:
     if not isinstance(value, datetime):
         raise ValidationError(f"{what} must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError(f"{what} must be timezone-aware (UTC), got naive {value!r}")
+        raise ValidationError(f"{what} must be timezone-aware (UTC), got a naive datetime")
     return value.astimezone(UTC)
 
 
@@ -128,7 +128,7 @@ def finite_float(value: object, what: str) -> float:
     try:
         out = float(value)
     except OverflowError:
-        raise ValidationError(f"{what} is too large for a float: {value!r:.40}") from None
+        raise ValidationError(f"{what} is too large for a float") from None
     if not math.isfinite(out):
         raise ValidationError(f"{what} must be finite, got {value!r}")
     return out
@@ -183,7 +183,8 @@ def as_embedding(value: object, what: str = "embedding") -> Embedding:
         with np.errstate(over="ignore", invalid="ignore"):
             arr = np.array(value, dtype=np.float32, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise ValidationError(f"{what} is not a numeric vector: {exc}") from None
+        # numpy's message quotes the element it choked on: user data, kept out of the error.
+        raise ValidationError(f"{what} is not a numeric vector ({type(exc).__name__})") from None
     if arr.ndim != 1:
         raise ValidationError(f"{what} must be 1-D, got shape {arr.shape}")
     if arr.size == 0:
@@ -262,7 +263,7 @@ class Node:
                 set_(self, f.name, finite_float(value, what))
             elif kind is int and isinstance(value, int) and not isinstance(value, bool):
                 if not -(2**63) <= value < 2**63:
-                    raise ValidationError(f"{what} does not fit in 64 bits: {value}")
+                    raise ValidationError(f"{what} does not fit in 64 bits")
             elif kind is str and isinstance(value, str):
                 check_text(value, what)
             else:
@@ -402,9 +403,16 @@ NODE_CLASSES: dict[NodeType, type[Node]] = {
 }
 
 
+def _kind(value: object) -> str:
+    """What an out-of-range count was, without its value (counts are user data)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "a negative int" if value < 0 else "an int of 2**63 or more"
+    return type(value).__name__
+
+
 def _count(value: object, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
-        raise ValidationError(f"{what} must be a non-negative int below 2**63, got {value!r:.40}")
+        raise ValidationError(f"{what} must be a non-negative int below 2**63, got {_kind(value)}")
     return value
 
 
@@ -432,7 +440,7 @@ def _check_custom(value: object, path: str, depth: int = 0) -> None:
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ValidationError(f"metadata custom keys must be str, got {key!r:.40} at {path}")
+                raise ValidationError(f"metadata custom keys must be str, got {type(key).__name__} at {path}")
             check_text(key, f"metadata custom key at {path}")
             _check_custom(item, f"{path}.{key}", depth + 1)
     else:

@@ -71,7 +71,7 @@ def _embeddings(embed: Embed, texts: list[str]) -> np.ndarray[Any, np.dtype[np.f
     try:
         vectors = np.asarray(embed(texts), dtype=np.float32)
     except (TypeError, ValueError) as exc:
-        raise ValidationError(f"embed() did not return a numeric array: {exc}") from None
+        raise ValidationError(f"embed() did not return a numeric array ({type(exc).__name__})") from None
     if vectors.ndim != 2 or vectors.shape[0] != len(texts):
         raise ValidationError(
             f"embed() must return an array of shape ({len(texts)}, dim) for {len(texts)} texts, got {vectors.shape}"
