@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import hnswlib
 import numpy as np
@@ -24,28 +24,46 @@ import hippograph as hg
 from hippograph.ann import AnnConfig
 from hippograph.backends import LMDB, InMemory
 from hippograph.backends import lmdb as lmdb_module
+from pg_server import pg_dsn, repo_for
+
+if TYPE_CHECKING:
+    from hippograph.backends.postgres import Postgres
+
+__all__ = ["pg_dsn"]
 
 DIM = 16
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 # Large ef_search on graphs of a few hundred nodes: HNSW's own recall is perfect, so answers must be exact.
 CFG = AnnConfig(min_nodes=50, ef_search=512, ef_construction=200)
-Backend = InMemory | LMDB
+Backend: TypeAlias = "InMemory | LMDB | Postgres"
 Make = Callable[..., Backend]
 Hits = list[tuple[str, float]]
 
 
-@pytest.fixture(params=["memory", "lmdb"])
+@pytest.fixture(params=["memory", "lmdb", "postgres"])
 def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
+    """Opens the test's store (every call the same one) on each backend that keeps a vector index."""
     opened: list[Backend] = []
+    dsn = request.getfixturevalue("pg_dsn") if request.param == "postgres" else ""
+    if dsn:
+        from hippograph.backends.postgres import Postgres, drop_repo
 
     def factory(ann: AnnConfig | None = CFG, cls: type[InMemory] = InMemory) -> Backend:
-        b: Backend = cls(ann=ann) if request.param == "memory" else LMDB(tmp_path / "store", ann=ann)
+        b: Backend
+        if request.param == "memory":
+            b = cls(ann=ann)
+        elif request.param == "lmdb":
+            b = LMDB(tmp_path / "store", ann=ann)
+        else:
+            b = Postgres(dsn, repo=repo_for(tmp_path), ann=ann)
         opened.append(b)
         return b
 
     yield factory
     for b in opened:
         b.close()
+    if dsn:
+        drop_repo(dsn, repo=repo_for(tmp_path))
 
 
 def rng_vec(rng: np.random.Generator) -> npt.NDArray[np.float32]:
@@ -98,6 +116,24 @@ def params(threshold: float, top_k: int) -> dict[str, Any]:
     return {"params": {"semantic": {"threshold": threshold, "top_k": top_k}, "subgoal": {"threshold": 0.0}}}
 
 
+@pytest.fixture
+def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """One entry per certified ANN scan: True when it answered, False when it handed over to the exact scan.
+
+    Equality with the exact path proves nothing if the exact path gave both answers.
+    """
+    calls: list[bool] = []
+    real = hg.ann.certified_scan
+
+    def spy(*args: Any) -> Any:
+        got = real(*args)
+        calls.append(got is not None)
+        return got
+
+    monkeypatch.setattr(hg.ann, "certified_scan", spy)
+    return calls
+
+
 def available(b: Backend, node_type: str = "semantic") -> bool:
     return bool(b.vector_index_stats()[node_type]["available"])
 
@@ -111,7 +147,7 @@ def stats(b: Backend, node_type: str = "semantic") -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_ann_results_equal_exact_results_on_random_graphs(make: Make, seed: int) -> None:
+def test_ann_results_equal_exact_results_on_random_graphs(make: Make, seed: int, answered: list[bool]) -> None:
     b = make()
     b.apply_changeset(random_graph(seed))
     rng = np.random.default_rng(100 + seed)
@@ -121,6 +157,7 @@ def test_ann_results_equal_exact_results_on_random_graphs(make: Make, seed: int)
         ann = find(b, query, tags=tags, vf=vf, types=["semantic", "subgoal"])
         assert ann == find(b, query, tags=tags, vf=vf, types=["semantic", "subgoal"], exact=True)
     assert available(b) and available(b, "subgoal")
+    assert sum(answered) >= len(answered) / 2, f"the ANN path answered only {sum(answered)} of {len(answered)} scans"
 
 
 def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
@@ -230,40 +267,52 @@ def test_exact_true_never_builds_the_index(make: Make) -> None:
 # -- never a dead id, never an old vector ----------------------------------------------------
 
 
-def test_deleted_ids_are_never_returned(make: Make) -> None:
+def test_deleted_ids_are_never_returned(make: Make, answered: list[bool]) -> None:
     b = make()
     b.apply_changeset(random_graph(2))
     query = np.ones(DIM, np.float32)
     top = [i for i, _ in find(b, query, vf=params(0.0, 5))]
     b.delete_nodes(top[:3])
     got = find(b, query, vf=params(0.0, 5))
+    assert answered[-1], "the exact scan answered instead of the vector index"
     assert not set(top[:3]) & {i for i, _ in got}
     assert got == find(b, query, vf=params(0.0, 5), exact=True)
 
 
 CHILD_DELETE = """
-import sys
+import os, sys
 from hippograph.backends import LMDB
-with LMDB(sys.argv[1], ann=None) as b:
-    b.delete_nodes(sys.argv[2:])
+from hippograph.backends.postgres import Postgres
+kind, where, *ids = sys.argv[1:]
+if kind == "lmdb":
+    b = LMDB(where, ann=None)
+else:
+    b = Postgres(os.environ["HIPPOGRAPH_PG_DSN"], repo=where, ann=None)
+with b:
+    b.delete_nodes(ids)
 """
 
 
-def test_ids_deleted_by_another_process_are_never_returned(tmp_path: Path) -> None:
-    path = tmp_path / "store"
-    with LMDB(path, ann=CFG) as b:
-        b.apply_changeset(random_graph(3))
-        query = np.ones(DIM, np.float32)
-        top = [i for i, _ in find(b, query, vf=params(0.0, 5))]
-        assert available(b)
-        child = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD_DELETE), str(path), *top[:3]], check=False)
-        assert child.returncode == 0
-        got = find(b, query, vf=params(0.0, 5))
-        assert not set(top[:3]) & {i for i, _ in got}
-        assert got == find(b, query, vf=params(0.0, 5), exact=True)
+@pytest.mark.parametrize("make", ["lmdb", "postgres"], indirect=True)  # the backends processes share
+def test_ids_deleted_by_another_process_are_never_returned(
+    make: Make, request: pytest.FixtureRequest, tmp_path: Path, answered: list[bool]
+) -> None:
+    kind = request.node.callspec.params["make"]
+    b = make()
+    b.apply_changeset(random_graph(3))
+    query = np.ones(DIM, np.float32)
+    top = [i for i, _ in find(b, query, vf=params(0.0, 5))]
+    assert available(b)
+    where = str(tmp_path / "store") if kind == "lmdb" else repo_for(tmp_path)
+    child = [sys.executable, "-c", textwrap.dedent(CHILD_DELETE), kind, where, *top[:3]]
+    assert subprocess.run(child, check=False).returncode == 0
+    got = find(b, query, vf=params(0.0, 5))
+    assert answered[-1], "the exact scan answered instead of the vector index"
+    assert not set(top[:3]) & {i for i, _ in got}
+    assert got == find(b, query, vf=params(0.0, 5), exact=True)
 
 
-def test_reembedded_node_ranks_by_its_new_vector(make: Make) -> None:
+def test_reembedded_node_ranks_by_its_new_vector(make: Make, answered: list[bool]) -> None:
     b = make()
     b.apply_changeset(random_graph(4))
     rng = np.random.default_rng(44)
@@ -272,13 +321,16 @@ def test_reembedded_node_ranks_by_its_new_vector(make: Make) -> None:
     assert find(b, old, vf=params(0.0, 5))[0][0] == "mover"
     b.apply_changeset(hg.Changeset().add_node(semantic("mover", new)))
     near_old = find(b, old, vf=params(0.0, 5))
+    assert answered[-1], "the exact scan answered instead of the vector index"
     assert near_old[0][0] != "mover"
     assert near_old == find(b, old, vf=params(0.0, 5), exact=True)
     top_id, top_score = find(b, new, vf=params(0.0, 5))[0]
     assert top_id == "mover" and top_score == pytest.approx(1.0, abs=1e-5)
 
 
-def test_threads_recalling_while_another_thread_writes_never_see_acknowledged_deletes(make: Make) -> None:
+def test_threads_recalling_while_another_thread_writes_never_see_acknowledged_deletes(
+    make: Make, answered: list[bool]
+) -> None:
     """hnswlib must not be searched while it is being added to: readers stay correct under a concurrent writer."""
     b = make()
     b.apply_changeset(random_graph(5))
@@ -325,6 +377,7 @@ def test_threads_recalling_while_another_thread_writes_never_see_acknowledged_de
     for t in threads:
         t.join()
     assert not errors, errors
+    assert sum(answered) >= len(answered) / 2, f"the ANN path answered only {sum(answered)} of {len(answered)} scans"
     rng = np.random.default_rng(66)
     for _ in range(5):
         query = rng_vec(rng)
@@ -391,7 +444,7 @@ def test_custom_value_function_declaring_its_bound_uses_the_ann_path(make: Make)
 class Hiding(InMemory):
     """A store whose hydration loses one node, as a stale index would."""
 
-    hidden = "n0007"
+    hidden = "n0006"  # a semantic node (every fourth is a subgoal) with an embedding
 
     def _hydrate(self, ids: list[str]) -> dict[str, tuple[hg.Node, hg.NodeMetadata | None]]:
         out = super()._hydrate(ids)
@@ -405,8 +458,11 @@ def test_hydration_misses_do_not_count_toward_top_k() -> None:
         b.apply_changeset(random_graph(7))
     node = full.get_node(Hiding.hidden)
     assert node is not None and node.embedding is not None
-    expected = [h for h in find(full, node.embedding, vf=params(0.0, 6), exact=True) if h[0] != Hiding.hidden]
+    ranked = find(full, node.embedding, vf=params(0.0, 6), exact=True)
+    assert Hiding.hidden in [i for i, _ in ranked[:5]], "the hidden node must take one of the five slots"
+    expected = [h for h in ranked if h[0] != Hiding.hidden]
     assert find(hiding, node.embedding, vf=params(0.0, 5)) == expected[:5]
+    assert find(hiding, node.embedding, vf=params(0.0, 5), exact=True) == expected[:5]
     assert available(hiding)
 
 

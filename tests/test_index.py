@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,3 +38,32 @@ def test_rank_is_each_rows_position_in_id_order_after_any_updates(steps: list[tu
         elif op == "remove" and index.ids:
             index.remove(index.ids[int(arg) % len(index.ids)])  # type: ignore[call-overload]
         assert (index.rank() == full_rank(index.ids)).all()
+
+
+def test_readers_merging_new_rows_at_once_agree_on_one_rank() -> None:
+    """Recalls share a read lock; two of them merging the same new rows must not merge them twice."""
+    index = TypeIndex()
+    rng = np.random.default_rng(3)
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads inside the merge as often as the interpreter allows
+    try:
+        for round_ in range(20):
+            for i in rng.permutation(3000):
+                index.upsert(f"r{round_:02d}-{i:05d}", None, None)
+            barrier = threading.Barrier(4)
+            got: list[np.ndarray] = []
+
+            def read(barrier: threading.Barrier, got: list[np.ndarray]) -> None:
+                barrier.wait()
+                got.append(index.rank().copy())
+
+            threads = [threading.Thread(target=read, args=(barrier, got)) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            expected = full_rank(index.ids)
+            assert all(len(r) == len(index.ids) and (r == expected).all() for r in got), f"round {round_}"
+            assert index._sorted == sorted(index.ids)
+    finally:
+        sys.setswitchinterval(old_interval)

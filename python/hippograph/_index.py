@@ -111,6 +111,7 @@ class TypeIndex:
         self.ann_config = ann_config
         self.ann: AnnIndex | None = None
         self._ann_build = threading.Lock()
+        self._rank_lock = threading.Lock()
         self.ids: list[str] = []
         self.row: dict[str, int] = {}
         self.dim = 0
@@ -210,8 +211,13 @@ class TypeIndex:
 
         Rows appended since the last call (new ids; removals reset it) are
         merged in by binary search, so an ingest followed by a recall does
-        not pay a full sort of the type's ids.
+        not pay a full sort of the type's ids. Readers call this concurrently
+        under a backend's shared lock, so the merge itself is serialised.
         """
+        with self._rank_lock:
+            return self._ranked()
+
+    def _ranked(self) -> npt.NDArray[np.uint32]:
         n = len(self.ids)
         ranked = 0 if self._rank is None else len(self._rank)
         if self._rank is not None and self._sorted is not None and 0 < n - ranked <= _RANK_MERGE_MAX:
