@@ -526,6 +526,72 @@ def test_consolidation_refuses_a_merged_embedding_of_another_dimension(repo: hg.
     assert state(repo.backend) == before
 
 
+def build_three_pairs(backend: hg.GraphBackend) -> None:
+    """Three tags, each holding one near-duplicate pair: three merges in one consolidation."""
+    nodes: list[hg.Node] = []
+    for k in range(3):
+        axis = [0.0, 0.0, 0.0, 0.0]
+        axis[k] = 1.0
+        near = list(axis)
+        near[3] = 0.05
+        nodes += [semantic(f"p{k}a", axis), semantic(f"p{k}b", near), tag(f"t{k}", f"p{k}a", f"p{k}b")]
+    build(backend, nodes, {n.id: meta() for n in nodes if n.node_type is hg.NodeType.SEMANTIC}, [])
+
+
+class FailsOnThirdPair:
+    """Merges the first two pairs, then fails as `mode` says."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.calls = 0
+
+    def __call__(self, a: hg.Semantic, b: hg.Semantic) -> Any:
+        self.calls += 1
+        if self.calls < 3:
+            return Merge("merged", [1.0, 1.0, 0.0, 0.0])
+        if self.mode == "raise":
+            raise RuntimeError("the model is unavailable")
+        if self.mode == "dimension":
+            return Merge("merged", [1.0, 0.0])
+        if self.mode == "text":
+            return Merge("\udc80", [1.0, 1.0, 0.0, 0.0])
+        return "merge"
+
+
+@pytest.mark.parametrize("mode", ["raise", "dimension", "text", "type"])
+def test_consolidation_writes_nothing_when_a_later_decision_fails(repo: hg.Repo, mode: str) -> None:
+    build_three_pairs(repo.backend)
+    before = state(repo.backend)
+    decide = FailsOnThirdPair(mode)
+    with pytest.raises(RuntimeError if mode == "raise" else hg.ValidationError):
+        repo.consolidate(decide, now=NOW)
+    assert decide.calls == 3
+    assert state(repo.backend) == before
+
+
+def test_consolidation_of_several_pairs_merges_each(repo: hg.Repo) -> None:
+    build_three_pairs(repo.backend)
+    summary = repo.consolidate(merge_into("merged", [1.0, 1.0, 0.0, 0.0]), now=NOW)
+    assert (summary.candidate_pairs, summary.merged) == (3, 3)
+    assert len(repo.backend.get_nodes_by_type(["semantic"])) == 3
+
+
+@pytest.mark.parametrize("operation", ["decay", "repair", "consolidate", "build_vector_index"])
+def test_a_progress_that_is_not_callable_is_refused_before_anything_is_written(repo: hg.Repo, operation: str) -> None:
+    build_three_pairs(repo.backend)
+    inject_dangling(repo.backend, "p0a", hg.EdgeType.SIBLING, "ghost")
+    before = state(repo.backend)
+    calls: dict[str, Callable[[], object]] = {
+        "decay": lambda: repo.decay(threshold=2.0, now=NOW, progress=5),  # type: ignore[arg-type]
+        "repair": lambda: repo.repair(progress=5),  # type: ignore[arg-type]
+        "consolidate": lambda: repo.consolidate(merge_into("m", [1.0, 1.0, 0.0, 0.0]), now=NOW, progress=5),  # type: ignore[arg-type]
+        "build_vector_index": lambda: repo.build_vector_index(progress=5),  # type: ignore[arg-type]
+    }
+    with pytest.raises(hg.ValidationError, match="progress must be callable"):
+        calls[operation]()
+    assert state(repo.backend) == before
+
+
 def test_consolidated_survivor_is_recalled_by_its_new_embedding(repo: hg.Repo) -> None:
     build_duplicates(repo.backend)
     repo.consolidate(merge_into("merged", NEW_EMBEDDING), now=NOW)

@@ -33,6 +33,7 @@ from .model import (
     as_datetime,
     as_embedding,
     as_node_types,
+    check_progress,
     utcnow,
 )
 from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
@@ -449,6 +450,7 @@ def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> n
 
 def build_vector_indexes(indexes: Mapping[NodeType, TypeIndex], types: object, progress: Progress | None) -> list[str]:
     """Builds the HNSW index of every requested type (None: all) that uses one and lacks it; the types built."""
+    progress = check_progress(progress)
     built: list[str] = []
     for node_type in list(NodeType) if types is None else as_node_types(types):
 

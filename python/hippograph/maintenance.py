@@ -42,6 +42,7 @@ from .model import (
     as_datetime,
     as_embedding,
     as_node_types,
+    check_progress,
     finite_float,
     utcnow,
 )
@@ -199,6 +200,7 @@ def decay(
     """Delete nodes whose usage score is below `threshold`, then their orphaned tags/intents."""
     when = utcnow() if now is None else as_datetime(now, "now")
     threshold = finite_float(threshold, "decay threshold")
+    progress = check_progress(progress)
     wanted = list(dict.fromkeys(as_node_types(types)))
     checked = 0
     doomed: list[str] = []
@@ -217,6 +219,7 @@ def decay(
 
 def repair(backend: GraphBackend, *, progress: Progress | None = None) -> RepairSummary:
     """Strip links to missing nodes and delete tag/intent nodes without links."""
+    progress = check_progress(progress)
     nodes = backend.get_nodes_by_type(list(NodeType))
     present = {n.id for n in nodes}
     fixed: list[Node] = []
@@ -272,10 +275,14 @@ def consolidate(
 ) -> ConsolidateSummary:
     """Merge near-duplicate semantic nodes that share a membership tag, as `decide` says.
 
-    Pairs come from the Rust core (cosine > threshold, greedy best partner);
-    each merge is one `rewrite` and leaves a consistent graph on its own.
+    Pairs come from the Rust core (cosine > threshold, greedy best partner,
+    so no node is in two pairs). Every pair is decided and its merged node
+    validated before the first write: a `decide` that raises or answers
+    something invalid leaves the store as it was. Then each merge is one
+    `rewrite` and leaves a consistent graph on its own.
     """
     threshold = finite_float(threshold, "consolidation threshold")
+    progress = check_progress(progress)
     if not callable(decide):
         raise ValidationError(f"decide must be callable (a, b) -> Merge | None, got {type(decide).__name__}")
     when = utcnow() if now is None else as_datetime(now, "now")
@@ -285,8 +292,7 @@ def consolidate(
     a_rows, b_rows, _ = _core.consolidation_pairs(snap.matrix, snap.norms, members, offsets, float(threshold))
     usage = usage_scores(snap, config, NodeType.SEMANTIC, when)
     pairs = [tuple(sorted((snap.ids[a], snap.ids[b]))) for a, b in zip(a_rows.tolist(), b_rows.tolist(), strict=True)]
-    merges: list[tuple[str, str]] = []
-    orphans: list[str] = []
+    decided: list[tuple[Semantic, Semantic, Semantic]] = []
     for i, (first, second) in enumerate(pairs):
         a, b = backend.get_node(first), backend.get_node(second)
         if not (isinstance(a, Semantic) and isinstance(b, Semantic)):
@@ -308,6 +314,15 @@ def consolidate(
             links={e: frozenset(ids) for e, ids in links.items() if ids},
             created_at=keep.created_at,
         )
+        dim = snap.matrix.shape[1]
+        if merged.embedding is not None and dim and merged.embedding.shape[0] != dim:
+            raise ValidationError(
+                f"merged embedding of {keep.id!r} has dimension {merged.embedding.shape[0]}, the store holds {dim}"
+            )
+        decided.append((keep, gone, merged))
+    merges: list[tuple[str, str]] = []
+    orphans: list[str] = []
+    for keep, gone, merged in decided:
         metas = backend.get_metadata([keep.id, gone.id])
         cs = Changeset(additions=[merged])
         meta = _merged_metadata(metas.get(keep.id), metas.get(gone.id))

@@ -46,6 +46,7 @@ __all__ = [
     "as_node_types",
     "check_id",
     "check_ids",
+    "check_progress",
     "check_text",
     "finite_float",
     "utcnow",
@@ -119,6 +120,13 @@ def check_id(value: object, what: str = "id") -> str:
     if size > MAX_ID_BYTES:
         raise ValidationError(f"{what} {value[:40]!r}… is {size} UTF-8 bytes; the limit is {MAX_ID_BYTES}")
     return value
+
+
+def check_progress(progress: object) -> Progress | None:
+    """`progress` if it is None or callable; checked before a long operation writes anything."""
+    if progress is not None and not callable(progress):
+        raise ValidationError(f"progress must be callable (phase, done, total) or None, got {type(progress).__name__}")
+    return progress
 
 
 def finite_float(value: object, what: str) -> float:

@@ -42,6 +42,7 @@ from .model import (
     as_datetime,
     check_id,
     check_ids,
+    check_progress,
     utcnow,
 )
 from .protocol import GraphBackend
@@ -131,6 +132,10 @@ class _Accesses:
         )
 
 
+_MAX_FLUSH = {"flush_interval": 86_400.0 * 365, "flush_count": float(2**62)}
+"""Bounds of the flush settings: `Event.wait` overflows on an infinite interval, killing the flusher."""
+
+
 class Repo:
     """Ingest trajectories exactly once, recall what matters, reward and forget."""
 
@@ -146,8 +151,8 @@ class Repo:
         if not isinstance(backend, GraphBackend):
             raise ValidationError(f"backend {backend!r:.60} does not implement the GraphBackend protocol")
         for name, value in (("flush_interval", flush_interval), ("flush_count", flush_count)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValidationError(f"{name} must be a non-negative number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _MAX_FLUSH[name]:
+                raise ValidationError(f"{name} must be a number from 0 up to {_MAX_FLUSH[name]:g}, got {value!r}")
         self._readonly = bool(getattr(backend, "readonly", False))
         self.backend = backend
         self.value_function = value_function
@@ -399,6 +404,7 @@ class Repo:
         build takes seconds); reports ``progress("vector index <type>", rows, total)``. Returns the
         types built ([] when the backend has no index)."""
         self._check_open("build_vector_index")
+        check_progress(progress)
         native = getattr(self.backend, "build_vector_index", None)
         return [] if native is None else list(native(types, progress))
 

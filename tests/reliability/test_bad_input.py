@@ -801,6 +801,14 @@ def test_open_repo_refuses_a_malformed_backend_or_flush_interval(kwargs: dict[st
         hg.open_repo("x", **kwargs)
 
 
+@pytest.mark.parametrize("value", [math.inf, 1e300, -1.0, math.nan, 2**64])
+@pytest.mark.parametrize("name", ["flush_interval", "flush_count"])
+def test_repo_refuses_flush_settings_its_flusher_cannot_wait_on(name: str, value: float) -> None:
+    """An infinite interval used to be accepted and then killed the background flusher (Event.wait overflow)."""
+    with pytest.raises(ValidationError, match=name):
+        hg.Repo(InMemory(), **{name: value})
+
+
 def test_ingest_refuses_an_over_long_source_id_as_invalid_source_id(backend: Any, repo: hg.Repo) -> None:
     t = hg.Trajectory("s" * 513, "g", [hg.Step("o", "a")])
     error = assert_refused(backend, lambda: repo.ingest(t, structure), IngestionError)
