@@ -28,8 +28,9 @@ import subprocess
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,3 +187,30 @@ def repo_for(path: Path | str) -> str:
 def pg_dsn() -> Iterator[str]:
     """The server's DSN (see the module docstring)."""
     yield require_dsn()
+
+
+@pytest.fixture
+def pg_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Opens `Postgres` backends on a repo of the test's own (every call the same repo); closes them and
+    drops the repo afterwards. Requests `pg_dsn` only when called, so tests parametrised over
+    several backends need a server only for their PostgreSQL case."""
+    opened: list[Any] = []
+    server: list[str] = []
+
+    def open_(**options: Any) -> Any:
+        require_psycopg()
+        from hippograph.backends.postgres import Postgres
+
+        if not server:
+            server.append(request.getfixturevalue("pg_dsn"))
+        backend = Postgres(server[0], repo=repo_for(tmp_path), **options)
+        opened.append(backend)
+        return backend
+
+    yield open_
+    for backend in opened:
+        backend.close()
+    if server:
+        from hippograph.backends.postgres import drop_repo
+
+        drop_repo(server[0], repo=repo_for(tmp_path))

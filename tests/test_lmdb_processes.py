@@ -259,6 +259,29 @@ def test_store_files_are_private_to_the_user(tmp_path: Path) -> None:
     LMDB(path).close()
     assert path.stat().st_mode & 0o777 == 0o700
     assert (path / "data.mdb").stat().st_mode & 0o777 == 0o600
+    assert (path / "lock.mdb").stat().st_mode & 0o777 == 0o600
+
+
+def test_missing_parents_of_a_store_are_created_private(tmp_path: Path) -> None:
+    LMDB(tmp_path / "a" / "b" / "store").close()
+    for directory in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "store"):
+        assert directory.stat().st_mode & 0o777 == 0o700, directory
+
+
+def test_the_default_root_of_open_repo_lists_repo_names_only_to_the_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    hg.open_repo("agent", flush_interval=0).close()
+    assert (tmp_path / ".hippograph").stat().st_mode & 0o777 == 0o700
+
+
+def test_an_existing_empty_directory_becomes_a_private_store(tmp_path: Path) -> None:
+    path = tmp_path / "made-by-hand"
+    path.mkdir(mode=0o755)
+    path.chmod(0o755)
+    LMDB(path).close()
+    assert path.stat().st_mode & 0o777 == 0o700
 
 
 def test_use_after_fork_is_refused_in_the_child(tmp_path: Path) -> None:

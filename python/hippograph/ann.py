@@ -50,6 +50,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,6 +276,20 @@ def _hnswlib_version() -> str:
         return "unknown"
 
 
+_TEMP_MAX_AGE = 3600.0
+"""Seconds after which a temp file is a leftover of a killed save or load, not another process's work in progress."""
+
+
+def _sweep(directory: Path, name: str) -> None:
+    """Removes temp files of index `name` that a killed process left (each as large as the index)."""
+    cutoff = time.time() - _TEMP_MAX_AGE
+    with contextlib.suppress(OSError):
+        for leftover in directory.glob(f".{name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                if leftover.stat().st_mtime < cutoff:
+                    leftover.unlink()
+
+
 def _temp(directory: Path, name: str) -> Path:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")  # mode 0600
     os.close(fd)
@@ -326,6 +341,7 @@ def save(ann: AnnIndex, directory: Path, name: str, seq: int) -> bool:
     or loaded, unchanged since), only the sidecar's ``seq`` is moved forward.
     """
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _sweep(directory, name)
     bin_path, map_path, json_path = _paths(directory, name)
     on_disk = _read_sidecar(json_path)
     if ann.persisted is not None and on_disk is not None and on_disk.get("bin_sha256") == ann.persisted[1]:

@@ -3,7 +3,7 @@
 Every refusal must raise a `hippograph.errors` type (never a bare TypeError,
 KeyError, OverflowError, RuntimeError or a Rust panic), carry a message, and
 leave the store exactly as it was (`hippograph.testing.graphs.snapshot` before
-and after). Backend entry points run against `InMemory` and `LMDB`. Edge cases
+and after). Backend entry points run against `InMemory`, `LMDB` and `Postgres`. Edge cases
 that are valid (NUL, combining characters, 4-byte characters, ids of exactly
 512 UTF-8 bytes) must be accepted and round-trip.
 
@@ -32,6 +32,9 @@ import hippograph as hg
 from hippograph.backends import LMDB, InMemory
 from hippograph.errors import ConfigError, IngestionError, NotFoundError, ValidationError
 from hippograph.testing.graphs import make_record, snapshot
+from pg_server import pg_dsn, pg_store
+
+__all__ = ["pg_dsn", "pg_store"]
 
 SETTINGS = settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None
@@ -128,10 +131,11 @@ def _nest(depth: int) -> object:
 SEEDED_SOURCE = "src-000000"
 
 
-@pytest.fixture(params=["memory", "lmdb"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(params=["memory", "lmdb", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path, pg_store: Callable[..., Any]) -> Iterator[Any]:
     """A backend holding one ingestion (with the fact layer) and metadata on its nodes."""
-    b = InMemory() if request.param == "memory" else LMDB(tmp_path / "store")
+    kinds = {"memory": InMemory, "lmdb": lambda: LMDB(tmp_path / "store"), "postgres": pg_store}
+    b = kinds[request.param]()
     hg.Repo(b, flush_interval=0).ingest(trajectory(0), structure)
     yield b
     b.close()

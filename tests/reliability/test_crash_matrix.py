@@ -29,10 +29,10 @@ from rel_crash import KINDS, Figures, LmdbStores, PostgresStores, Stores, run_ma
 
 PROFILES = {
     "lmdb": {"ci": (56, 8), "slow": (1008, 24)},
-    "postgres": {"ci": (40, 8), "slow": (240, 24)},
+    "postgres": {"ci": (56, 8), "slow": (240, 24)},
 }
 """Per backend and profile: kills, kills per store (a fresh store then starts, so checks stay cheap)."""
-MIN_KILLS = {"lmdb": 50, "postgres": 40}
+MIN_KILLS = {"lmdb": 50, "postgres": 50}
 """The fewest kills a profile may have and still put every kind in flight several times."""
 
 

@@ -181,11 +181,11 @@ def _drop_permission_override() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
-def _probe_without_write_permission(path: Path) -> list[str]:
-    """Run `PERMISSION_PROBE` on a store whose directory is 0500 and files 0400 for their owner."""
+def _probe_without_write_permission(path: Path, dir_mode: int = 0o500, file_mode: int = 0o400) -> list[str]:
+    """Run `PERMISSION_PROBE` on a store whose directory and files have these modes for their owner."""
     for f in path.iterdir():
-        f.chmod(0o400)
-    path.chmod(0o500)
+        f.chmod(file_mode)
+    path.chmod(dir_mode)
     try:
         result = run_python(PERMISSION_PROBE, str(path), preexec_fn=_drop_permission_override if IS_ROOT else None)
     finally:
@@ -208,6 +208,18 @@ def test_a_store_without_write_permission_fails_with_storage_error_and_is_left_i
     assert lines and all("succeeded" not in line for line in lines), lines
     assert all(" StorageError " in line or " reads True" in line for line in lines), lines
     assert any("Permission denied" in line for line in lines), lines
+    assert tree_digest(path) == before
+
+
+def test_a_store_directory_that_cannot_be_listed_fails_with_storage_error(tmp_path: Path) -> None:
+    """Mode 0300 (no read bit): listing the directory fails; that must be a StorageError, not a bare OSError."""
+    path = tmp_path / "store"
+    with hg.open_repo("perm", path=path, flush_interval=0) as repo:
+        ingest_many(repo, 2)
+    before = tree_digest(path)
+    lines = _probe_without_write_permission(path, dir_mode=0o300, file_mode=0o600)
+    assert len(lines) == 2 and all(line.startswith("open ") and " StorageError " in line for line in lines), lines
+    assert all("cannot read store directory" in line and "Permission denied" in line for line in lines), lines
     assert tree_digest(path) == before
 
 

@@ -33,6 +33,9 @@ import hippograph as hg
 from hippograph.backends import LMDB, InMemory
 from hippograph.structuring import episodic
 from hippograph.testing.graphs import snapshot
+from pg_server import pg_dsn, pg_store
+
+__all__ = ["pg_dsn", "pg_store"]
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = settings(
@@ -63,9 +66,10 @@ def float_texts(values: list[float]) -> list[str]:
     return sorted({repr(v) for v in values} | {str(np.float32(v)) for v in values})
 
 
-@pytest.fixture(params=["memory", "lmdb"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[InMemory | LMDB]:
-    b: InMemory | LMDB = InMemory(ann=None) if request.param == "memory" else LMDB(tmp_path / "store")
+@pytest.fixture(params=["memory", "lmdb", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path, pg_store: Callable[..., Any]) -> Iterator[Any]:
+    kinds = {"memory": lambda: InMemory(ann=None), "lmdb": lambda: LMDB(tmp_path / "store"), "postgres": pg_store}
+    b = kinds[request.param]()
     b.apply_changeset(
         hg.Changeset().add_node(
             hg.Semantic(id="known", proposition="p", confidence=0.5, embedding=np.ones(DIM, np.float32))

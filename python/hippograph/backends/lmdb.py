@@ -52,6 +52,7 @@ about 30 ms per 450 MiB of cached file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -434,12 +435,22 @@ class _Cache:
 
 
 def _private_dir(path: Path) -> None:
+    """Creates the store directory and any missing parent 0700 (a parent such as `.hippograph/`
+    lists repo names); an existing empty directory becomes a store, so it is tightened too."""
+    missing: list[Path] = []
+    at = path
+    while not at.exists() and at != at.parent:
+        missing.append(at)
+        at = at.parent
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for directory in reversed(missing):
+            directory.mkdir(mode=0o700, exist_ok=True)
+        if not path.is_dir():
+            raise StorageError(f"{str(path)!r} is not a directory", operation="open")
+        if path.stat().st_uid == os.geteuid():
+            path.chmod(0o700)
     except OSError as exc:
         raise StorageError(f"cannot create store directory {str(path)!r}: {exc}", operation="open") from None
-    if not path.is_dir():
-        raise StorageError(f"{str(path)!r} is not a directory", operation="open")
 
 
 class LMDB(BackendBase):
@@ -470,7 +481,10 @@ class LMDB(BackendBase):
         self._cache_lock = RWLock()
         self._write_lock = threading.Lock()
         # lock.mdb alone is what a kill during the very first open leaves behind: a new store.
-        entries = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
+        try:
+            entries = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
+        except OSError as exc:
+            raise StorageError(f"cannot read store directory {str(self.path)!r}: {exc}", operation="open") from None
         existed = bool(entries - {"lock.mdb"}) if self.path.is_dir() else self.path.exists()
         if existed and not (self.path / "data.mdb").is_file():
             raise StorageError(f"{str(self.path)!r} exists and is not a hippograph store", operation="open")
@@ -493,10 +507,10 @@ class LMDB(BackendBase):
             self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in _DBS}
         except lmdb.Error as exc:
             raise StorageError(f"cannot open {str(self.path)!r} as an LMDB store: {exc}", operation="open") from None
-        for name in ("data.mdb", "lock.mdb"):
-            f = self.path / name
-            if f.exists() and not readonly:
-                os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
+        if not existed:  # LMDB applies the umask to `mode`; files of an existing store keep the owner's choice
+            for name in ("data.mdb", "lock.mdb"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(self.path / name, stat.S_IRUSR | stat.S_IWUSR)
         self._init_info(readonly)
 
     def _refuse_truncated(self) -> None:
