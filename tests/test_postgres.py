@@ -113,6 +113,23 @@ def test_bad_options_are_config_errors(options: dict[str, Any]) -> None:
         Postgres("postgresql://nobody@127.0.0.1:1/none", **options)
 
 
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://user:s3cret%zzpw@h/db",
+        "postgresql://user:s3cret%00pw@h/db",
+        "postgresql://user:s3cretpw@[h/db",
+        "host=h password='s3cretpw",
+    ],
+    ids=["bad_escape", "nul_escape", "ipv6", "unterminated_quote"],
+)
+def test_a_dsn_libpq_cannot_parse_is_refused_without_showing_its_password(dsn: str) -> None:
+    """libpq quotes the offending part of a DSN, password included; the message must not carry it into logs."""
+    with pytest.raises(ConfigError, match="invalid PostgreSQL DSN") as caught:
+        Postgres(dsn)
+    assert "s3cret" not in str(caught.value)
+
+
 def test_unreachable_server_is_a_storage_error() -> None:
     """A server that does not answer fails the open with StorageError within the connect timeout."""
     started = time.monotonic()
@@ -407,6 +424,31 @@ def test_two_repos_in_one_database_are_isolated(open_backend: Callable[..., Post
     two.delete_nodes(["a", "b"])
     assert _hit_ids(one) == ["a", "b", "s"]
     assert one.stats()["nodes"]["semantic"] == 3 and two.stats()["nodes"]["semantic"] == 0
+
+
+HOSTILE_REPO_NAMES = ["x'; DROP TABLE hippograph.nodes; --", 'q"uote', "back\\slash", "%s %(x)s {0}", "٣ ☕ \U0001f600"]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_REPO_NAMES, ids=["sql", "dquote", "backslash", "placeholders", "unicode"])
+def test_repo_names_are_data_never_sql(open_backend: Callable[..., Postgres], hostile: str) -> None:
+    """A repo name reaches PostgreSQL only as a bound parameter: it is stored as given and isolates as any name."""
+    bystander = open_backend(repo=f"bystander-{uuid.uuid4().hex}")
+    bystander.apply_changeset(hg.Changeset().add_node(_sem("kept")))
+    named = open_backend(repo=f"{hostile}-{uuid.uuid4().hex}")
+    named.apply_changeset(hg.Changeset().add_node(_sem("mine")))
+    named.commit_ingestion(make_record("src", node_ids=("s",)), hg.Changeset().add_node(_sem("s")))
+    assert _hit_ids(named) == ["mine", "s"]
+    assert _hit_ids(bystander) == ["kept"]
+    assert drop_repo(named.dsn, repo=named.repo, schema=named.schema)
+    assert _hit_ids(bystander) == ["kept"]
+
+
+@pytest.mark.parametrize(
+    "schema", ["x; DROP", 'a"b', "Upper", "1abc", "a" * 64, "pg_catalog", "pg_x", "information_schema"]
+)
+def test_schema_names_outside_the_safe_pattern_are_refused(schema: str) -> None:
+    with pytest.raises(ConfigError, match="schema"):
+        Postgres("postgresql://nobody@127.0.0.1:1/none", schema=schema)
 
 
 def test_a_dropped_repo_reads_empty_in_a_process_that_has_it_open(

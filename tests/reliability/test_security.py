@@ -15,6 +15,7 @@ in any table by someone with write access to the files must be refused as a
 from __future__ import annotations
 
 import ast
+import os
 import pickle
 import re
 import traceback
@@ -249,4 +250,44 @@ def test_a_pickle_planted_in_a_stored_record_is_refused_and_never_run(
                     "src-000001:goal"
                 )
         assert caught.value.operation == "decode"
+    assert not marker.exists(), "a stored pickle was executed"
+
+
+PG_TABLES = {
+    "nodes": ("id", "src-000001:goal"),
+    "metadata": ("id", "src-000001:goal"),
+    "ingestion": ("source_id", "src-000001"),
+}
+
+
+@pytest.mark.parametrize("table", PG_TABLES)
+@pytest.mark.parametrize("prefix", [b"", b"\x01"], ids=["bare", "after-version-byte"])
+def test_a_pickle_planted_in_a_postgres_row_is_refused_and_never_run(
+    tmp_path: Path, pg_store: Callable[..., Any], table: str, prefix: bytes
+) -> None:
+    import psycopg
+
+    marker = tmp_path / "pwned"
+    writer = pg_store()
+    with hg.Repo(writer, flush_interval=0) as repo:
+        repo.ingest(trajectory(1), structure)
+        repo.recall(np.ones(DIM, np.float32))
+    column, key = PG_TABLES[table]
+    with psycopg.connect(os.environ["HIPPOGRAPH_PG_DSN"], autocommit=True) as conn:
+        done = conn.execute(
+            f'UPDATE "{writer.schema}".{table} SET record = %s WHERE repo = %s AND {column} = %s',
+            (prefix + pickle.dumps(_Planted(marker)), writer.repo, key.encode()),
+        )
+        assert done.rowcount == 1
+    reader = pg_store()  # a fresh process's view: nothing cached
+    problems, _ = reader.verify_storage()
+    assert any(key in p for p in problems), problems
+    with pytest.raises(hg.StorageError) as caught:
+        if table == "ingestion":
+            reader.get_ingestion(key)
+        elif table == "metadata":
+            reader.get_metadata([key])
+        else:
+            reader.get_node(key)
+    assert caught.value.operation == "decode"
     assert not marker.exists(), "a stored pickle was executed"

@@ -338,8 +338,21 @@ def _resolve_dsn(dsn: str | None) -> str:
     try:
         psycopg.conninfo.conninfo_to_dict(value)
     except psycopg.Error as exc:
-        raise ConfigError(f"invalid PostgreSQL DSN: {exc}") from None
+        raise ConfigError(f"invalid PostgreSQL DSN: {_without_secrets(str(exc).strip(), value)}") from None
     return value
+
+
+_SECRETS = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)|://[^:/@]*:([^@/]*)@|[?&]password=([^&]*)")
+
+
+def _without_secrets(message: str, dsn: str) -> str:
+    """libpq's parse error with any password of `dsn` blanked out: messages end up in logs."""
+    for match in _SECRETS.finditer(dsn):
+        for secret in match.groups():
+            for form in {secret, secret.strip("'")} if secret else ():
+                if form:
+                    message = message.replace(form, "***")
+    return message
 
 
 def _where(dsn: str) -> str:
@@ -354,6 +367,8 @@ def _where(dsn: str) -> str:
 def _check_schema(schema: object) -> str:
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise ConfigError(f"schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, ≤ 63 chars), got {schema!r}")
+    if schema.startswith("pg_") or schema == "information_schema":
+        raise ConfigError(f"schema {schema!r} is reserved by PostgreSQL")
     return schema
 
 
