@@ -86,6 +86,10 @@ def test_custom_function_is_kept() -> None:
         {"params": {"semantic": {"k": -1}}},
         {"params": {"semantic": {"beta": None}}},
         {"params": {"semantic": {"base_floor": "low"}}},
+        {"params": {"semantic": {"base_floor": 1.5}}},
+        {"params": {"semantic": {"base_floor": -0.1}}},
+        {"params": {"semantic": {"lambda": math.inf}}},
+        {"params": {"semantic": {"beta": -math.inf}}},
     ],
     ids=[
         "config_not_mapping",
@@ -105,6 +109,10 @@ def test_custom_function_is_kept() -> None:
         "negative_k",
         "none_beta",
         "str_base_floor",
+        "base_floor_above_one",
+        "negative_base_floor",
+        "infinite_lambda",
+        "infinite_beta",
     ],
 )
 def test_bad_configs_raise_config_error(config: Any) -> None:

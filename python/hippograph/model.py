@@ -183,16 +183,34 @@ def as_edge_type(value: object) -> EdgeType:
         raise ValidationError(f"unknown edge type {value!r}; expected one of {[t.value for t in EdgeType]}") from None
 
 
+_NOT_REAL = (str, bytes, complex, bool, np.bool_, np.complexfloating)
+
+
+def _not_real(value: object, raw: npt.NDArray[Any]) -> bool:
+    """Elements numpy would convert to float32 but that are no real numbers (strings, bools, complex)."""
+    if raw.dtype.kind in "bcSUVMm":
+        return True
+    if raw.dtype.kind == "O":
+        return any(isinstance(x, _NOT_REAL) for x in raw.flat)
+    # A list mixing bools and floats arrives as float64: look at the elements themselves.
+    return isinstance(value, (list, tuple)) and any(isinstance(x, _NOT_REAL) for x in value)
+
+
 def as_embedding(value: object, what: str = "embedding") -> Embedding:
     """A finite, non-empty, 1-D float32 copy that nobody can mutate afterwards."""
     if isinstance(value, (str, bytes)):
         raise ValidationError(f"{what} must be a sequence of numbers, got {type(value).__name__}")
     try:
+        raw = np.asarray(value)
+        # numpy would parse numeric strings, drop imaginary parts and read bools as 0/1: all refused.
+        refused = _not_real(value, raw)
         with np.errstate(over="ignore", invalid="ignore"):
-            arr = np.array(value, dtype=np.float32, copy=True)
+            arr = None if refused else np.array(raw, dtype=np.float32, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:
         # numpy's message quotes the element it choked on: user data, kept out of the error.
         raise ValidationError(f"{what} is not a numeric vector ({type(exc).__name__})") from None
+    if arr is None:
+        raise ValidationError(f"{what} must hold real numbers, not strings, booleans or complex numbers")
     if arr.ndim != 1:
         raise ValidationError(f"{what} must be 1-D, got shape {arr.shape}")
     if arr.size == 0:

@@ -33,6 +33,14 @@ class ValueFunction(Protocol):
 
     `params` are the resolved params of the node's type (defaults filled in)
     plus ``"now"``: the aware UTC datetime the query is evaluated at.
+
+    A function that never returns more than `relevance` (for every node,
+    metadata and params) may say so with a class attribute
+    ``bounded_by_relevance = True``: non-exact queries on large types then
+    draw candidates from the vector index and rescore them with it. Without
+    the attribute they scan every row, since an unbounded function could rank
+    a node the index did not offer. Declaring it for a function that exceeds
+    relevance makes non-exact answers miss such nodes.
     """
 
     def score(
@@ -97,8 +105,13 @@ def _type_params(node_type: NodeType, overrides: Mapping[str, Any]) -> TypeParam
         beta=_number(merged, "beta", node_type),
         raw=merged,
     )
+    if not all(math.isfinite(v) for v in (tp.lam, tp.k, tp.base_floor, tp.beta)):
+        raise ConfigError(f"lambda, k, base_floor and beta of type {node_type.value!r} must be finite")
     if tp.lam < 0 or tp.k < 0:
         raise ConfigError(f"lambda and k of type {node_type.value!r} must be >= 0")
+    if not 0.0 <= tp.base_floor <= 1.0:
+        # Above 1 the value could exceed relevance, which the certified vector-index path relies on.
+        raise ConfigError(f"base_floor of type {node_type.value!r} must be within [0, 1], got {tp.base_floor!r}")
     return tp
 
 

@@ -88,6 +88,12 @@ bad_embeddings = st.one_of(
     st.just("not a vector"),
     st.just([object()] * DIM),
     st.just(None),
+    # numpy would turn these into float32 quietly: numeric strings, bools, complex numbers
+    st.lists(finite, min_size=DIM, max_size=DIM).map(lambda v: [str(x) for x in v]),
+    st.lists(finite, min_size=DIM - 1, max_size=DIM - 1).map(lambda v: [True, *v]),
+    st.just(np.ones(DIM, np.bool_)),
+    st.lists(finite, min_size=DIM, max_size=DIM).map(lambda v: np.array(v, np.complex64)),
+    st.lists(finite, min_size=DIM - 1, max_size=DIM - 1).map(lambda v: [complex(1, 0), *v]),
 )
 unknown_names = st.one_of(
     st.text(max_size=12).filter(lambda s: s not in {t.value for t in hg.NodeType} | {e.value for e in hg.EdgeType}),
