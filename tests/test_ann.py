@@ -547,7 +547,19 @@ def test_reclaim_vector_index_compacts_and_keeps_results(make: Make) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"min_nodes": 0}, {"M": -1}, {"ef_construction": True}, {"ef_search": 2.5}, {"threads": -1}, {"threads": "4"}],
+    [
+        {"min_nodes": 0},
+        {"M": -1},
+        {"ef_construction": True},
+        {"ef_search": 2.5},
+        {"threads": -1},
+        {"threads": "4"},
+        {"M": 2**40},
+        {"ef_search": 2**63},
+        {"ef_construction": 2**31},
+        {"threads": 10**6},
+        {"min_nodes": 2**64},
+    ],
 )
 def test_ann_config_rejects_invalid_values(bad: dict[str, Any]) -> None:
     with pytest.raises(hg.ConfigError):

@@ -99,12 +99,15 @@ class AnnConfig:
     threads: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("min_nodes", "M", "ef_construction", "ef_search"):
+        for name, most in _ANN_LIMITS.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"AnnConfig.{name} must be a positive int, got {value!r}")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise ConfigError(f"AnnConfig.threads must be an int >= 0 (0: hnswlib's default), got {self.threads!r}")
+            least = 0 if name == "threads" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+                raise ConfigError(f"AnnConfig.{name} must be an int from {least} to {most}, got {value!r}")
+
+
+_ANN_LIMITS = {"min_nodes": 2**62, "M": 2048, "ef_construction": 1 << 20, "ef_search": 1 << 20, "threads": 4096}
+"""Upper bounds of what reaches hnswlib, whose C++ would overflow or allocate without limit beyond them."""
 
 
 DEFAULT_ANN: AnnConfig | None = AnnConfig() if hnswlib is not None else None
