@@ -436,6 +436,25 @@ def test_open_repo_defaults_to_dot_hippograph_slash_name(tmp_path: Path, monkeyp
     assert (tmp_path / ".hippograph" / "agent-7" / "data.mdb").is_file()
 
 
+def test_a_default_store_symlinked_out_of_the_root_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / ".hippograph").mkdir()
+    (tmp_path / ".hippograph" / "agent").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(hg.ValidationError, match="symlink"):
+        hg.open_repo("agent", flush_interval=0)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_default_store_symlinked_inside_the_root_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".hippograph" / "real").mkdir(parents=True)
+    (tmp_path / ".hippograph" / "alias").symlink_to(tmp_path / ".hippograph" / "real")
+    with hg.open_repo("alias", flush_interval=0) as repo:
+        repo.ingest(trajectory(), Structure())
+    assert (tmp_path / ".hippograph" / "real" / "data.mdb").is_file()
+
+
 def test_a_receipt_survives_reopening_the_repo(tmp_path: Path) -> None:
     with hg.open_repo("agent", path=tmp_path / "store", flush_interval=0) as repo:
         first = repo.ingest(trajectory(), Structure())

@@ -45,7 +45,7 @@ from .changeset import Changeset
 from .embedding import ENGLISH_STOP_WORDS, HashingEmbedder
 from .errors import HippographError, NotFoundError, ValidationError
 from .model import Episodic, IngestionReceipt, Node, NodeType, Progress, Semantic, Source, Subgoal
-from .repo import Hit, Repo, check_repo_name, open_repo
+from .repo import Hit, Repo, open_repo, store_path
 from .structuring import episodic
 from .trajectory import Step, Trajectory
 
@@ -122,10 +122,6 @@ def _format_receipt(receipt: IngestionReceipt) -> str:
     )
 
 
-def _store_path(name: str, path: str | None) -> Path:
-    return Path(path) if path is not None else Path(".hippograph") / name
-
-
 def _print_stats(repo: Repo, name: str, where: Path, out: TextIO) -> None:
     s = repo.stats()
     print(f"repo {name!r} at {where}", file=out)
@@ -144,7 +140,7 @@ def _print_stats(repo: Repo, name: str, where: Path, out: TextIO) -> None:
 
 
 def _demo(path: str | None, out: TextIO) -> None:
-    where = _store_path(DEMO_NAME, path)
+    where = store_path(DEMO_NAME, path)
     trajectories = demo_trajectories()
     embed = HashingEmbedder(stop_words=ENGLISH_STOP_WORDS)
     structure = episodic(embed)
@@ -197,8 +193,7 @@ def _never_called(trajectory: Trajectory) -> Changeset:
 
 
 def _stats(name: str, path: str | None, out: TextIO) -> None:
-    check_repo_name(name)  # before the name is used to build a path
-    where = _store_path(name, path)
+    where = store_path(name, path)
     if not (where / "data.mdb").is_file():
         raise NotFoundError("repo", str(where), f"no hippograph repo at {str(where)!r}")
     with open_repo(name, path=where, flush_interval=0) as repo:
@@ -206,8 +201,7 @@ def _stats(name: str, path: str | None, out: TextIO) -> None:
 
 
 def _existing_store(name: str, path: str | None) -> Path:
-    check_repo_name(name)  # before the name is used to build a path
-    where = _store_path(name, path)
+    where = store_path(name, path)
     if not (where / "data.mdb").is_file():
         raise NotFoundError("repo", str(where), f"no hippograph repo at {str(where)!r}")
     return where

@@ -49,7 +49,17 @@ from .protocol import GraphBackend
 from .trajectory import Trajectory
 from .value import ValueFunctionConfig, resolve_config
 
-__all__ = ["DEFAULT_RECALL_TYPES", "ForgetSummary", "Hit", "Repo", "RepoStats", "check_repo_name", "open_repo"]
+__all__ = [
+    "DEFAULT_RECALL_TYPES",
+    "DEFAULT_ROOT",
+    "ForgetSummary",
+    "Hit",
+    "Repo",
+    "RepoStats",
+    "check_repo_name",
+    "open_repo",
+    "store_path",
+]
 
 DEFAULT_RECALL_TYPES: tuple[NodeType, ...] = (NodeType.SEMANTIC, NodeType.PROCEDURAL, NodeType.EPISODIC)
 MetadataFn = Callable[[str, NodeMetadata | None], NodeMetadata | None]
@@ -451,6 +461,25 @@ def check_repo_name(name: object) -> str:
     return name
 
 
+DEFAULT_ROOT = Path(".hippograph")
+"""Where `open_repo` keeps repos given by name alone (relative to the working directory)."""
+
+
+def store_path(name: str, path: str | os.PathLike[str] | None = None) -> Path:
+    """The LMDB directory of repo `name`: `path` when given, else `DEFAULT_ROOT/<name>`.
+
+    A name never leaves the root: besides the checks of `check_repo_name`, a
+    default store that is a symlink pointing outside the root is refused.
+    """
+    check_repo_name(name)
+    if path is not None:
+        return Path(path)
+    store = DEFAULT_ROOT / name
+    if store.is_symlink() and not store.resolve().is_relative_to(DEFAULT_ROOT.resolve()):
+        raise ValidationError(f"repo {name!r}: {str(store)!r} is a symlink out of {str(DEFAULT_ROOT)!r}")
+    return store
+
+
 def open_repo(
     name: str,
     *,
@@ -471,6 +500,5 @@ def open_repo(
     if backend is None:
         from .backends.lmdb import LMDB
 
-        store = Path(path) if path is not None else Path(".hippograph") / name
-        backend = LMDB(store, durability=durability)
+        backend = LMDB(store_path(name, path), durability=durability)
     return Repo(backend, value_function=value_function, flush_interval=flush_interval)
