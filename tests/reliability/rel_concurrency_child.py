@@ -1,6 +1,7 @@
-"""Worker process of the concurrency test: several threads share one `Repo` on one LMDB store.
+"""Worker process of the concurrency test: several threads share one `Repo` on one store.
 
-Usage: ``python rel_concurrency_child.py STORE PROCESS THREADS OPS SEED``.
+Usage: ``python rel_concurrency_child.py STORE PROCESS THREADS OPS SEED``,
+STORE being ``lmdb:<directory>`` or ``postgres:<repo>`` (on ``$HIPPOGRAPH_PG_DSN``).
 Each thread runs `OPS` operations (ingest of its own, shared and contested
 sources, recall, reward, delete) and prints one JSON line per operation once
 it returned: the descriptor, what it returned, and monotonic start and end
@@ -12,6 +13,7 @@ An exception other than a documented ``source_conflict`` is printed as
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import threading
@@ -99,10 +101,20 @@ def worker(repo: hg.Repo, w: int, ops: int, seed: int, failed: list[str]) -> Non
             return
 
 
+def open_store(spec: str, **options: Any) -> Any:
+    """The backend a ``lmdb:<directory>`` or ``postgres:<repo>`` spec names."""
+    kind, _, where = spec.partition(":")
+    if kind == "lmdb":
+        return LMDB(where, **options)
+    from hippograph.backends.postgres import Postgres
+
+    return Postgres(os.environ["HIPPOGRAPH_PG_DSN"], repo=where, **options)
+
+
 def main() -> None:
     store, process, threads, ops, seed = sys.argv[1], *map(int, sys.argv[2:6])
     failed: list[str] = []
-    with hg.Repo(LMDB(store, ann=AnnConfig(min_nodes=8)), flush_interval=0.05) as repo:
+    with hg.Repo(open_store(store, ann=AnnConfig(min_nodes=8)), flush_interval=0.05) as repo:
         pool = [
             threading.Thread(target=worker, args=(repo, process * threads + t, ops, seed, failed))
             for t in range(threads)

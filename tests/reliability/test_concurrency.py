@@ -1,4 +1,4 @@
-"""Mixed readers and writers across processes and threads on one LMDB store.
+"""Mixed readers and writers across processes and threads on one LMDB store, and on one PostgreSQL repo.
 
 Four processes with two threads each (sharing one `Repo` per process) ingest
 their own sources, sources every worker ingests with the same payload, and
@@ -16,33 +16,43 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rel_concurrency_child import open_store
 from rel_workload import diff, receipt_from_json, source_id, state, structure, trajectory
 
 import hippograph as hg
-from hippograph.backends import LMDB, InMemory
+from hippograph.backends import InMemory
 from hippograph.fingerprint import FINGERPRINT_VERSION, fingerprint
 from hippograph.testing.graphs import Snapshot
+from pg_server import pg_dsn
+
+__all__ = ["pg_dsn"]
 
 CHILD = Path(__file__).with_name("rel_concurrency_child.py")
-PROCESSES, THREADS, OPS = 4, 2, 30
+PROCESSES, THREADS, OPS = 4, 2, 60
 HANG_GUARD = 300.0
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Run the workload once; every test below reads its log and final state."""
-    store = tmp_path_factory.mktemp("concurrency") / "store"
-    LMDB(store).close()
+@pytest.fixture(scope="module", params=["lmdb", "postgres"])
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Run the workload once per backend; every test below reads its log and final state."""
+    if request.param == "lmdb":
+        spec = f"lmdb:{tmp_path_factory.mktemp('concurrency') / 'store'}"
+    else:
+        dsn = request.getfixturevalue("pg_dsn")
+        spec = f"postgres:concurrency-{uuid.uuid4().hex}"
+    open_store(spec).close()  # created (or migrated) once, before the workers race
     procs = [
         subprocess.Popen(
-            [sys.executable, str(CHILD), str(store), str(p), str(THREADS), str(OPS), "7"],
+            [sys.executable, str(CHILD), spec, str(p), str(THREADS), str(OPS), "7"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -56,11 +66,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         statuses.append(proc.returncode)
         errors.append(err)
         ops += [json.loads(line) for line in out.splitlines()]
-    with LMDB(store) as backend:
+    with open_store(spec) as backend:
         report = hg.Repo(backend, flush_interval=0).verify()
         expected, sources, ids = serial_replay(ops)
         actual = state(backend, ids, sources)
-    return {
+    yield {
         "ops": ops,
         "statuses": statuses,
         "stderr": errors,
@@ -68,6 +78,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "expected": expected,
         "actual": actual,
     }
+    if request.param == "postgres":
+        from hippograph.backends.postgres import drop_repo
+
+        drop_repo(dsn, repo=spec.partition(":")[2])
 
 
 def serial_replay(ops: list[dict[str, Any]]) -> tuple[Snapshot, set[str], set[str]]:
