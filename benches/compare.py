@@ -424,11 +424,13 @@ def run_size(n: int, plan: Plan, tmp: Path) -> SizeResult:
         )
     min_ann = ann_min_nodes()
     if min_ann is not None and n > min_ann:
-        log(f"N={size_label(n)}: first exact=False queries (they build the library's vector index)")
+        log(f"N={size_label(n)}: building the library's vector index (build_vector_index)")
         for name, store in ((HG_MEM_DEFAULT, mem), (HG_LMDB_DEFAULT, lmdb)):
             t0 = time.perf_counter()
+            store.build_vector_index(types)
+            built = time.perf_counter() - t0
             got = [node.id for node, _ in store.find_candidates(types, q, tags, None, now=NOW)]
-            agreement[name] = _agree(got, want) + f"; first call {time.perf_counter() - t0:.1f} s"
+            agreement[name] = _agree(got, want) + f"; index built in {built:.1f} s"
         methods += [
             Method(HG_MEM_DEFAULT, lambda: mem.find_candidates(types, q, tags, None, now=NOW)),
             Method(HG_LMDB_DEFAULT, lambda: lmdb.find_candidates(types, q, tags, None, now=NOW)),
@@ -1155,7 +1157,8 @@ def write_report(
             f"- **hippograph, `exact=False`** (the default argument): above {min_ann:,} nodes of a type this build "
             "answers from its HNSW vector index (candidates rescored exactly until the ranking is certified). Those "
             "rows appear only at sizes above that threshold; below it `exact=False` is the exact scan. The index is "
-            "built by the first such query (time shown, not included in the latency)."
+            "built with `build_vector_index()` before timing (time shown, not included in the latency); without "
+            "that call the first such query answers exactly and starts the build in a background thread."
         )
     add(
         "- **numpy path**: the same query in numpy: `M @ Qn.T` for the 5 unit vectors (one float32 GEMM), row norms "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,7 +36,7 @@ __all__ = ["pg_dsn", "pg_store"]
 DIM = 16
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 # Large ef_search on graphs of a few hundred nodes: HNSW's own recall is perfect, so answers must be exact.
-CFG = AnnConfig(min_nodes=50, ef_search=512, ef_construction=200)
+CFG = AnnConfig(min_nodes=50, ef_search=512, ef_construction=200, background=False)
 Backend: TypeAlias = "InMemory | LMDB | Postgres"
 Make = Callable[..., Backend]
 Hits = list[tuple[str, float]]
@@ -696,7 +698,9 @@ def test_damaged_index_files_are_rebuilt_and_never_read_by_hnswlib(
 
 def test_index_saved_with_other_parameters_is_rebuilt(tmp_path: Path, spy: type[SpyIndex]) -> None:
     path = saved_store(tmp_path / "store")
-    loaded, hits, exact = reopen_and_query(path, AnnConfig(min_nodes=50, M=8, ef_search=512, ef_construction=200))
+    loaded, hits, exact = reopen_and_query(
+        path, AnnConfig(min_nodes=50, M=8, ef_search=512, ef_construction=200, background=False)
+    )
     assert not loaded and spy.loads == 0
     assert hits == exact
 
@@ -776,3 +780,151 @@ def test_temp_files_a_killed_save_left_are_swept_by_the_next_save(tmp_path: Path
         find(b, np.ones(DIM, np.float32))
     assert not stale.exists(), "a leftover from a killed save survived"
     assert fresh.exists(), "a temp file that may be another process's save in progress was removed"
+
+
+# -- background builds (the default) --------------------------------------------------------
+
+BACKGROUND = dataclasses.replace(CFG, background=True)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    """Polls `condition`: the build runs in another thread (the timeout only guards a hang)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+class HeldBuild:
+    """Holds background builds at their start until `release()`, so writes can land while one is running."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.go = threading.Event()
+        self.started = threading.Event()
+        real = hg.ann.build_rows
+
+        def held(*args: Any, cancelled: Callable[[], bool] | None = None, **kwargs: Any) -> Any:
+            if cancelled is None:  # an explicit build_vector_index(): not held
+                return real(*args, **kwargs)
+            self.started.set()
+            while not self.go.wait(0.005):
+                if cancelled is not None and cancelled():
+                    return None
+            return real(*args, cancelled=cancelled, **kwargs)
+
+        monkeypatch.setattr(hg.ann, "build_rows", held)
+
+    def release(self) -> None:
+        self.go.set()
+
+
+def builder_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "hippograph-vector-index"]
+
+
+def test_first_non_exact_query_scans_exactly_while_the_index_builds_in_the_background(
+    make: Make, monkeypatch: pytest.MonkeyPatch, answered: list[bool]
+) -> None:
+    held = HeldBuild(monkeypatch)
+    b = make(ann=BACKGROUND)
+    b.apply_changeset(random_graph(21))
+    query, vf = np.ones(DIM, np.float32), params(0.0, 8)
+    first = find(b, query, vf=vf)
+    assert held.started.wait(60) and answered == [], "the first query must not wait for the index"
+    assert first == find(b, query, vf=vf, exact=True)
+    info = b.vector_index_stats()["semantic"]
+    assert (info["available"], info["building"]) == (False, True)
+    held.release()
+    wait_until(lambda: available(b), "the background build published its index")
+    assert find(b, query, vf=vf) == first and answered == [True]
+    assert not b.vector_index_stats()["semantic"]["building"]
+
+
+def test_writes_made_during_a_background_build_are_in_the_index_it_publishes(
+    make: Make, monkeypatch: pytest.MonkeyPatch, answered: list[bool]
+) -> None:
+    held = HeldBuild(monkeypatch)
+    b = make(ann=BACKGROUND)
+    b.apply_changeset(random_graph(22))
+    rng = np.random.default_rng(22)
+    query, vf = rng_vec(rng), params(0.0, 10)
+    top = [i for i, _ in find(b, query, vf=vf)]
+    assert held.started.wait(60)
+    old, new = rng_vec(rng), rng_vec(rng)
+    b.apply_changeset(hg.Changeset().add_node(semantic("mover", old)))
+    b.delete_nodes(top[:4])
+    b.apply_changeset(hg.Changeset().add_nodes([semantic(f"late{i}", rng_vec(rng)) for i in range(30)]))
+    b.apply_changeset(hg.Changeset().add_node(semantic("mover", new)))
+    find(b, query, vf=vf, exact=True)  # the backend's cache takes in the writes before the build finishes
+    held.release()
+    wait_until(lambda: available(b), "the background build published its index")
+    for q in [query, old, new, *(rng_vec(rng) for _ in range(9))]:
+        got = find(b, q, vf=vf)
+        assert not set(top[:4]) & {i for i, _ in got}
+        assert got == find(b, q, vf=vf, exact=True)
+    assert any(answered), "the vector index never answered"
+    assert find(b, new, vf=vf)[0][0] == "mover" and find(b, old, vf=vf)[0][0] != "mover"
+    assert_index_mirrors_the_rows(b)
+
+
+def type_index(b: Backend, node_type: str = "semantic") -> Any:
+    indexes = b._index if isinstance(b, InMemory) else b._cache.index
+    return indexes[hg.NodeType(node_type)]
+
+
+def assert_index_mirrors_the_rows(b: Backend) -> None:
+    """The published HNSW index holds every live embedded node, at its current row, with its current vector."""
+    index = type_index(b)
+    ann = index.ann
+    embedded = {index.ids[r] for r in np.flatnonzero(index.norms() > 0).tolist()}
+    assert set(ann.label_of) == embedded
+    labels = [ann.label_of[i] for i in sorted(embedded)]
+    rows = [index.row[i] for i in sorted(embedded)]
+    assert ann.row_of_label[labels].tolist() == rows
+    stored = np.asarray(ann.index.get_items(labels), np.float64)
+    current = index.matrix()[rows].astype(np.float64)
+    current /= np.linalg.norm(current, axis=1, keepdims=True)
+    assert np.allclose(stored / np.linalg.norm(stored, axis=1, keepdims=True), current, atol=1e-5)
+
+
+def test_close_cancels_a_running_background_build(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = HeldBuild(monkeypatch)
+    b = make(ann=BACKGROUND)
+    b.apply_changeset(random_graph(23))
+    find(b, np.ones(DIM, np.float32))
+    assert held.started.wait(60) and builder_threads()
+    b.close()
+    assert builder_threads() == []
+
+
+def test_an_explicit_build_does_not_wait_for_a_background_build(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = HeldBuild(monkeypatch)
+    b = make(ann=BACKGROUND)
+    b.apply_changeset(random_graph(24))
+    query, vf = np.ones(DIM, np.float32), params(0.0, 8)
+    find(b, query, vf=vf)
+    assert held.started.wait(60)
+    assert b.build_vector_index(["semantic"]) == ["semantic"] and available(b)
+    wait_until(lambda: not builder_threads(), "the cancelled background build ended")
+    held.release()
+    assert find(b, query, vf=vf) == find(b, query, vf=vf, exact=True)
+
+
+def test_a_failed_background_build_leaves_exact_answers_and_an_explicit_build_recovers(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError("hnswlib could not allocate")
+
+    real = hg.ann.build_rows
+    monkeypatch.setattr(hg.ann, "build_rows", fail)
+    b = make(ann=BACKGROUND)
+    b.apply_changeset(random_graph(25))
+    query, vf = np.ones(DIM, np.float32), params(0.0, 8)
+    exact = find(b, query, vf=vf, exact=True)
+    assert find(b, query, vf=vf) == exact
+    wait_until(lambda: not builder_threads(), "the failed build ended")
+    assert find(b, query, vf=vf) == exact and not available(b) and not builder_threads()
+    monkeypatch.setattr(hg.ann, "build_rows", real)
+    assert b.build_vector_index() == ["semantic", "subgoal"] and available(b)
+    assert find(b, query, vf=vf) == exact

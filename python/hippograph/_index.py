@@ -13,9 +13,10 @@ import bisect
 import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -40,12 +41,14 @@ from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_conf
 
 __all__ = [
     "META_COLUMNS",
+    "SharedLock",
     "TypeIndex",
     "TypeSnapshot",
     "build_vector_indexes",
     "find_candidates",
     "meta_columns",
     "prepare_queries",
+    "stop_background_builds",
 ]
 
 Hydrate = Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]]
@@ -100,18 +103,38 @@ class TypeSnapshot:
     columns: dict[str, npt.NDArray[Any]]
 
 
+class SharedLock(Protocol):
+    """The owning backend's lock over its type indexes: readers share it, writers hold it alone."""
+
+    def read(self) -> AbstractContextManager[None]: ...
+
+
 class TypeIndex:
     """Rows of one node type, in insertion order with swap-remove on delete.
 
     With an `AnnConfig`, a type holding more than `min_nodes` rows answers
     non-exact queries from an HNSW candidate pool (built on first use, kept in
     step with every write, certified by `ann.certified_scan`).
+
+    `lock` is the backend's lock under which it calls this index (reads
+    shared, writes exclusive). Given one, the first non-exact query of a large
+    type starts a background build (`AnnConfig.background`): the thread copies
+    the rows, builds without any lock, then under the shared side (so no
+    write is in between) replays the ids written meanwhile and publishes the
+    index. Until then queries scan exactly.
     """
 
-    def __init__(self, ann_config: AnnConfig | None = None) -> None:
+    def __init__(self, ann_config: AnnConfig | None = None, lock: SharedLock | None = None) -> None:
         self.ann_config = ann_config
         self.ann: AnnIndex | None = None
+        self._lock = lock
         self._ann_build = threading.Lock()
+        self._builder: threading.Thread | None = None
+        self._cancel = threading.Event()
+        self._changed: set[str] | None = None
+        """Ids written while a background build runs (vectors changed or removed), for its catch-up."""
+        self.build_error: BaseException | None = None
+        """Why the last background build failed; the type then stays on exact scans until an explicit build."""
         self._rank_lock = threading.Lock()
         self.ids: list[str] = []
         self.row: dict[str, int] = {}
@@ -166,12 +189,19 @@ class TypeIndex:
         else:
             self._mat[r] = embedding
             self._norms[r] = np.sqrt(np.dot(embedding.astype(np.float64), embedding.astype(np.float64)))
-        if self.ann is not None and not unchanged:
-            if embedding is None:
-                self.ann.discard(node_id)
-            else:
-                self.ann.add_many([node_id], embedding[None, :], np.array([r], np.int64))
+        if not unchanged:
+            self._note_change(node_id)
+            if self.ann is not None:
+                if embedding is None:
+                    self.ann.discard(node_id)
+                else:
+                    self.ann.add_many([node_id], embedding[None, :], np.array([r], np.int64))
         self.set_meta(node_id, meta)
+
+    def _note_change(self, node_id: str) -> None:
+        changed = self._changed  # a background build may drop the set at any moment
+        if changed is not None:
+            changed.add(node_id)
 
     def set_meta(self, node_id: str, meta: NodeMetadata | None) -> None:
         r = self.row.get(node_id)
@@ -204,6 +234,7 @@ class TypeIndex:
                 self.ann.moved(moved, r)
         self.ids.pop()
         self._rank = self._sorted = None
+        self._note_change(node_id)
         if self.ann is not None:
             self.ann.discard(node_id)
 
@@ -261,8 +292,50 @@ class TypeIndex:
         bounded = cfg.is_default or getattr(cfg.function, "bounded_by_relevance", False) is True
         if exact or not bounded or not self.wants_vector_index():
             return None
-        self.build_vector_index()
+        if self.ann is None:
+            if self.ann_config is not None and self.ann_config.background and self._lock is not None:
+                self._start_background_build()
+                return None
+            self.build_vector_index()
         return self.ann
+
+    def _start_background_build(self) -> None:
+        """Copies the rows and starts the builder thread (the caller holds the shared lock: no writer runs)."""
+        with self._ann_build:
+            if self.ann is not None or self._builder is not None or self.build_error is not None:
+                return
+            ids, matrix = list(self.ids), self.matrix().copy()
+            self._changed = set()
+            self._cancel = cancel = threading.Event()
+            self._builder = threading.Thread(
+                target=self._build_in_background,
+                args=(ids, matrix, cancel),
+                name="hippograph-vector-index",
+                daemon=True,
+            )
+            self._builder.start()
+
+    def _build_in_background(self, ids: list[str], matrix: npt.NDArray[np.float32], cancel: threading.Event) -> None:
+        config, lock = self.ann_config, self._lock
+        try:
+            built = None if config is None else ann_module.build_rows(ids, matrix, config, cancelled=cancel.is_set)
+            if built is None or lock is None or cancel.is_set():
+                return
+            with lock.read(), self._ann_build:  # no write runs: the copy plus `_changed` is the current state
+                if not cancel.is_set() and self.ann is None:
+                    self.ann = ann_module.catch_up(self, built, self._changed or set())
+        except Exception as exc:  # kept for vector_index_stats; queries go on scanning exactly
+            self.build_error = exc
+        finally:
+            with self._ann_build:
+                if self._builder is threading.current_thread():
+                    self._builder = None
+                    self._changed = None
+
+    def cancel_background_build(self) -> threading.Thread | None:
+        """Asks a running background build to stop; returns its thread, for joining outside any lock."""
+        self._cancel.set()
+        return self._builder
 
     def wants_vector_index(self) -> bool:
         """True when non-exact queries of this type use an HNSW index (configured, embedded, large enough)."""
@@ -270,18 +343,24 @@ class TypeIndex:
         return config is not None and self.dim > 0 and len(self.ids) > config.min_nodes
 
     def build_vector_index(self, progress: Callable[[int, int], None] | None = None) -> bool:
-        """Builds the HNSW index now rather than at the first non-exact query; True when this call built it."""
+        """Builds the HNSW index now rather than at the first non-exact query; True when this call built it.
+
+        A background build still running is cancelled: this one answers sooner than waiting for it.
+        """
         if self.ann_config is None or not self.wants_vector_index():
             return False
         with self._ann_build:
             if self.ann is not None:
                 return False
+            self._cancel.set()
             self.ann = ann_module.build(self, self.ann_config, progress)
+            self.build_error = None
             return True
 
     def vector_index_stats(self) -> dict[str, Any]:
         stats = self.ann.stats() if self.ann is not None else {"vectors": 0, "live": 0, "reclaimable": 0}
-        return {"available": self.ann is not None, "nodes": len(self.ids), **stats}
+        building = self._builder is not None and self.ann is None
+        return {"available": self.ann is not None, "building": building, "nodes": len(self.ids), **stats}
 
     def reclaim_vector_index(self) -> bool:
         """Rebuilds the HNSW graph without its deletion marks; True when it had any."""
@@ -429,6 +508,13 @@ class TypeIndex:
                 return [(self.ids[r], s) for r, s in got]
         idx, scores = self._score(None, queries, cfg, tp, now, hydrate)
         return [(self.ids[i], float(s)) for i, s in zip(idx.tolist(), scores.tolist(), strict=True)]
+
+
+def stop_background_builds(indexes: Iterable[TypeIndex], timeout: float = 60.0) -> None:
+    """Cancels every running background build and waits for it (call holding none of the backend's locks)."""
+    threads = [t for t in (index.cancel_background_build() for index in indexes) if t is not None]
+    for thread in threads:
+        thread.join(timeout)
 
 
 def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> npt.NDArray[np.float32]:

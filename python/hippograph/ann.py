@@ -90,6 +90,12 @@ class AnnConfig:
     rescoring makes a small `ef_search` enough on the benchmark data (recall@20 = 1.0 at 32); raise it
     when embeddings are spread thin and the answer must match the exact path more often.
     `threads`: hnswlib's build threads (0: hnswlib's default, all cores).
+    `background`: a non-exact query that finds no index answers with the exact
+    scan and starts building one in a background thread, which takes no lock
+    while hnswlib works (a million nodes take minutes); writes made meanwhile
+    are replayed into it before queries use it. False: that query builds the
+    index first, holding up the store's other callers. `build_vector_index()`
+    always builds at once.
     """
 
     min_nodes: int = 20_000
@@ -97,8 +103,11 @@ class AnnConfig:
     ef_construction: int = 100
     ef_search: int = 32
     threads: int = 0
+    background: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.background, bool):
+            raise ConfigError(f"AnnConfig.background must be a bool, got {self.background!r}")
         for name, most in _ANN_LIMITS.items():
             value = getattr(self, name)
             least = 0 if name == "threads" else 1
@@ -209,14 +218,53 @@ _BUILD_CHUNK = 16_384
 
 def build(index: TypeIndex, config: AnnConfig, progress: Callable[[int, int], None] | None = None) -> AnnIndex:
     """An HNSW graph over every embedded row of `index`, reporting ``progress(rows_done, rows)``."""
-    n = len(index)
-    ann = AnnIndex(index.dim, config, capacity=n)
-    ids, matrix = list(index.ids), index.matrix()
+    built = build_rows(list(index.ids), index.matrix(), config, progress)
+    if built is None:  # pragma: no cover - only a `cancelled` callback stops a build
+        raise RuntimeError("vector index build cancelled")
+    return built
+
+
+def build_rows(
+    ids: list[str],
+    matrix: npt.NDArray[np.float32],
+    config: AnnConfig,
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> AnnIndex | None:
+    """An HNSW graph over `matrix` (row i is `ids[i]`); None when `cancelled()` turned true between chunks."""
+    n = len(ids)
+    ann = AnnIndex(matrix.shape[1], config, capacity=n)
     for start in range(0, n, _BUILD_CHUNK):
+        if cancelled is not None and cancelled():
+            return None
         stop = min(n, start + _BUILD_CHUNK)
         ann.add_many(ids[start:stop], matrix[start:stop], np.arange(start, stop, dtype=np.int64))
         if progress is not None:
             progress(stop, n)
+    return ann
+
+
+def catch_up(index: TypeIndex, ann: AnnIndex, changed: set[str]) -> AnnIndex:
+    """`ann`, built from an earlier copy of `index`'s rows, made to mirror `index` now.
+
+    `changed` must hold every id whose vector changed or that was removed
+    since the copy: their old labels are marked deleted and their current
+    vectors added. Every other label's row is looked up afresh (swap-removes
+    moved rows since).
+    """
+    for node_id in changed:
+        ann.discard(node_id)
+    for node_id in [i for i in ann.label_of if i not in index.row]:  # defensive: a removal not reported
+        ann.discard(node_id)
+    rows = np.full(len(ann.row_of_label), -1, np.int64)
+    for node_id, label in ann.label_of.items():
+        rows[label] = index.row[node_id]
+    ann.row_of_label = rows
+    norms = index.norms()
+    fresh = sorted((i for i in changed if i in index.row and norms[index.row[i]] > 0), key=index.row.__getitem__)
+    if fresh:
+        at = np.array([index.row[i] for i in fresh], np.int64)
+        ann.add_many(fresh, index.matrix()[at], at)
     return ann
 
 

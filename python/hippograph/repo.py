@@ -402,7 +402,8 @@ class Repo:
         return maintenance.consolidate(self.backend, config, decide, threshold=threshold, now=now, progress=progress)
 
     def vector_index_stats(self) -> dict[str, dict[str, Any]]:
-        """Per node type: available, vectors, nodes, reclaimable ({} when the backend has no index)."""
+        """Per node type: available, building (in the background), vectors, live, nodes, reclaimable
+        ({} when the backend has no index)."""
         self._check_open("vector_index_stats")
         native = getattr(self.backend, "vector_index_stats", None)
         return {} if native is None else dict(native())

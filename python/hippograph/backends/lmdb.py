@@ -72,7 +72,7 @@ import numpy as np
 
 from .. import _core, codec
 from .. import ann as ann_module
-from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates
+from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, stop_background_builds
 from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links, resulting_dim
 from ..errors import HippographError, IngestionError, StorageError, ValidationError
@@ -308,12 +308,13 @@ class _Cache:
     is tried once (`load_saved`) when a non-exact query first needs it.
     """
 
-    def __init__(self, ann: AnnConfig | None, ann_dir: Path | None = None) -> None:
+    def __init__(self, ann: AnnConfig | None, ann_dir: Path | None, lock: RWLock) -> None:
         self.seq = -1
         self.ann = ann
         self.ann_dir = ann_dir if ann is not None else None
         self.ann_tried: set[NodeType] = set()
-        self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann) for t in NodeType}
+        self.lock = lock
+        self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann, lock) for t in NodeType}
         self.type_of: dict[str, NodeType] = {}
 
     def refresh(self, t: _Txn) -> None:
@@ -371,7 +372,9 @@ class _Cache:
         return not held.any() if embedding is None else bool(np.array_equal(held, embedding))
 
     def _rebuild(self, t: _Txn) -> None:
-        self.index = {nt: TypeIndex(self.ann) for nt in NodeType}
+        for old in self.index.values():
+            old.cancel_background_build()
+        self.index = {nt: TypeIndex(self.ann, self.lock) for nt in NodeType}
         self.type_of = {}
         self.ann_tried = set()
         for key, data in t.items("nodes"):
@@ -477,8 +480,8 @@ class LMDB(BackendBase):
         self._readonly = readonly
         self._pid = os.getpid()
         self._gate = RWLock()
-        self._cache = _Cache(ann, self.path / "ann")
         self._cache_lock = RWLock()
+        self._cache = _Cache(ann, self.path / "ann", self._cache_lock)
         self._write_lock = threading.Lock()
         # lock.mdb alone is what a kill during the very first open leaves behind: a new store.
         try:
@@ -1065,6 +1068,7 @@ class LMDB(BackendBase):
     def close(self) -> None:
         """Saves the built HNSW graphs (best effort: a failure only warns), then closes the environment."""
         if not self._closed:
+            stop_background_builds(self._cache.index.values())
             if os.getpid() == self._pid and not self._readonly:
                 try:
                     self._save_vector_index()

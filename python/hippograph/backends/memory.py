@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates
+from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, stop_background_builds
 from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links
 from ..errors import IngestionError
@@ -46,7 +46,7 @@ class InMemory(BackendBase):
         self._links: dict[str, dict[EdgeType, set[str]]] = {}
         self._meta: dict[str, NodeMetadata] = {}
         self._records: dict[str, IngestionRecord] = {}
-        self._index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann) for t in NodeType}
+        self._index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann, self._lock) for t in NodeType}
         self._dim: int | None = None
 
     @property
@@ -212,6 +212,10 @@ class InMemory(BackendBase):
             if node is not None:
                 out[node_id] = (node, self._meta.get(node_id))
         return out
+
+    def close(self) -> None:
+        stop_background_builds(self._index.values())
+        super().close()
 
     def find_candidates(
         self,

@@ -110,7 +110,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import codec
-from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates
+from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, stop_background_builds
 from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links
 from ..errors import ConfigError, HippographError, IngestionError, StorageError, ValidationError
@@ -561,15 +561,16 @@ class _Cache:
     (a lost connection, say) is simply redone by the next one.
     """
 
-    def __init__(self, ann: AnnConfig | None, gap_timeout: float) -> None:
+    def __init__(self, ann: AnnConfig | None, gap_timeout: float, lock: RWLock) -> None:
         self.ann = ann
+        self.lock = lock
         self.gap_timeout = gap_timeout
         self.ready = False
         self.incarnation: object = None
         self.high = 0
         self.gaps: dict[int, float] = {}
         self.rebuilds = 0
-        self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann) for t in NodeType}
+        self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann, lock) for t in NodeType}
         self.type_of: dict[str, NodeType] = {}
 
     def refresh(self, tx: _Tx, floor: int, incarnation: object) -> None:
@@ -628,12 +629,14 @@ class _Cache:
         vecs = {bytes(k): bytes(v) for k, v in tx.all("repo_embeddings", (tx.repo,))}
         metas = {bytes(k): bytes(v) for k, v in tx.all("repo_metadata", (tx.repo,))}
         loaded = _scoring_rows([(k, t.value, vecs.get(k), metas.get(k)) for k, t in types.items()])
-        index = {nt: TypeIndex(self.ann) for nt in NodeType}
+        index = {nt: TypeIndex(self.ann, self.lock) for nt in NodeType}
         type_of: dict[str, NodeType] = {}
         for node_id, (node_type, embedding, meta) in loaded.items():
             index[node_type].upsert(node_id, embedding, meta)
             type_of[node_id] = node_type
         now = time.monotonic()
+        for old in self.index.values():
+            old.cancel_background_build()
         self.index, self.type_of = index, type_of
         self.high = max(top, floor)
         self.gaps = {s: now for s in range(max(low + 1, top - _MAX_GAPS), top) if s not in visible}
@@ -716,8 +719,8 @@ class Postgres(BackendBase):
         self._log_keep = _positive_int("log_keep", log_keep)
         self._sql = _sql_map(self.schema)
         self._pid = os.getpid()
-        self._cache = _Cache(ann, self._gap_timeout)
         self._cache_lock = RWLock()
+        self._cache = _Cache(ann, self._gap_timeout, self._cache_lock)
         self._trim_lock = threading.Lock()
         self._where = _where(self.dsn)
         kwargs: dict[str, Any] = {
@@ -1261,6 +1264,7 @@ class Postgres(BackendBase):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            stop_background_builds(self._cache.index.values())
             if os.getpid() == self._pid:
                 self._pool.close()
 
