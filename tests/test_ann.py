@@ -109,22 +109,27 @@ def params(threshold: float, top_k: int) -> dict[str, Any]:
     return {"params": {"semantic": {"threshold": threshold, "top_k": top_k}, "subgoal": {"threshold": 0.0}}}
 
 
-@pytest.fixture
-def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """One entry per certified ANN scan: True when it answered, False when it handed over to the exact scan.
-
-    Equality with the exact path proves nothing if the exact path gave both answers.
-    """
+def record_answers(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[bool]:
+    """Wraps `owner.name`; one entry per call: True when it answered, False when it returned None."""
     calls: list[bool] = []
-    real = hg.ann.certified_scan
+    real = getattr(owner, name)
 
     def spy(*args: Any) -> Any:
         got = real(*args)
         calls.append(got is not None)
         return got
 
-    monkeypatch.setattr(hg.ann, "certified_scan", spy)
+    monkeypatch.setattr(owner, name, spy)
     return calls
+
+
+@pytest.fixture
+def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """One entry per certified ANN scan: True when it answered, False when it handed over to the exact scan.
+
+    Equality with the exact path proves nothing if the exact path gave both answers.
+    """
+    return record_answers(monkeypatch, hg.ann, "certified_scan")
 
 
 def available(b: Backend, node_type: str = "semantic") -> bool:
@@ -157,15 +162,7 @@ def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
     make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The certified walk's usage order is sorted once and then only patched: every write must keep it sound."""
-    walked: list[bool] = []
-    real_walk = hg._core.certified_walk
-
-    def spy(*args: Any) -> Any:
-        got = real_walk(*args)
-        walked.append(got is not None)
-        return got
-
-    monkeypatch.setattr(hg._core, "certified_walk", spy)
+    walked = record_answers(monkeypatch, hg._core, "certified_walk")
     merges: list[int] = []
     real_merge = hg._core.merge_usage_order
 
