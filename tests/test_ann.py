@@ -793,21 +793,28 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120.0)
 
 
 class HeldBuild:
-    """Holds background builds at their start until `release()`, so writes can land while one is running."""
+    """Holds background builds at their start until `release()`, so writes can land while one is running.
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    `stubborn`: the held build ignores cancellation and builds in full once released.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, stubborn: bool = False) -> None:
         self.go = threading.Event()
         self.started = threading.Event()
+        self.finished = threading.Event()
         real = hg.ann.build_rows
 
         def held(*args: Any, cancelled: Callable[[], bool] | None = None, **kwargs: Any) -> Any:
             if cancelled is None:  # an explicit build_vector_index(): not held
                 return real(*args, **kwargs)
             self.started.set()
-            while not self.go.wait(0.005):
-                if cancelled is not None and cancelled():
-                    return None
-            return real(*args, cancelled=cancelled, **kwargs)
+            try:
+                while not self.go.wait(0.005):
+                    if cancelled() and not stubborn:
+                        return None
+                return real(*args, cancelled=None if stubborn else cancelled, **kwargs)
+            finally:
+                self.finished.set()
 
         monkeypatch.setattr(hg.ann, "build_rows", held)
 
@@ -815,8 +822,11 @@ class HeldBuild:
         self.go.set()
 
 
-def builder_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "hippograph-vector-index"]
+@pytest.fixture
+def builder_threads() -> Callable[[], list[threading.Thread]]:
+    """The vector-index builder threads started during this test."""
+    before = set(threading.enumerate())
+    return lambda: [t for t in threading.enumerate() if t.name == "hippograph-vector-index" and t not in before]
 
 
 def test_first_non_exact_query_scans_exactly_while_the_index_builds_in_the_background(
@@ -837,21 +847,26 @@ def test_first_non_exact_query_scans_exactly_while_the_index_builds_in_the_backg
     assert not b.vector_index_stats()["semantic"]["building"]
 
 
+@pytest.mark.parametrize("under_lock", [1024, 5], ids=["one-replay", "rounds"])
 def test_writes_made_during_a_background_build_are_in_the_index_it_publishes(
-    make: Make, monkeypatch: pytest.MonkeyPatch, answered: list[bool]
+    make: Make, monkeypatch: pytest.MonkeyPatch, answered: list[bool], under_lock: int
 ) -> None:
+    """Few writes are replayed under the lock at once; past `_CATCH_UP_UNDER_LOCK` in rounds without it first."""
+    monkeypatch.setattr(hg._index, "_CATCH_UP_UNDER_LOCK", under_lock)
+    rounds = record_answers(monkeypatch, hg.ann, "replay")
     held = HeldBuild(monkeypatch)
     b = make(ann=BACKGROUND)
     b.apply_changeset(random_graph(22))
     rng = np.random.default_rng(22)
     query, vf = rng_vec(rng), params(0.0, 10)
-    top = [i for i, _ in find(b, query, vf=vf)]
+    b.apply_changeset(hg.Changeset().add_node(semantic("mover", old := rng_vec(rng))))
+    top = [i for i, _ in find(b, query, vf=vf) if i != "mover"]  # the build's copy holds "mover" at `old`
     assert held.started.wait(60)
-    old, new = rng_vec(rng), rng_vec(rng)
-    b.apply_changeset(hg.Changeset().add_node(semantic("mover", old)))
+    new = rng_vec(rng)
     b.delete_nodes(top[:4])
     b.apply_changeset(hg.Changeset().add_nodes([semantic(f"late{i}", rng_vec(rng)) for i in range(30)]))
     b.apply_changeset(hg.Changeset().add_node(semantic("mover", new)))
+    b.apply_changeset(hg.Changeset().add_node(hg.Subgoal(id="n0000", description="now a subgoal", embedding=old)))
     find(b, query, vf=vf, exact=True)  # the backend's cache takes in the writes before the build finishes
     held.release()
     wait_until(lambda: available(b), "the background build published its index")
@@ -861,7 +876,9 @@ def test_writes_made_during_a_background_build_are_in_the_index_it_publishes(
         assert got == find(b, q, vf=vf, exact=True)
     assert any(answered), "the vector index never answered"
     assert find(b, new, vf=vf)[0][0] == "mover" and find(b, old, vf=vf)[0][0] != "mover"
+    assert "n0000" not in {i for i, _ in find(b, old, vf=vf)}
     assert_index_mirrors_the_rows(b)
+    assert bool(rounds) == (under_lock < 30)
 
 
 def type_index(b: Backend, node_type: str = "semantic") -> Any:
@@ -884,7 +901,9 @@ def assert_index_mirrors_the_rows(b: Backend) -> None:
     assert np.allclose(stored / np.linalg.norm(stored, axis=1, keepdims=True), current, atol=1e-5)
 
 
-def test_close_cancels_a_running_background_build(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_close_cancels_a_running_background_build(
+    make: Make, monkeypatch: pytest.MonkeyPatch, builder_threads: Callable[[], list[threading.Thread]]
+) -> None:
     held = HeldBuild(monkeypatch)
     b = make(ann=BACKGROUND)
     b.apply_changeset(random_graph(23))
@@ -894,34 +913,65 @@ def test_close_cancels_a_running_background_build(make: Make, monkeypatch: pytes
     assert builder_threads() == []
 
 
-def test_an_explicit_build_does_not_wait_for_a_background_build(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = HeldBuild(monkeypatch)
+def test_an_explicit_build_does_not_wait_for_a_background_build_nor_is_replaced_by_it(
+    make: Make, monkeypatch: pytest.MonkeyPatch, builder_threads: Callable[[], list[threading.Thread]]
+) -> None:
+    held = HeldBuild(monkeypatch, stubborn=True)
     b = make(ann=BACKGROUND)
     b.apply_changeset(random_graph(24))
     query, vf = np.ones(DIM, np.float32), params(0.0, 8)
     find(b, query, vf=vf)
     assert held.started.wait(60)
-    assert b.build_vector_index(["semantic"]) == ["semantic"] and available(b)
-    wait_until(lambda: not builder_threads(), "the cancelled background build ended")
+    done: list[list[str]] = []
+    explicit = threading.Thread(target=lambda: done.append(b.build_vector_index(["semantic"])))
+    explicit.start()
+    explicit.join(60)
+    assert done == [["semantic"]] and available(b), "the explicit build waited for the background one"
+    mine = type_index(b).ann
     held.release()
+    assert held.finished.wait(60)
+    wait_until(lambda: not builder_threads(), "the background build ended")
+    assert type_index(b).ann is mine, "the cancelled background build replaced the explicit one"
     assert find(b, query, vf=vf) == find(b, query, vf=vf, exact=True)
 
 
-def test_a_failed_background_build_leaves_exact_answers_and_an_explicit_build_recovers(
-    make: Make, monkeypatch: pytest.MonkeyPatch
+def test_a_failed_background_build_is_reported_leaves_exact_answers_and_an_explicit_build_recovers(
+    make: Make, monkeypatch: pytest.MonkeyPatch, builder_threads: Callable[[], list[threading.Thread]]
 ) -> None:
-    def fail(*args: Any, **kwargs: Any) -> Any:
+    attempts: list[int] = []
+    real = hg.ann.build_rows
+
+    def fail(*args: Any, cancelled: Callable[[], bool] | None = None, **kwargs: Any) -> Any:
+        if cancelled is None:
+            return real(*args, **kwargs)
+        attempts.append(1)
         raise MemoryError("hnswlib could not allocate")
 
-    real = hg.ann.build_rows
     monkeypatch.setattr(hg.ann, "build_rows", fail)
     b = make(ann=BACKGROUND)
     b.apply_changeset(random_graph(25))
     query, vf = np.ones(DIM, np.float32), params(0.0, 8)
     exact = find(b, query, vf=vf, exact=True)
+    with pytest.warns(RuntimeWarning, match="background vector index build failed"):
+        assert find(b, query, vf=vf) == exact
+        wait_until(lambda: bool(attempts) and not builder_threads(), "the failed build ended")
+    for _ in range(3):
+        assert find(b, query, vf=vf) == exact
+    info = b.vector_index_stats()["semantic"]
+    assert (info["available"], info["building"]) == (False, False) and "MemoryError" in str(info["error"])
+    assert len(attempts) == 1, "a failing build must not be retried by every query"
+    assert b.build_vector_index(["semantic"]) == ["semantic"] and available(b)
+    assert b.vector_index_stats()["semantic"]["error"] is None
     assert find(b, query, vf=vf) == exact
-    wait_until(lambda: not builder_threads(), "the failed build ended")
-    assert find(b, query, vf=vf) == exact and not available(b) and not builder_threads()
-    monkeypatch.setattr(hg.ann, "build_rows", real)
-    assert b.build_vector_index() == ["semantic", "subgoal"] and available(b)
-    assert find(b, query, vf=vf) == exact
+
+
+def test_a_query_racing_close_starts_no_build_that_outlives_it(
+    make: Make, monkeypatch: pytest.MonkeyPatch, builder_threads: Callable[[], list[threading.Thread]]
+) -> None:
+    b = make(ann=BACKGROUND)
+    b.apply_changeset(random_graph(26))
+    index = type_index(b)
+    for thread in [index.close_background_builds()]:
+        assert thread is None
+    index._ann_for(hg.value.resolve_config(None), exact=False)  # what a query past the closed check would do
+    assert builder_threads() == [] and index.ann is None

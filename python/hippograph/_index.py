@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ __all__ = [
     "find_candidates",
     "meta_columns",
     "prepare_queries",
+    "retire",
     "stop_background_builds",
 ]
 
@@ -92,6 +94,11 @@ class _UsageOrder:
 
 _STALE_MAX = 1024
 
+_CATCH_UP_ROUNDS = 8
+_CATCH_UP_UNDER_LOCK = 1024
+"""A background build replays writes made meanwhile in rounds without the lock while more than this many
+ids changed, so the final replay, which holds the backend's lock, stays short."""
+
 
 @dataclass(frozen=True)
 class TypeSnapshot:
@@ -133,6 +140,7 @@ class TypeIndex:
         self._cancel = threading.Event()
         self._changed: set[str] | None = None
         """Ids written while a background build runs (vectors changed or removed), for its catch-up."""
+        self._builds_closed = False
         self.build_error: BaseException | None = None
         """Why the last background build failed; the type then stays on exact scans until an explicit build."""
         self._rank_lock = threading.Lock()
@@ -302,40 +310,76 @@ class TypeIndex:
     def _start_background_build(self) -> None:
         """Copies the rows and starts the builder thread (the caller holds the shared lock: no writer runs)."""
         with self._ann_build:
-            if self.ann is not None or self._builder is not None or self.build_error is not None:
+            if self._builds_closed or self.ann is not None or self.build_error is not None:
                 return
-            ids, matrix = list(self.ids), self.matrix().copy()
-            self._changed = set()
-            self._cancel = cancel = threading.Event()
-            self._builder = threading.Thread(
-                target=self._build_in_background,
-                args=(ids, matrix, cancel),
-                name="hippograph-vector-index",
-                daemon=True,
-            )
-            self._builder.start()
+            if self._builder is not None:
+                if self._builder.is_alive():
+                    return
+                self._builder = None  # a thread that did not survive fork()
+            try:
+                job = [list(self.ids), self.matrix().copy()]
+                self._changed = set()
+                self._cancel = cancel = threading.Event()
+                thread = threading.Thread(
+                    target=self._build_in_background, args=(job, cancel), name="hippograph-vector-index", daemon=True
+                )
+                thread.start()
+            except Exception as exc:  # no memory for the copy, no thread: this query scans exactly
+                self._changed = None
+                self._failed(exc)
+                return
+            self._builder = thread
 
-    def _build_in_background(self, ids: list[str], matrix: npt.NDArray[np.float32], cancel: threading.Event) -> None:
+    def _build_in_background(self, job: list[Any], cancel: threading.Event) -> None:
         config, lock = self.ann_config, self._lock
         try:
+            ids, matrix = job
+            job.clear()  # the copy lives only as long as hnswlib needs it
             built = None if config is None else ann_module.build_rows(ids, matrix, config, cancelled=cancel.is_set)
-            if built is None or lock is None or cancel.is_set():
+            del ids, matrix
+            if built is None or lock is None:
                 return
+            for _ in range(_CATCH_UP_ROUNDS):  # many writes meanwhile: replay them without holding the lock
+                with lock.read():
+                    changed = self._changed
+                    if changed is None or len(changed) <= _CATCH_UP_UNDER_LOCK:
+                        break
+                    self._changed = set()
+                    present = [i for i in changed if i in self.row]
+                    vectors = self.matrix()[np.array([self.row[i] for i in present], np.int64)]
+                if cancel.is_set():
+                    return
+                ann_module.replay(built, changed, present, vectors)
             with lock.read(), self._ann_build:  # no write runs: the copy plus `_changed` is the current state
-                if not cancel.is_set() and self.ann is None:
+                if not cancel.is_set() and self.ann is None and not self._builds_closed:
                     self.ann = ann_module.catch_up(self, built, self._changed or set())
-        except Exception as exc:  # kept for vector_index_stats; queries go on scanning exactly
-            self.build_error = exc
+        except Exception as exc:  # queries go on scanning exactly; vector_index_stats reports it
+            self._failed(exc)
         finally:
             with self._ann_build:
                 if self._builder is threading.current_thread():
                     self._builder = None
                     self._changed = None
 
-    def cancel_background_build(self) -> threading.Thread | None:
-        """Asks a running background build to stop; returns its thread, for joining outside any lock."""
+    def _failed(self, exc: BaseException) -> None:
+        self.build_error = exc
+        warnings.warn(
+            f"hippograph: background vector index build failed ({type(exc).__name__}); this type answers with "
+            "exact scans until build_vector_index() succeeds",
+            RuntimeWarning,
+            stacklevel=1,
+        )
+
+    def cancel_background_build(self) -> None:
+        """Asks a running background build to stop (another index was adopted); later queries may start one."""
         self._cancel.set()
-        return self._builder
+
+    def close_background_builds(self) -> threading.Thread | None:
+        """Stops background builds for good; returns a running builder's thread, to join outside any lock."""
+        with self._ann_build:
+            self._builds_closed = True
+            self._cancel.set()
+            return self._builder
 
     def wants_vector_index(self) -> bool:
         """True when non-exact queries of this type use an HNSW index (configured, embedded, large enough)."""
@@ -359,8 +403,15 @@ class TypeIndex:
 
     def vector_index_stats(self) -> dict[str, Any]:
         stats = self.ann.stats() if self.ann is not None else {"vectors": 0, "live": 0, "reclaimable": 0}
-        building = self._builder is not None and self.ann is None
-        return {"available": self.ann is not None, "building": building, "nodes": len(self.ids), **stats}
+        building = self._builder is not None and self._builder.is_alive() and self.ann is None
+        error = None if self.build_error is None else f"{type(self.build_error).__name__}: {self.build_error}"
+        return {
+            "available": self.ann is not None,
+            "building": building,
+            "error": error,
+            "nodes": len(self.ids),
+            **stats,
+        }
 
     def reclaim_vector_index(self) -> bool:
         """Rebuilds the HNSW graph without its deletion marks; True when it had any."""
@@ -510,11 +561,21 @@ class TypeIndex:
         return [(self.ids[i], float(s)) for i, s in zip(idx.tolist(), scores.tolist(), strict=True)]
 
 
-def stop_background_builds(indexes: Iterable[TypeIndex], timeout: float = 60.0) -> None:
-    """Cancels every running background build and waits for it (call holding none of the backend's locks)."""
-    threads = [t for t in (index.cancel_background_build() for index in indexes) if t is not None]
-    for thread in threads:
+def stop_background_builds(
+    indexes: Iterable[TypeIndex], retired: Iterable[threading.Thread] = (), timeout: float = 60.0
+) -> None:
+    """Stops background builds for good and waits for them and for `retired` ones (cancelled earlier).
+
+    Call holding none of the backend's locks: a builder may be waiting for one to publish.
+    """
+    threads = [t for t in (index.close_background_builds() for index in indexes) if t is not None]
+    for thread in [*threads, *retired]:
         thread.join(timeout)
+
+
+def retire(indexes: Iterable[TypeIndex]) -> list[threading.Thread]:
+    """Stops the builds of type indexes a cache replaces; their threads, for the backend's close to join."""
+    return [t for t in (index.close_background_builds() for index in indexes) if t is not None]
 
 
 def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> npt.NDArray[np.float32]:

@@ -244,6 +244,14 @@ def build_rows(
     return ann
 
 
+def replay(ann: AnnIndex, changed: set[str], present: list[str], vectors: npt.NDArray[np.float32]) -> None:
+    """Marks `changed` ids deleted and re-adds those still `present` with their `vectors` (rows fixed later
+    by `catch_up`)."""
+    for node_id in changed.difference(present):
+        ann.discard(node_id)
+    ann.add_many(present, vectors, np.full(len(present), -1, np.int64))
+
+
 def catch_up(index: TypeIndex, ann: AnnIndex, changed: set[str]) -> AnnIndex:
     """`ann`, built from an earlier copy of `index`'s rows, made to mirror `index` now.
 

@@ -72,7 +72,7 @@ import numpy as np
 
 from .. import _core, codec
 from .. import ann as ann_module
-from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, stop_background_builds
+from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, retire, stop_background_builds
 from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links, resulting_dim
 from ..errors import HippographError, IngestionError, StorageError, ValidationError
@@ -315,6 +315,8 @@ class _Cache:
         self.ann_tried: set[NodeType] = set()
         self.lock = lock
         self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann, lock) for t in NodeType}
+        self.retired: list[threading.Thread] = []
+        """Builder threads of type indexes a rebuild replaced, joined on close."""
         self.type_of: dict[str, NodeType] = {}
 
     def refresh(self, t: _Txn) -> None:
@@ -372,8 +374,7 @@ class _Cache:
         return not held.any() if embedding is None else bool(np.array_equal(held, embedding))
 
     def _rebuild(self, t: _Txn) -> None:
-        for old in self.index.values():
-            old.cancel_background_build()
+        self.retired = [t for t in self.retired if t.is_alive()] + retire(self.index.values())
         self.index = {nt: TypeIndex(self.ann, self.lock) for nt in NodeType}
         self.type_of = {}
         self.ann_tried = set()
@@ -425,6 +426,8 @@ class _Cache:
                 self.seq,
                 lambda since: self._changed_since(t, since, self.seq),
             )
+            if index.ann is not None:
+                index.cancel_background_build()
 
     def save(self) -> list[str]:
         """Saves every built HNSW graph that differs from its files (call under the cache's read lock)."""
@@ -1068,7 +1071,7 @@ class LMDB(BackendBase):
     def close(self) -> None:
         """Saves the built HNSW graphs (best effort: a failure only warns), then closes the environment."""
         if not self._closed:
-            stop_background_builds(self._cache.index.values())
+            stop_background_builds(self._cache.index.values(), self._cache.retired)
             if os.getpid() == self._pid and not self._readonly:
                 try:
                     self._save_vector_index()

@@ -110,7 +110,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import codec
-from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, stop_background_builds
+from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, retire, stop_background_builds
 from ..ann import DEFAULT_ANN, AnnConfig
 from ..changeset import Changeset, check_changeset, normalised_links
 from ..errors import ConfigError, HippographError, IngestionError, StorageError, ValidationError
@@ -572,6 +572,8 @@ class _Cache:
         self.rebuilds = 0
         self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann, lock) for t in NodeType}
         self.type_of: dict[str, NodeType] = {}
+        self.retired: list[threading.Thread] = []
+        """Builder threads of type indexes a rebuild replaced, joined on close."""
 
     def refresh(self, tx: _Tx, floor: int, incarnation: object) -> None:
         if (
@@ -635,8 +637,7 @@ class _Cache:
             index[node_type].upsert(node_id, embedding, meta)
             type_of[node_id] = node_type
         now = time.monotonic()
-        for old in self.index.values():
-            old.cancel_background_build()
+        self.retired = [t for t in self.retired if t.is_alive()] + retire(self.index.values())
         self.index, self.type_of = index, type_of
         self.high = max(top, floor)
         self.gaps = {s: now for s in range(max(low + 1, top - _MAX_GAPS), top) if s not in visible}
@@ -1264,7 +1265,7 @@ class Postgres(BackendBase):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            stop_background_builds(self._cache.index.values())
+            stop_background_builds(self._cache.index.values(), self._cache.retired)
             if os.getpid() == self._pid:
                 self._pool.close()
 
