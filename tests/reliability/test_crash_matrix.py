@@ -8,8 +8,8 @@ A child process (`rel_crash_child.py`) runs a stream of operations on a store
 acknowledgement after it returns. The parent
 kills it (cycling the target through every kind, plus purely random moments,
 including while the store is being opened), reopens the store and checks it;
-see `rel_crash.py` for the invariants. Per backend, the CI profile performs
-56 (LMDB) and 40 (PostgreSQL) kills, the ``slow`` profile 1,008 and 240
+see `rel_crash.py` for the invariants. The CI profile performs 56 kills on
+each backend, the ``slow`` profile 1,008 (LMDB) and 240 (PostgreSQL)
 (``pytest -m slow tests/reliability/test_crash_matrix.py [-k postgres]``). The
 PostgreSQL matrix kills the client only: the server stays up and settles the
 client's last transaction, as it would for a crashed application host.
