@@ -517,7 +517,8 @@ class AnnResult:
     open_exact_s: float
     """Opening the store and answering one exact query: the derived scoring cache is rebuilt."""
     open_approx_s: float
-    """Opening the store and answering one ``exact=False`` query: cache rebuilt and the saved index loaded."""
+    """Opening the store, one ``exact=False`` query (answered by the scan) and the saved index adopted in the
+    background: when approximate answers start."""
     loaded: bool
     exact: Stats
     approx: Stats
@@ -572,7 +573,9 @@ def run_ann(n: int, dim: int, reps: int, tmp: Path) -> AnnResult:
     for exact in (True, False):
         t0 = time.perf_counter()
         b = LMDB(path)
-        answer(b, sets[0], exact)
+        answer(b, sets[0], exact)  # exact=False: answered by the scan; the saved index is loaded in the background
+        while not exact and not b.vector_index_stats()[SCANNED.value]["available"]:
+            time.sleep(0.005)
         opened.append(time.perf_counter() - t0)
         loaded = bool(b.vector_index_stats()[SCANNED.value]["loaded"])
         b.close()
@@ -606,10 +609,11 @@ def ann_section(results: list[AnnResult]) -> list[str]:
         "interleaved, where every approximate query runs right after a full exact scan has evicted the CPU "
         "caches (the HNSW graph, the rows and LMDB's pages are then fetched from memory again). *Open* times "
         "start from a closed store with a warm OS page "
-        "cache: opening rebuilds the in-process scoring cache from the store, and the first approximate query "
-        "loads the saved index files (SHA-256 verified) instead of building the graph.",
+        "cache: opening rebuilds the in-process scoring cache from the store; the first `exact=False` query is "
+        "answered by the scan and starts adopting the saved index files (SHA-256 verified) in a background "
+        "thread instead of building the graph; *index ready* is when approximate answers start.",
         "",
-        f"| N × d | index build | open → first exact answer | open → first approximate answer (saved index) "
+        f"| N × d | index build | open → first exact answer | open → index ready (saved index) "
         f"| exact p50 | `exact=False` p50 | speed-up | interleaved: exact / `exact=False` p50 "
         f"| recall@{TOP_K} mean (min) | identical top-{TOP_K} |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

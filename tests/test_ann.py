@@ -975,3 +975,39 @@ def test_a_query_racing_close_starts_no_build_that_outlives_it(
         assert thread is None
     index._ann_for(hg.value.resolve_config(None), exact=False)  # what a query past the closed check would do
     assert builder_threads() == [] and index.ann is None
+
+
+def reopen_in_background(path: Path, answered: list[bool]) -> tuple[bool, Hits, Hits]:
+    """As `reopen_and_query`, with the default background mode: the first query scans, the index arrives later."""
+    with LMDB(path, ann=BACKGROUND) as b:
+        vf = params(0.0, 15)
+        first = find(b, QUERY, vf=vf)
+        assert answered == [] or not answered[0], "the first query waited for the saved index"
+        wait_until(lambda: available(b), "the saved index was adopted or rebuilt in the background")
+        hits = find(b, QUERY, vf=vf)
+        exact = find(b, QUERY, vf=vf, exact=True)
+        assert first == exact
+        return bool(b.vector_index_stats()["semantic"]["loaded"]), hits, exact
+
+
+def test_a_saved_index_is_adopted_in_the_background_and_caught_up(
+    tmp_path: Path, spy: type[SpyIndex], answered: list[bool]
+) -> None:
+    path = saved_store(tmp_path / "store")
+    with LMDB(path, ann=None) as writer:
+        writer.delete_nodes([i for i, _ in find(writer, QUERY, vf=params(0.0, 3), exact=True)])
+        writer.apply_changeset(hg.Changeset().add_node(semantic("newcomer", QUERY)))
+    loaded, hits, exact = reopen_in_background(path, answered)
+    assert loaded and spy.loads == 1
+    assert hits == exact and hits[0][0] == "newcomer"
+
+
+@pytest.mark.parametrize("damage", ["corrupt_index", "truncated_labels", "sidecar_from_the_future"])
+def test_damaged_index_files_are_rebuilt_in_the_background_never_read_by_hnswlib(
+    tmp_path: Path, spy: type[SpyIndex], answered: list[bool], damage: str
+) -> None:
+    path = saved_store(tmp_path / "store")
+    DAMAGE[damage](path)
+    loaded, hits, exact = reopen_in_background(path, answered)
+    assert not loaded and spy.loads == 0
+    assert hits == exact

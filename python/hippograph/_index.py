@@ -125,16 +125,24 @@ class TypeIndex:
 
     `lock` is the backend's lock under which it calls this index (reads
     shared, writes exclusive). Given one, the first non-exact query of a large
-    type starts a background build (`AnnConfig.background`): the thread copies
-    the rows, builds without any lock, then under the shared side (so no
-    write is in between) replays the ids written meanwhile and publishes the
-    index. Until then queries scan exactly.
+    type starts a background build (`AnnConfig.background`): the thread first
+    lets `load_saved` adopt a saved index (LMDB), else copies the rows under
+    the shared side, builds without any lock, then under the shared side
+    again (so no write is in between) replays the ids written meanwhile and
+    publishes the index. Until then queries scan exactly.
     """
 
-    def __init__(self, ann_config: AnnConfig | None = None, lock: SharedLock | None = None) -> None:
+    def __init__(
+        self,
+        ann_config: AnnConfig | None = None,
+        lock: SharedLock | None = None,
+        load_saved: Callable[[TypeIndex, threading.Event], bool] | None = None,
+    ) -> None:
         self.ann_config = ann_config
         self.ann: AnnIndex | None = None
         self._lock = lock
+        self._load_saved = load_saved
+        """A background build first offers the backend to adopt a saved index (True: it did)."""
         self._ann_build = threading.Lock()
         self._builder: threading.Thread | None = None
         self._cancel = threading.Event()
@@ -317,27 +325,31 @@ class TypeIndex:
                     return
                 self._builder = None  # a thread that did not survive fork()
             try:
-                job = [list(self.ids), self.matrix().copy()]
-                self._changed = set()
                 self._cancel = cancel = threading.Event()
                 thread = threading.Thread(
-                    target=self._build_in_background, args=(job, cancel), name="hippograph-vector-index", daemon=True
+                    target=self._build_in_background, args=(cancel,), name="hippograph-vector-index", daemon=True
                 )
                 thread.start()
-            except Exception as exc:  # no memory for the copy, no thread: this query scans exactly
-                self._changed = None
+            except Exception as exc:  # no thread to be had: this query scans exactly
                 self._failed(exc)
                 return
             self._builder = thread
 
-    def _build_in_background(self, job: list[Any], cancel: threading.Event) -> None:
+    def _build_in_background(self, cancel: threading.Event) -> None:
         config, lock = self.ann_config, self._lock
         try:
-            ids, matrix = job
-            job.clear()  # the copy lives only as long as hnswlib needs it
-            built = None if config is None else ann_module.build_rows(ids, matrix, config, cancelled=cancel.is_set)
-            del ids, matrix
-            if built is None or lock is None:
+            if config is None or lock is None:
+                return
+            if self._load_saved is not None and self._load_saved(self, cancel):
+                return
+            with lock.read():  # no writer runs: the copy is the state `_changed` starts from
+                if cancel.is_set() or self.ann is not None:
+                    return
+                ids, matrix = list(self.ids), self.matrix().copy()
+                self._changed = set()
+            built = ann_module.build_rows(ids, matrix, config, cancelled=cancel.is_set)
+            del ids, matrix  # the copy lives only as long as hnswlib needs it
+            if built is None:
                 return
             for _ in range(_CATCH_UP_ROUNDS):  # many writes meanwhile: replay them without holding the lock
                 with lock.read():

@@ -532,24 +532,23 @@ def _unit(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
     return v / np.where(norms > 0, norms, 1.0)
 
 
-def load(
-    index: TypeIndex, config: AnnConfig, directory: Path, name: str, seq: int, changed_since: ChangedSince
-) -> AnnIndex | None:
-    """The saved index `name` brought up to store change `seq` for `index`, or None (build afresh instead).
+@dataclass(frozen=True)
+class Saved:
+    """A saved index read and verified from its files, not yet checked against a store's rows."""
 
-    `changed_since(s)` returns the ids changed after store change `s` (up to
-    `seq`), or None when the change log no longer reaches back that far.
-    Every check is described in the module docstring; hnswlib only reads a
-    file whose SHA-256 matched.
-    """
-    if hnswlib is None or index.dim == 0:
+    hnsw: Any
+    doc: dict[str, Any]
+    mapping: tuple[list[int], list[str]]
+
+
+def read_saved(directory: Path, name: str, dim: int, config: AnnConfig, seq: int) -> Saved | None:
+    """The saved index `name` as hnswlib reads it, after its sidecar, sizes and SHA-256 passed (no store
+    access: the expensive part of `load`, which a background thread runs without any lock)."""
+    if hnswlib is None or dim == 0:
         return None
     bin_path, map_path, json_path = _paths(directory, name)
     doc = _read_sidecar(json_path)
-    if doc is None or not _valid_sidecar(doc, name, index.dim, config, seq):
-        return None
-    changed = set() if doc["seq"] == seq else changed_since(doc["seq"])
-    if changed is None:
+    if doc is None or not _valid_sidecar(doc, name, dim, config, seq):
         return None
     mapping = _read_mapping(map_path, doc)
     if mapping is None:
@@ -558,15 +557,46 @@ def load(
     if copy is None:
         return None
     try:
-        hnsw = hnswlib.Index(space="cosine", dim=index.dim)
+        hnsw = hnswlib.Index(space="cosine", dim=dim)
         hnsw.load_index(str(copy))
     except (RuntimeError, ValueError, MemoryError):
         return None
     finally:
         copy.unlink(missing_ok=True)
-    if hnsw.element_count != doc["count"] or hnsw.dim != index.dim:
+    if hnsw.element_count != doc["count"] or hnsw.dim != dim:
         return None
-    return _adopt(index, config, hnsw, doc, mapping, changed)
+    return Saved(hnsw, doc, mapping)
+
+
+def adopt_saved(
+    index: TypeIndex, config: AnnConfig, saved: Saved, seq: int, changed_since: ChangedSince
+) -> AnnIndex | None:
+    """`saved` brought up to store change `seq` for `index` (caller holds `index` still), or None."""
+    if saved.doc["seq"] > seq or saved.hnsw.dim != index.dim:
+        return None
+    changed = set() if saved.doc["seq"] == seq else changed_since(saved.doc["seq"])
+    if changed is None:
+        return None
+    return _adopt(index, config, saved.hnsw, saved.doc, saved.mapping, changed)
+
+
+def load(
+    index: TypeIndex, config: AnnConfig, directory: Path, name: str, seq: int, changed_since: ChangedSince
+) -> AnnIndex | None:
+    """The saved index `name` brought up to store change `seq` for `index`, or None (build afresh instead).
+
+    `changed_since(s)` returns the ids changed after store change `s` (up to
+    `seq`), or None when the change log no longer reaches back that far (then
+    the files are not even read). Every check is described in the module
+    docstring; hnswlib only reads a file whose SHA-256 matched.
+    """
+    if hnswlib is None or index.dim == 0:
+        return None
+    doc = _read_sidecar(_paths(directory, name)[2])
+    if doc is None or not _valid_sidecar(doc, name, index.dim, config, seq) or changed_since(doc["seq"]) is None:
+        return None
+    saved = read_saved(directory, name, index.dim, config, seq)
+    return None if saved is None else adopt_saved(index, config, saved, seq, changed_since)
 
 
 def _adopt(

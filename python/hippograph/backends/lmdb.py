@@ -308,16 +308,26 @@ class _Cache:
     is tried once (`load_saved`) when a non-exact query first needs it.
     """
 
-    def __init__(self, ann: AnnConfig | None, ann_dir: Path | None, lock: RWLock) -> None:
+    def __init__(
+        self,
+        ann: AnnConfig | None,
+        ann_dir: Path | None,
+        lock: RWLock,
+        load_saved: Callable[[TypeIndex, threading.Event], bool] | None = None,
+    ) -> None:
         self.seq = -1
         self.ann = ann
         self.ann_dir = ann_dir if ann is not None else None
         self.ann_tried: set[NodeType] = set()
         self.lock = lock
-        self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann, lock) for t in NodeType}
+        self.load_saved_in_background = load_saved
+        self.index: dict[NodeType, TypeIndex] = self._new_indexes()
         self.retired: list[threading.Thread] = []
         """Builder threads of type indexes a rebuild replaced, joined on close."""
         self.type_of: dict[str, NodeType] = {}
+
+    def _new_indexes(self) -> dict[NodeType, TypeIndex]:
+        return {nt: TypeIndex(self.ann, self.lock, self.load_saved_in_background) for nt in NodeType}
 
     def refresh(self, t: _Txn) -> None:
         target = t.seq()
@@ -375,7 +385,7 @@ class _Cache:
 
     def _rebuild(self, t: _Txn) -> None:
         self.retired = [t for t in self.retired if t.is_alive()] + retire(self.index.values())
-        self.index = {nt: TypeIndex(self.ann, self.lock) for nt in NodeType}
+        self.index = self._new_indexes()
         self.type_of = {}
         self.ann_tried = set()
         for key, data in t.items("nodes"):
@@ -484,7 +494,7 @@ class LMDB(BackendBase):
         self._pid = os.getpid()
         self._gate = RWLock()
         self._cache_lock = RWLock()
-        self._cache = _Cache(ann, self.path / "ann", self._cache_lock)
+        self._cache = _Cache(ann, self.path / "ann", self._cache_lock, self._adopt_saved_in_background)
         self._write_lock = threading.Lock()
         # lock.mdb alone is what a kill during the very first open leaves behind: a new store.
         try:
@@ -843,7 +853,8 @@ class LMDB(BackendBase):
             if t.seq() != self._cache.seq:
                 with self._cache_lock.write():
                     self._cache.refresh(t)
-            saved = [] if exact else self._cache.wants_saved(types)
+            background = self._cache.ann is not None and self._cache.ann.background
+            saved = [] if exact or background else self._cache.wants_saved(types)
             if saved:  # a process's first non-exact query of a large type: adopt its saved HNSW graph
                 with self._cache_lock.write():
                     self._cache.refresh(t)
@@ -854,6 +865,40 @@ class LMDB(BackendBase):
                 )
 
         return self._read(run, "find_candidates")
+
+    def _adopt_saved_in_background(self, owner: TypeIndex, cancel: threading.Event) -> bool:
+        """A background build's first step: adopt `owner`'s saved HNSW graph if it passes every check.
+
+        The files are hashed and read by hnswlib without any lock; only the
+        catch-up from the change log holds the cache's lock (as a refresh does).
+        """
+        cache = self._cache
+        node_type = next((nt for nt, index in cache.index.items() if index is owner), None)
+        if node_type is None or cache.ann_dir is None or cache.ann is None or node_type in cache.ann_tried:
+            return False
+        cache.ann_tried.add(node_type)
+        try:
+            latest = self._read(lambda t: t.seq(), "load_vector_index")
+        except HippographError:
+            return False
+        saved = ann_module.read_saved(cache.ann_dir, node_type.value, owner.dim, cache.ann, latest)
+        if saved is None or cancel.is_set():
+            return False
+
+        def adopt(t: _Txn) -> bool:
+            with self._cache_lock.write():
+                cache.refresh(t)
+                if cache.index[node_type] is not owner or owner.ann is not None or cancel.is_set() or cache.ann is None:
+                    return False
+                owner.ann = ann_module.adopt_saved(
+                    owner, cache.ann, saved, cache.seq, lambda since: cache._changed_since(t, since, cache.seq)
+                )
+                return owner.ann is not None
+
+        try:
+            return self._read(adopt, "load_vector_index")
+        except HippographError:  # closed or damaged meanwhile: the build (or its caller) sees it
+            return False
 
     def vector_index_stats(self) -> dict[str, dict[str, Any]]:
         """Per type: whether an HNSW index is built, vectors held, live nodes, reclaimable marks,
