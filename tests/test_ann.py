@@ -1011,3 +1011,28 @@ def test_damaged_index_files_are_rebuilt_in_the_background_never_read_by_hnswlib
     loaded, hits, exact = reopen_in_background(path, answered)
     assert not loaded and spy.loads == 0
     assert hits == exact
+
+
+def test_a_failure_reading_the_saved_index_in_the_background_falls_back_to_a_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answered: list[bool]
+) -> None:
+    path = saved_store(tmp_path / "store")
+
+    def unreadable(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hg.ann, "read_saved", unreadable)
+    loaded, hits, exact = reopen_in_background(path, answered)
+    assert not loaded and hits == exact
+
+
+def test_a_cancelled_verified_copy_stops_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    path = saved_store(tmp_path / "store")
+    doc = sidecar(path)
+    ann_dir = path / "ann"
+    before = set(ann_dir.iterdir())
+    copy = hg.ann._verified_copy(files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"], lambda: True)
+    assert copy is None and set(ann_dir.iterdir()) == before
+    copy = hg.ann._verified_copy(files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"])
+    assert copy is not None and copy.read_bytes() == files(path)[0].read_bytes()
+    copy.unlink()

@@ -501,8 +501,11 @@ def _read_mapping(path: Path, doc: dict[str, Any]) -> tuple[list[int], list[str]
     return labels, ids
 
 
-def _verified_copy(src: Path, directory: Path, name: str, size: int, expected: str) -> Path | None:
-    """A private copy of `src` made of exactly the bytes hashed, when they match `expected`; else None."""
+def _verified_copy(
+    src: Path, directory: Path, name: str, size: int, expected: str, cancelled: Callable[[], bool] | None = None
+) -> Path | None:
+    """A private copy of `src` made of exactly the bytes hashed, when they match `expected`; else None
+    (also when `cancelled()` turns true between chunks)."""
     try:
         tmp = _temp(directory, name)
     except OSError:  # a read-only store directory: copy elsewhere
@@ -514,6 +517,9 @@ def _verified_copy(src: Path, directory: Path, name: str, size: int, expected: s
     try:
         with src.open("rb") as f, tmp.open("wb") as out:
             while total <= size and (chunk := f.read(_CHUNK)):
+                if cancelled is not None and cancelled():
+                    total = -1
+                    break
                 total += len(chunk)
                 digest.update(chunk)
                 out.write(chunk)
@@ -541,9 +547,12 @@ class Saved:
     mapping: tuple[list[int], list[str]]
 
 
-def read_saved(directory: Path, name: str, dim: int, config: AnnConfig, seq: int) -> Saved | None:
-    """The saved index `name` as hnswlib reads it, after its sidecar, sizes and SHA-256 passed (no store
-    access: the expensive part of `load`, which a background thread runs without any lock)."""
+def read_saved(
+    directory: Path, name: str, dim: int, config: AnnConfig, seq: int, cancelled: Callable[[], bool] | None = None
+) -> Saved | None:
+    """The saved index `name` as hnswlib reads it, after its sidecar (saved at most at `seq`), sizes and
+    SHA-256 passed (no store access: the expensive part of `load`, which a background thread runs
+    without any lock); None as well when `cancelled()` turns true while the file is copied."""
     if hnswlib is None or dim == 0:
         return None
     bin_path, map_path, json_path = _paths(directory, name)
@@ -553,7 +562,7 @@ def read_saved(directory: Path, name: str, dim: int, config: AnnConfig, seq: int
     mapping = _read_mapping(map_path, doc)
     if mapping is None:
         return None
-    copy = _verified_copy(bin_path, directory, name, doc["bin_bytes"], doc["bin_sha256"])
+    copy = _verified_copy(bin_path, directory, name, doc["bin_bytes"], doc["bin_sha256"], cancelled)
     if copy is None:
         return None
     try:
@@ -593,10 +602,15 @@ def load(
     if hnswlib is None or index.dim == 0:
         return None
     doc = _read_sidecar(_paths(directory, name)[2])
-    if doc is None or not _valid_sidecar(doc, name, index.dim, config, seq) or changed_since(doc["seq"]) is None:
+    if doc is None or not _valid_sidecar(doc, name, index.dim, config, seq):
+        return None
+    changed = set() if doc["seq"] == seq else changed_since(doc["seq"])
+    if changed is None:
         return None
     saved = read_saved(directory, name, index.dim, config, seq)
-    return None if saved is None else adopt_saved(index, config, saved, seq, changed_since)
+    if saved is None or saved.doc["seq"] != doc["seq"]:  # replaced meanwhile by another process's save
+        return None
+    return adopt_saved(index, config, saved, seq, lambda since: changed)
 
 
 def _adopt(

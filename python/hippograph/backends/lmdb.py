@@ -301,6 +301,10 @@ class _Writer:
                 self.t.delete("log", _seq_key(seq - LOG_KEEP))
 
 
+_ADOPT_TRIES = 5
+"""Snapshots a background adoption tries before giving up on a cache that writers keep moving."""
+
+
 class _Cache:
     """This process's derived scoring state, valid as of change `seq`.
 
@@ -871,34 +875,44 @@ class LMDB(BackendBase):
 
         The files are hashed and read by hnswlib without any lock; only the
         catch-up from the change log holds the cache's lock (as a refresh does).
+        Any failure here only means the build goes on from the rows.
         """
         cache = self._cache
-        node_type = next((nt for nt, index in cache.index.items() if index is owner), None)
-        if node_type is None or cache.ann_dir is None or cache.ann is None or node_type in cache.ann_tried:
-            return False
-        cache.ann_tried.add(node_type)
+        with self._cache_lock.write():
+            node_type = next((nt for nt, index in cache.index.items() if index is owner), None)
+            if node_type is None or cache.ann_dir is None or cache.ann is None or node_type in cache.ann_tried:
+                return False
+            cache.ann_tried.add(node_type)
+            config, directory = cache.ann, cache.ann_dir
         try:
+            # Files saved at a change the store has not reached (a restored older store) are not even read.
             latest = self._read(lambda t: t.seq(), "load_vector_index")
-        except HippographError:
+            saved = ann_module.read_saved(directory, node_type.value, owner.dim, config, latest, cancel.is_set)
+        except Exception:  # closed meanwhile, no temp file for the verified copy, ...: build instead
             return False
-        saved = ann_module.read_saved(cache.ann_dir, node_type.value, owner.dim, cache.ann, latest)
-        if saved is None or cancel.is_set():
+        if saved is None:
             return False
 
-        def adopt(t: _Txn) -> bool:
+        def adopt(t: _Txn) -> bool | None:
             with self._cache_lock.write():
                 cache.refresh(t)
-                if cache.index[node_type] is not owner or owner.ann is not None or cancel.is_set() or cache.ann is None:
+                if cache.index[node_type] is not owner or owner.ann is not None or cancel.is_set():
                     return False
+                if cache.seq != t.seq():
+                    return None  # another thread moved the cache past this snapshot: its log is not in `t`
                 owner.ann = ann_module.adopt_saved(
-                    owner, cache.ann, saved, cache.seq, lambda since: cache._changed_since(t, since, cache.seq)
+                    owner, config, saved, cache.seq, lambda since: cache._changed_since(t, since, cache.seq)
                 )
                 return owner.ann is not None
 
         try:
-            return self._read(adopt, "load_vector_index")
+            for _ in range(_ADOPT_TRIES):
+                adopted = self._read(adopt, "load_vector_index")
+                if adopted is not None:
+                    return adopted
         except HippographError:  # closed or damaged meanwhile: the build (or its caller) sees it
-            return False
+            pass
+        return False
 
     def vector_index_stats(self) -> dict[str, dict[str, Any]]:
         """Per type: whether an HNSW index is built, vectors held, live nodes, reclaimable marks,
