@@ -17,8 +17,7 @@ round-trip bit-exactly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -92,13 +91,13 @@ def _body(data: bytes, what: str) -> memoryview:
     return memoryview(data)[1:]
 
 
-@contextmanager
-def _decoding(what: str) -> Iterator[None]:
-    """Reports what garbage in a stored record makes decoding raise as a `StorageError`."""
-    try:
-        yield
-    except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
-        raise StorageError(f"corrupt {what} record: {exc}", operation="decode") from None
+_GARBAGE = (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError)
+"""What garbage in a stored record makes decoding raise; reported as a `StorageError` (`_corrupt`).
+Decoders catch it inline rather than through a context manager: hydration decodes every hit."""
+
+
+def _corrupt(what: str, exc: Exception) -> StorageError:
+    return StorageError(f"corrupt {what} record: {exc}", operation="decode")
 
 
 def _unpack(data: bytes | memoryview, what: str) -> Any:
@@ -125,10 +124,12 @@ def decode_node(
     data: bytes, node_id: str, embedding: Embedding | None, links: Mapping[EdgeType, frozenset[str]]
 ) -> Node:
     node_type = node_type_of(data)
-    with _decoding(f"node {node_id!r}"):
+    try:
         created, fields = _unpack(_body(data, "node")[1:], "node")
         values = {"id": node_id, "embedding": embedding, "links": links, "created_at": from_us(created), **fields}
         return NODE_CLASSES[node_type].from_storage(values)
+    except _GARBAGE as exc:
+        raise _corrupt(f"node {node_id!r}", exc) from None
 
 
 def encode_embedding(embedding: Embedding) -> bytes:
@@ -152,11 +153,13 @@ def decode_links(data: bytes | None) -> dict[EdgeType, set[str]]:
     if data is None:
         return {}
     raw = _unpack(_body(data, "links"), "links")
-    with _decoding("links"):
+    try:
         links = {EdgeType(e): set(ids) for e, ids in raw.items()}
         if not all(isinstance(i, str) for ids in links.values() for i in ids):
             raise TypeError("a linked id is not a string")
         return links
+    except _GARBAGE as exc:
+        raise _corrupt("links", exc) from None
 
 
 def encode_meta(meta: NodeMetadata) -> bytes:
@@ -167,7 +170,7 @@ def encode_meta(meta: NodeMetadata) -> bytes:
 
 
 def decode_meta(data: bytes) -> NodeMetadata:
-    with _decoding("metadata"):
+    try:
         created, count, last, reward, reward_count, custom = _unpack(_body(data, "metadata"), "metadata")
         return NodeMetadata.from_storage(
             {
@@ -179,6 +182,8 @@ def decode_meta(data: bytes) -> NodeMetadata:
                 "custom": custom,
             }
         )
+    except _GARBAGE as exc:
+        raise _corrupt("metadata", exc) from None
 
 
 def encode_record(record: IngestionRecord) -> bytes:
@@ -187,9 +192,11 @@ def encode_record(record: IngestionRecord) -> bytes:
 
 
 def decode_record(source_id: str, data: bytes) -> IngestionRecord:
-    with _decoding("ingestion"):
+    try:
         digest, version, node_ids, stored = _unpack(_body(data, "ingestion"), "ingestion")
         if not isinstance(digest, bytes) or not all(isinstance(i, str) for i in node_ids):
             raise TypeError("wrong field types")
         receipt = IngestionReceipt(source_id=source_id, node_ids=tuple(node_ids), stored_at=from_us(stored))
         return IngestionRecord(source_id, digest, version, receipt)
+    except _GARBAGE as exc:
+        raise _corrupt("ingestion", exc) from None
