@@ -8,8 +8,9 @@ In order of preference:
    initdb into a temporary directory (as the ``postgres`` user when running as
    root, since the server refuses root), trust auth, 127.0.0.1 on a free port,
    stopped and deleted when the test session ends;
-3. otherwise the tests fail with a clear message when
-   ``HIPPOGRAPH_REQUIRE_PG=1`` (CI sets it), and are skipped only when it is not.
+3. otherwise the tests fail with a message saying how to install a server;
+   ``HIPPOGRAPH_SKIP_PG=1`` leaves them out instead (a deliberate choice,
+   never the default; ``HIPPOGRAPH_REQUIRE_PG=1``, which CI sets, overrides it).
 
 The DSN found is exported as ``$HIPPOGRAPH_PG_DSN`` so that child processes
 started by the tests use the same server. Each test isolates itself with a
@@ -36,6 +37,7 @@ import pytest
 
 DSN_ENV = "HIPPOGRAPH_PG_DSN"
 REQUIRE_ENV = "HIPPOGRAPH_REQUIRE_PG"
+SKIP_ENV = "HIPPOGRAPH_SKIP_PG"
 RUN_ENV = "HIPPOGRAPH_PG_TEST_RUN"
 
 
@@ -152,29 +154,35 @@ def dsn() -> str:
         return _dsn
 
 
-def _required() -> bool:
-    return os.environ.get(REQUIRE_ENV, "") not in ("", "0")
+def _left_out() -> bool:
+    """True only when the user asked to leave the PostgreSQL tests out (and CI did not require them)."""
+    return os.environ.get(SKIP_ENV) == "1" and os.environ.get(REQUIRE_ENV, "") in ("", "0")
 
 
 def require_psycopg() -> None:
-    """At the top of a PostgreSQL test module: skip it when psycopg is missing (fail when required)."""
+    """At the top of a PostgreSQL test module: psycopg must be importable (it is in the dev extra)."""
     try:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError as exc:
-        if _required():
-            raise
-        pytest.skip(f"psycopg is not installed (pip install 'hippograph[postgres]'): {exc}", allow_module_level=True)
+        if not _left_out():
+            hint = f"pip install '.[dev]', or set {SKIP_ENV}=1 to leave the PostgreSQL tests out"
+            raise ImportError(f"{exc}: {hint}") from exc
+        pytest.skip(f"psycopg is not installed; left out as {SKIP_ENV}=1 asks", allow_module_level=True)
 
 
 def require_dsn() -> str:
-    """`dsn()` for a test: fails (HIPPOGRAPH_REQUIRE_PG=1) or skips when there is no server."""
+    """`dsn()` for a test: fails when there is no server, unless HIPPOGRAPH_SKIP_PG=1 asks to leave it out."""
     try:
         return dsn()
     except Unavailable as exc:
-        if _required():
-            pytest.fail(f"{REQUIRE_ENV} is set but {exc}", pytrace=False)
-        pytest.skip(str(exc))
+        if _left_out():
+            pytest.skip(f"{exc}; left out as {SKIP_ENV}=1 asks")
+        pytest.fail(
+            f"{exc}: install PostgreSQL's server (Debian: apt-get install postgresql), "
+            f"or set {SKIP_ENV}=1 to leave the PostgreSQL tests out",
+            pytrace=False,
+        )
 
 
 def repo_for(path: Path | str) -> str:

