@@ -878,7 +878,7 @@ def test_writes_made_during_a_background_build_are_in_the_index_it_publishes(
     assert find(b, new, vf=vf)[0][0] == "mover" and find(b, old, vf=vf)[0][0] != "mover"
     assert "n0000" not in {i for i, _ in find(b, old, vf=vf)}
     assert_index_mirrors_the_rows(b)
-    assert bool(rounds) == (under_lock < 30)
+    assert len(rounds) == (2 if under_lock < 30 else 1), "a round before the final replay, only past the threshold"
 
 
 def type_index(b: Backend, node_type: str = "semantic") -> Any:

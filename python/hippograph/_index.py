@@ -214,6 +214,12 @@ class TypeIndex:
                     self.ann.add_many([node_id], embedding[None, :], np.array([r], np.int64))
         self.set_meta(node_id, meta)
 
+    def current(self, ids: Iterable[str]) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Those of `ids` this index holds, in row order, with a copy of their vectors and their rows."""
+        held = sorted((i for i in ids if i in self.row), key=self.row.__getitem__)
+        rows = np.array([self.row[i] for i in held], np.int64)
+        return held, self.matrix()[rows], rows
+
     def _note_change(self, node_id: str) -> None:
         changed = self._changed  # a background build may drop the set at any moment
         if changed is not None:
@@ -316,7 +322,7 @@ class TypeIndex:
         return self.ann
 
     def _start_background_build(self) -> None:
-        """Copies the rows and starts the builder thread (the caller holds the shared lock: no writer runs)."""
+        """Starts the builder thread once (a failure to start is reported like a failed build)."""
         with self._ann_build:
             if self._builds_closed or self.ann is not None or self.build_error is not None:
                 return
@@ -351,17 +357,16 @@ class TypeIndex:
             del ids, matrix  # the copy lives only as long as hnswlib needs it
             if built is None:
                 return
-            for _ in range(_CATCH_UP_ROUNDS):  # many writes meanwhile: replay them without holding the lock
+            for _ in range(_CATCH_UP_ROUNDS):  # many writes meanwhile: replay most of them between lock holds
                 with lock.read():
                     changed = self._changed
                     if changed is None or len(changed) <= _CATCH_UP_UNDER_LOCK:
                         break
                     self._changed = set()
-                    present = [i for i in changed if i in self.row]
-                    vectors = self.matrix()[np.array([self.row[i] for i in present], np.int64)]
+                    current = self.current(changed)
                 if cancel.is_set():
                     return
-                ann_module.replay(built, changed, present, vectors)
+                ann_module.replay(built, changed, current)  # hnswlib's work, with no lock held
             with lock.read(), self._ann_build:  # no write runs: the copy plus `_changed` is the current state
                 if not cancel.is_set() and self.ann is None and not self._builds_closed:
                     self.ann = ann_module.catch_up(self, built, self._changed or set())
@@ -580,14 +585,15 @@ def stop_background_builds(
 
     Call holding none of the backend's locks: a builder may be waiting for one to publish.
     """
-    threads = [t for t in (index.close_background_builds() for index in indexes) if t is not None]
-    for thread in [*threads, *retired]:
+    for thread in retire(indexes, retired):
         thread.join(timeout)
 
 
-def retire(indexes: Iterable[TypeIndex]) -> list[threading.Thread]:
-    """Stops the builds of type indexes a cache replaces; their threads, for the backend's close to join."""
-    return [t for t in (index.close_background_builds() for index in indexes) if t is not None]
+def retire(indexes: Iterable[TypeIndex], retired: Iterable[threading.Thread] = ()) -> list[threading.Thread]:
+    """Stops the builds of type indexes a cache replaces; their threads plus those of `retired` still
+    running, for the backend's close to join."""
+    stopped = [t for t in (index.close_background_builds() for index in indexes) if t is not None]
+    return [t for t in retired if t.is_alive()] + stopped
 
 
 def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> npt.NDArray[np.float32]:

@@ -244,12 +244,15 @@ def build_rows(
     return ann
 
 
-def replay(ann: AnnIndex, changed: set[str], present: list[str], vectors: npt.NDArray[np.float32]) -> None:
-    """Marks `changed` ids deleted and re-adds those still `present` with their `vectors` (rows fixed later
-    by `catch_up`)."""
+def replay(
+    ann: AnnIndex, changed: set[str], current: tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]
+) -> None:
+    """Marks `changed` ids deleted in `ann` and re-adds those still held, from `current` (`TypeIndex.current`:
+    ids, vectors, rows). The rows may go stale afterwards; `catch_up` fixes every row again."""
+    present, vectors, rows = current
     for node_id in changed.difference(present):
         ann.discard(node_id)
-    ann.add_many(present, vectors, np.full(len(present), -1, np.int64))
+    ann.add_many(present, vectors, rows)
 
 
 def catch_up(index: TypeIndex, ann: AnnIndex, changed: set[str]) -> AnnIndex:
@@ -260,19 +263,13 @@ def catch_up(index: TypeIndex, ann: AnnIndex, changed: set[str]) -> AnnIndex:
     vectors added. Every other label's row is looked up afresh (swap-removes
     moved rows since).
     """
-    for node_id in changed:
-        ann.discard(node_id)
+    replay(ann, changed, index.current(changed))
     for node_id in [i for i in ann.label_of if i not in index.row]:  # defensive: a removal not reported
         ann.discard(node_id)
     rows = np.full(len(ann.row_of_label), -1, np.int64)
     for node_id, label in ann.label_of.items():
         rows[label] = index.row[node_id]
     ann.row_of_label = rows
-    norms = index.norms()
-    fresh = sorted((i for i in changed if i in index.row and norms[index.row[i]] > 0), key=index.row.__getitem__)
-    if fresh:
-        at = np.array([index.row[i] for i in fresh], np.int64)
-        ann.add_many(fresh, index.matrix()[at], at)
     return ann
 
 

@@ -388,7 +388,7 @@ class _Cache:
         return not held.any() if embedding is None else bool(np.array_equal(held, embedding))
 
     def _rebuild(self, t: _Txn) -> None:
-        self.retired = [t for t in self.retired if t.is_alive()] + retire(self.index.values())
+        self.retired = retire(self.index.values(), self.retired)
         self.index = self._new_indexes()
         self.type_of = {}
         self.ann_tried = set()

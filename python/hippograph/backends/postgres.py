@@ -637,7 +637,7 @@ class _Cache:
             index[node_type].upsert(node_id, embedding, meta)
             type_of[node_id] = node_type
         now = time.monotonic()
-        self.retired = [t for t in self.retired if t.is_alive()] + retire(self.index.values())
+        self.retired = retire(self.index.values(), self.retired)
         self.index, self.type_of = index, type_of
         self.high = max(top, floor)
         self.gaps = {s: now for s in range(max(low + 1, top - _MAX_GAPS), top) if s not in visible}
