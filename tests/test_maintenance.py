@@ -2,8 +2,10 @@
 
 Each test runs on `InMemory`, on `LMDB` and on a protocol-only wrapper (the
 fallback path of `hippograph.maintenance`, without native `rewrite`/`snapshot`).
-Usage scores are computed by hand from DESIGN §4 with relevance 1 and the
-defaults lambda=0.01/h, k=5, base_floor=0.3, beta=1.
+Usage scores are computed by hand with relevance 1, lambda=0.01/h (set
+explicitly through the repo's value-function params, so ages of hours tell
+nodes apart) and the defaults k=5, base_floor=0.3, beta=1. The 90-day default
+half-life has tests of its own.
 """
 
 from __future__ import annotations
@@ -72,14 +74,18 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> hg.GraphBackend:
     return ProtocolOnly(InMemory())
 
 
+HOURLY = {"params": {t: {"lambda": 0.01} for t in hg.NodeType}}
+"""Decay of 1 % per hour: the hand-computed scores below assume it."""
+
+
 @pytest.fixture
 def repo(backend: hg.GraphBackend) -> Iterator[hg.Repo]:
-    with hg.Repo(backend, flush_interval=0) as r:
+    with hg.Repo(backend, flush_interval=0, value_function=HOURLY) as r:
         yield r
 
 
 def lmdb_repo(path: Path) -> hg.Repo:
-    return hg.Repo(LMDB(path), flush_interval=0)
+    return hg.Repo(LMDB(path), flush_interval=0, value_function=HOURLY)
 
 
 # -- empty graph ---------------------------------------------------------------
@@ -173,9 +179,19 @@ def test_decay_refuses_an_unknown_type_and_deletes_nothing(repo: hg.Repo) -> Non
     assert repo.backend.get_node("sem") is not None
 
 
+def test_default_decay_keeps_an_unused_memory_for_months(backend: hg.GraphBackend) -> None:
+    # 90-day half-life: a never-used node scores 0.3 × 2^(-days/90); at threshold 0.1 it goes
+    # once that falls below 0.1, after 90 × log2(3) = 142.6 days.
+    with hg.Repo(backend, flush_interval=0) as repo:
+        days = {"week": 7, "quarter": 90, "142d": 142, "143d": 143, "year": 365}
+        build(backend, [semantic(n) for n in days], {n: meta(created=24 * d) for n, d in days.items()})
+        assert sorted(repo.decay(threshold=0.1, now=NOW).deleted_ids) == ["143d", "year"]
+        assert sorted(repo.decay(threshold=0.15 * (1 + 1e-9), now=NOW).deleted_ids) == ["142d", "quarter"]
+
+
 def test_decay_uses_the_repos_per_type_params(backend: hg.GraphBackend) -> None:
     # Same usage (10 h since creation, never accessed), different lambda:
-    # episodic exp(-0.1 × 10) × 0.3 = 0.110; semantic exp(-0.01 × 10) × 0.3 = 0.271.
+    # episodic exp(-0.1 × 10) × 0.3 = 0.110; semantic 0.3 × 2^(-10/2160) = 0.299 (the default).
     with hg.Repo(backend, flush_interval=0, value_function={"params": {"episodic": {"lambda": 0.1}}}) as repo:
         build(backend, [episodic("ep"), semantic("sem")], {"ep": meta(created=10), "sem": meta(created=10)})
         assert repo.decay(threshold=0.2, types=("episodic", "semantic"), now=NOW).deleted_ids == ("ep",)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -100,11 +101,12 @@ def scan(
     rank: npt.NDArray[np.uint32] | None,
     threshold: float,
     top_k: int,
+    gate: Literal["score", "relevance"] = "score",
 ) -> tuple[npt.NDArray[np.int64], F64]:
     m = meta
     return _core.scan_default(
         matrix, norms, queries, m.has_meta, m.timestamp, m.access_count, m.reward_count, m.cumulative_reward,
-        rank, NOW, p.lam, p.k, p.base_floor, p.beta, threshold, top_k,
+        rank, NOW, p.lam, p.k, p.base_floor, p.beta, threshold, gate, top_k,
     )  # fmt: skip
 
 
@@ -183,6 +185,28 @@ def test_scan_default_selects_like_numpy(case: Case, threshold: float, top_k: in
     name = [f"{r:06d}" for r in case.rank.tolist()]
     actual = [(name[i], s) for i, s in zip(idx.tolist(), scores.tolist(), strict=True)]
     assert_selection(actual, {name[i]: float(s) for i, s in enumerate(want)}, threshold, top_k, tol=1e-5)
+
+
+@SETTINGS
+@given(cases(), st.floats(0.0, 1.0), st.integers(0, 45))
+def test_relevance_gate_selects_by_score_among_relevant_rows(case: Case, threshold: float, top_k: int) -> None:
+    """Under the relevance gate the threshold filters on relevance; the score still ranks."""
+    idx, scores = scan(
+        case.matrix, case.norms, case.queries, case.meta, case.params, case.rank, threshold, top_k, "relevance"
+    )
+    rel = np_relevance(case.matrix, case.queries)
+    want = np_values(rel, case.meta, case.params)
+    name = [f"{r:06d}" for r in case.rank.tolist()]
+    actual = [(name[i], s) for i, s in zip(idx.tolist(), scores.tolist(), strict=True)]
+    universe = {name[i]: float(s) for i, s in enumerate(want)}
+    gated = {name[i]: float(r) for i, r in enumerate(rel)}
+    assert_selection(actual, universe, threshold, top_k, tol=1e-5, gated=gated)
+
+
+def test_unknown_gate_is_a_validation_error() -> None:
+    matrix = np.eye(2, dtype=np.float32)
+    with pytest.raises(ValidationError, match="gate must be 'score' or 'relevance'"):
+        scan(matrix, np.ones(2, np.float32), matrix[:1].copy(), Meta.empty(2), DEFAULTS, None, 0.0, 5, "x")  # type: ignore[arg-type]
 
 
 @SETTINGS

@@ -20,18 +20,38 @@ PARAMS = {**DEFAULT_PARAMS[NodeType.SEMANTIC], "now": NOW}
 
 def test_default_params_follow_the_design_table() -> None:
     table = {
-        "semantic": (0.0, 20),
-        "procedural": (0.8, 10),
-        "episodic": (0.0, 30),
-        "subgoal": (0.75, 10),
-        "tag": (0.9, 10),
-        "source": (0.0, 50),
-        "intent": (0.7, 10),
+        "semantic": (0.0, 20, "score"),
+        "procedural": (0.8, 10, "relevance"),
+        "episodic": (0.0, 30, "score"),
+        "subgoal": (0.75, 10, "relevance"),
+        "tag": (0.9, 10, "relevance"),
+        "source": (0.0, 50, "score"),
+        "intent": (0.7, 10, "relevance"),
     }
     for node_type in NodeType:
         params = DEFAULT_PARAMS[node_type]
-        assert (params["threshold"], params["top_k"]) == table[node_type.value]
-        assert (params["lambda"], params["k"], params["base_floor"], params["beta"]) == (0.01, 5, 0.3, 1.0)
+        assert (params["threshold"], params["top_k"], params["gate"]) == table[node_type.value]
+        assert (params["k"], params["base_floor"], params["beta"]) == (5, 0.3, 1.0)
+        assert params["lambda"] == math.log(2) / 2160
+
+
+def test_default_half_life_is_ninety_days() -> None:
+    """An unused memory's score halves every 90 days (2,160 hours)."""
+    for days, factor in ((90, 0.5), (180, 0.25), (0, 1.0)):
+        meta = NodeMetadata(created_at=NOW - timedelta(days=days))
+        assert DefaultValueFunction().score(1.0, NODE, meta, PARAMS) == pytest.approx(0.3 * factor, rel=1e-12)
+
+
+@pytest.mark.parametrize("gate", ["Score", "", None, 1, "similarity"])
+def test_unknown_gate_is_a_config_error(gate: object) -> None:
+    with pytest.raises(ConfigError, match="gate of type 'tag'"):
+        resolve_config({"params": {"tag": {"gate": gate}}})
+
+
+def test_gate_is_resolved_per_type() -> None:
+    cfg = resolve_config({"params": {"procedural": {"gate": "score"}, "semantic": {"gate": "relevance"}}})
+    assert cfg.params[NodeType.PROCEDURAL].gate == "score" and cfg.params[NodeType.SEMANTIC].gate == "relevance"
+    assert cfg.params[NodeType.TAG].gate == "relevance" and cfg.params[NodeType.EPISODIC].gate == "score"
 
 
 def test_no_config_resolves_to_the_default_function_and_params() -> None:
@@ -135,16 +155,17 @@ def test_score_matches_the_formula_by_hand() -> None:
         reward_count=2,
         cumulative_reward=1.0,
     )
-    # 0.8 × e^(-0.01·2) × 10/(10+5) × 1/(1+e^(-1·0.5))
-    want = 0.8 * math.exp(-0.02) * (10 / 15) * (1 / (1 + math.exp(-0.5)))
-    assert want == pytest.approx(0.3254047, abs=1e-7)
+    # 0.8 × 2^(-2/2160) × 10/(10+5) × 1/(1+e^(-1·0.5))
+    want = 0.8 * 2 ** (-2 / 2160) * (10 / 15) * (1 / (1 + math.exp(-0.5)))
+    assert want == pytest.approx(0.3317653, abs=1e-7)
     assert DefaultValueFunction().score(0.8, NODE, meta, PARAMS) == pytest.approx(want, rel=1e-12)
 
 
 def test_score_measures_age_from_creation_when_never_accessed() -> None:
     meta = NodeMetadata(created_at=NOW - timedelta(hours=10))
-    # 1.0 × e^(-0.1) × max(0.3, 0/5) × 1
-    assert DefaultValueFunction().score(1.0, NODE, meta, PARAMS) == pytest.approx(math.exp(-0.1) * 0.3, rel=1e-12)
+    # 1.0 × 2^(-10/2160) × max(0.3, 0/5) × 1
+    want = 2 ** (-10 / 2160) * 0.3
+    assert DefaultValueFunction().score(1.0, NODE, meta, PARAMS) == pytest.approx(want, rel=1e-12)
 
 
 def test_score_uses_the_given_params() -> None:

@@ -1,7 +1,7 @@
 """Stubs of the Rust extension. Arrays are numpy; matrices are C-contiguous, row-major."""
 
 from mmap import mmap
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,7 @@ def scan_default(
     base_floor: float,
     beta: float,
     threshold: float,
+    gate: Literal["score", "relevance"],
     top_k: int,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """Relevance, default value function and selection in one pass; GIL released."""
@@ -100,6 +101,7 @@ def certified_walk(
     base_floor: float,
     beta: float,
     threshold: float,
+    gate: Literal["score", "relevance"],
     top_k: int,
     pool: npt.NDArray[np.uint32],
     bound: float,

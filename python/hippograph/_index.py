@@ -491,6 +491,7 @@ class TypeIndex:
                 tp.base_floor,
                 tp.beta,
                 tp.threshold,
+                tp.gate,
                 tp.top_k,
                 pool,
                 bound,
@@ -537,6 +538,7 @@ class TypeIndex:
                 base_floor=tp.base_floor,
                 beta=tp.beta,
                 threshold=tp.threshold,
+                gate=tp.gate,
                 top_k=tp.top_k,
             )
         else:
@@ -549,7 +551,11 @@ class TypeIndex:
                 got = loaded.get(node_id)
                 if got is not None:
                     values[r] = float(cfg.function.score(float(rel[r]), got[0], got[1], params))
-            idx = _core.select_top(values, tp.threshold, tp.top_k, rank)
+            least = tp.threshold
+            if tp.gate == "relevance":
+                values[rel.astype(np.float64) < tp.threshold] = np.nan  # NaN is never selected
+                least = -np.inf
+            idx = _core.select_top(values, least, tp.top_k, rank)
             scores = values[idx]
         return (idx if rows is None else rows[idx]), scores
 

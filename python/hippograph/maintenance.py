@@ -264,6 +264,16 @@ def _merged_metadata(keep: NodeMetadata | None, gone: NodeMetadata | None) -> No
     )
 
 
+def _merged_links(backend: GraphBackend, keep: str, gone: str, survivor: dict[str, str]) -> dict[EdgeType, set[str]]:
+    """The survivor's links: both nodes' links as stored now (earlier merges of the pass have
+    written theirs), each end that this pass merges away replaced by its survivor."""
+    links: dict[EdgeType, set[str]] = {e: set() for e in EdgeType}
+    for node in (backend.get_node(keep), backend.get_node(gone)):
+        for edge, ids in (node.links if node is not None else {}).items():
+            links[edge] |= {survivor.get(i, i) for i in ids}
+    return {e: ids - {keep, gone} for e, ids in links.items() if ids - {keep, gone}}
+
+
 def consolidate(
     backend: GraphBackend,
     config: ResolvedConfig,
@@ -305,13 +315,11 @@ def consolidate(
         if not isinstance(decision, Merge):
             raise ValidationError(f"decide() must return Merge or None, got {type(decision).__name__}")
         keep, gone = (a, b) if usage[row_of[first]] >= usage[row_of[second]] else (b, a)
-        links = {e: (set(keep.links.get(e, ())) | set(gone.links.get(e, ()))) - {keep.id, gone.id} for e in EdgeType}
         merged = Semantic(
             id=keep.id,
             proposition=decision.proposition,
             confidence=keep.confidence,
             embedding=as_embedding(decision.embedding, f"merged embedding of {keep.id!r}"),
-            links={e: frozenset(ids) for e, ids in links.items() if ids},
             created_at=keep.created_at,
         )
         dim = snap.matrix.shape[1]
@@ -320,11 +328,12 @@ def consolidate(
                 f"merged embedding of {keep.id!r} has dimension {merged.embedding.shape[0]}, the store holds {dim}"
             )
         decided.append((keep, gone, merged))
+    survivor = {gone.id: keep.id for keep, gone, _ in decided}
     merges: list[tuple[str, str]] = []
     orphans: list[str] = []
     for keep, gone, merged in decided:
         metas = backend.get_metadata([keep.id, gone.id])
-        cs = Changeset(additions=[merged])
+        cs = Changeset(additions=[merged.with_links(_merged_links(backend, keep.id, gone.id, survivor))])
         meta = _merged_metadata(metas.get(keep.id), metas.get(gone.id))
         if meta is not None:
             cs.put_metadata(keep.id, meta)

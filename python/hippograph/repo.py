@@ -74,9 +74,16 @@ class Hit(NamedTuple):
 
 @dataclass(frozen=True)
 class ForgetSummary:
+    """What `Repo.forget` removed: the ingestion's own nodes, and tag/intent nodes left without links.
+
+    `kept_ids` are tag and intent nodes the ingestion created that nodes outside it still link
+    to (another ingestion's memories share them): they stay, with those links.
+    """
+
     source_id: str
     deleted_ids: tuple[str, ...]
     orphan_ids: tuple[str, ...]
+    kept_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -347,19 +354,24 @@ class Repo:
     def forget(self, source_id: str) -> ForgetSummary:
         """The privacy verb: remove an ingestion's nodes, their metadata, orphans, and the record.
 
-        The record goes last, so a forget interrupted by a crash can be rerun.
+        Tag and intent nodes of the ingestion that nodes outside it still link to are kept
+        (`ForgetSummary.kept_ids`): another ingestion's memories use them, and no surviving
+        node loses a link to another surviving node. The record goes last, so a forget
+        interrupted by a crash can be rerun.
         """
         self._check_open("forget")
         record = self.backend.get_ingestion(check_id(source_id, "source_id"))
         if record is None:
             raise NotFoundError("ingestion", source_id)
         self.flush()
-        ids = [i for i in record.receipt.node_ids if self.backend.get_node(i) is not None]
-        gone = set(ids)
+        own = [n for n in map(self.backend.get_node, dict.fromkeys(record.receipt.node_ids)) if n is not None]
+        own_ids = {n.id for n in own}
+        kept = [n.id for n in own if n.node_type in ORPHAN_TYPES and n.linked_ids() - own_ids]
+        ids = [n.id for n in own if n.id not in kept]
         neighbours = [n.id for n in self.backend.get_linked_nodes(ids) if n.node_type in ORPHAN_TYPES]
-        orphans = maintenance.rewrite(self.backend, Changeset(), ids, [n for n in neighbours if n not in gone])
+        orphans = maintenance.rewrite(self.backend, Changeset(), ids, [n for n in neighbours if n not in own_ids])
         self.backend.delete_ingestion(source_id)
-        return ForgetSummary(source_id, tuple(ids), tuple(orphans))
+        return ForgetSummary(source_id, tuple(ids), tuple(orphans), tuple(kept))
 
     # -- maintenance ---------------------------------------------------------
 

@@ -11,13 +11,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from .errors import ConfigError
 from .model import Node, NodeMetadata, NodeType, utcnow
 
 __all__ = [
+    "DEFAULT_LAMBDA",
     "DEFAULT_PARAMS",
+    "GATES",
+    "Gate",
     "DefaultValueFunction",
     "TypeParams",
     "ValueFunction",
@@ -53,22 +56,36 @@ class ValueFunctionConfig(TypedDict, total=False):
     params: Mapping[NodeType | str, Mapping[str, Any]]
 
 
-_SELECTION: dict[str, tuple[float, int]] = {
-    "semantic": (0.0, 20),
-    "procedural": (0.8, 10),
-    "episodic": (0.0, 30),
-    "subgoal": (0.75, 10),
-    "tag": (0.9, 10),
-    "source": (0.0, 50),
-    "intent": (0.7, 10),
-}
-_OTHER = (0.0, 20)
-_SHARED = {"lambda": 0.01, "k": 5.0, "base_floor": 0.3, "beta": 1.0}
+Gate = Literal["score", "relevance"]
+GATES: tuple[Gate, ...] = ("score", "relevance")
 
-DEFAULT_PARAMS: dict[NodeType, dict[str, Any]] = {
-    t: {"threshold": _SELECTION.get(t.value, _OTHER)[0], "top_k": _SELECTION.get(t.value, _OTHER)[1], **_SHARED}
-    for t in NodeType
+_SELECTION: dict[str, tuple[float, int, Gate]] = {
+    "semantic": (0.0, 20, "score"),
+    "procedural": (0.8, 10, "relevance"),
+    "episodic": (0.0, 30, "score"),
+    "subgoal": (0.75, 10, "relevance"),
+    "tag": (0.9, 10, "relevance"),
+    "source": (0.0, 50, "score"),
+    "intent": (0.7, 10, "relevance"),
 }
+_OTHER: tuple[float, int, Gate] = (0.0, 20, "score")
+
+DEFAULT_LAMBDA = math.log(2) / 2160
+"""Decay per hour: a 90-day half-life (the score of an unused memory halves every 2,160 hours)."""
+
+_SHARED = {"lambda": DEFAULT_LAMBDA, "k": 5.0, "base_floor": 0.3, "beta": 1.0}
+
+
+def _defaults(node_type: NodeType) -> dict[str, Any]:
+    threshold, top_k, gate = _SELECTION.get(node_type.value, _OTHER)
+    return {"threshold": threshold, "top_k": top_k, "gate": gate, **_SHARED}
+
+
+DEFAULT_PARAMS: dict[NodeType, dict[str, Any]] = {t: _defaults(t) for t in NodeType}
+"""Per-type defaults. ``gate`` says what ``threshold`` is compared with: the score, or the
+relevance alone (the high thresholds of procedural, subgoal, tag and intent are similarity
+gates: a never-used node's score is at most 0.3 × relevance, so as score thresholds they
+would never let it be recalled)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,7 @@ class TypeParams:
 
     threshold: float
     top_k: int
+    gate: Gate
     lam: float
     k: float
     base_floor: float
@@ -96,9 +114,13 @@ def _type_params(node_type: NodeType, overrides: Mapping[str, Any]) -> TypeParam
     top_k = merged["top_k"]
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k < 2**62:
         raise ConfigError(f"top_k of type {node_type.value!r} must be a non-negative int, got {top_k!r}")
+    gate = merged["gate"]
+    if gate not in GATES:
+        raise ConfigError(f"gate of type {node_type.value!r} must be 'score' or 'relevance', got {gate!r}")
     tp = TypeParams(
         threshold=_number(merged, "threshold", node_type),
         top_k=top_k,
+        gate=gate,
         lam=_number(merged, "lambda", node_type),
         k=_number(merged, "k", node_type),
         base_floor=_number(merged, "base_floor", node_type),

@@ -65,6 +65,7 @@ from .graphs import (
     make_record,
     nodes_with_optionals_unset,
     random_graph,
+    reference_gated,
     reference_scores,
     resolved_params,
     sample_nodes,
@@ -838,7 +839,8 @@ class BackendConformance:
         params = by_id["a"][2]
         assert params["now"] == NOW
         assert params["k"] == 2.5
-        assert params["threshold"] == 0.0 and params["top_k"] == 20 and params["lambda"] == 0.01
+        assert params["threshold"] == 0.0 and params["top_k"] == 20 and params["gate"] == "score"
+        assert params["lambda"] == pytest.approx(math.log(2) / 2160, rel=1e-12)
 
     @pytest.mark.parametrize("seed", [11, 12])
     def test_python_value_function_matches_the_default(self, backend: GraphBackend, seed: int) -> None:
@@ -916,11 +918,12 @@ class BackendConformance:
         cs.put_metadata("d", NodeMetadata(created_at=NOW - timedelta(hours=1), access_count=4))
         cs.put_metadata("f", NodeMetadata(created_at=NOW + timedelta(hours=3), access_count=2))
         backend.apply_changeset(cs)
-        # a: 1.0 × e^(-0.01·2) × 10/15 × σ(0.5);  b: 0.6 × e^(-0.01·10) × floor 0.3;
+        # λ = ln 2 / 2160 per hour (a 90-day half-life).
+        # a: 1.0 × 2^(-2/2160) × 10/15 × σ(0.5);  b: 0.6 × 2^(-10/2160) × floor 0.3;
         # c: no metadata → 0.8;  f: created in the future → no decay, 2/7 < 0.3 → 0.3.
-        want_a = 1.0 * math.exp(-0.02) * (10 / 15) / (1 + math.exp(-0.5))
-        want_b = 0.6 * math.exp(-0.1) * 0.3
-        assert (want_a, want_b) == pytest.approx((0.4067559, 0.1628707), abs=1e-7)
+        want_a = 1.0 * 2 ** (-2 / 2160) * (10 / 15) / (1 + math.exp(-0.5))
+        want_b = 0.6 * 2 ** (-10 / 2160) * 0.3
+        assert (want_a, want_b) == pytest.approx((0.4147066, 0.1794233), abs=1e-7)
         got = backend.find_candidates([NodeType.SEMANTIC], vec(2, 0, 0, 0), [], None, now=NOW)
         assert [n.id for n, _ in got] == ["c", "a", "f", "b", "d", "e"]
         assert [s for _, s in got] == pytest.approx([0.8, want_a, 0.3, want_b, 0.0, 0.0], abs=1e-6)
@@ -946,14 +949,16 @@ class BackendConformance:
             config = {"params": params}
             for query, tags in graph.queries:
                 expected = reference_scores(graph.nodes.values(), graph.metadata, query, tags, params, NOW)
+                gated = reference_gated(graph.nodes.values(), expected, query, tags, params)
                 every = {"params": {t: {**p, "threshold": 0.0, "top_k": 10_000} for t, p in params.items()}}
                 concatenated: list[str] = []
                 for t in NodeType:
                     got = backend.find_candidates([t], query, tags, config, now=NOW, exact=True)
                     reference_all = _pairs(reference.find_candidates([t], query, tags, every, now=NOW))
                     pairs = _pairs(got)
-                    assert_selection(pairs, dict(reference_all), params[t]["threshold"], params[t]["top_k"])
-                    assert_selection(pairs, expected[t], params[t]["threshold"], params[t]["top_k"])
+                    threshold, top_k = params[t]["threshold"], params[t]["top_k"]
+                    assert_selection(pairs, dict(reference_all), threshold, top_k, gated=gated[t])
+                    assert_selection(pairs, expected[t], threshold, top_k, gated=gated[t])
                     for node, _ in got:
                         assert node == reference.get_node(node.id)
                     concatenated += [i for i, _ in pairs]

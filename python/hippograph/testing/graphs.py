@@ -8,8 +8,8 @@ Nothing here needs pytest, so benchmarks and other suites can reuse it:
 - `Snapshot`, `snapshot`: everything a backend holds for given ids, comparable
   with ``==`` (how "a rejected call writes nothing" is checked);
 - `random_graph`: a seeded random graph with embeddings, links and metadata;
-- `reference_scores`, `ReferenceValueFunction`: the DESIGN §4 scoring written
-  independently of hippograph's own scorer (numpy float64 / plain Python);
+- `reference_scores`, `reference_gated`, `ReferenceValueFunction`: the scoring
+  rules written independently of hippograph's own scorer (plain Python);
 - `assert_selection`: compares a ranked result to reference scores while
   tolerating float noise at the cut-off.
 """
@@ -57,6 +57,7 @@ __all__ = [
     "make_record",
     "nodes_with_optionals_unset",
     "random_graph",
+    "reference_gated",
     "reference_scores",
     "resolved_params",
     "sample_nodes",
@@ -365,6 +366,23 @@ def reference_scores(
     return out
 
 
+def reference_gated(
+    nodes: Iterable[Node],
+    scores: Mapping[NodeType, Mapping[str, float]],
+    query: npt.NDArray[np.float32],
+    tags: Sequence[npt.NDArray[np.float32]],
+    params: Mapping[NodeType, Mapping[str, Any]],
+) -> dict[NodeType, dict[str, float]]:
+    """What each node's threshold is compared with: its score, or its relevance where its type's
+    ``gate`` is ``"relevance"``."""
+    out: dict[NodeType, dict[str, float]] = {t: dict(s) for t, s in scores.items()}
+    vectors = [query, *tags]
+    for node in nodes:
+        if params[node.node_type].get("gate", "score") == "relevance":
+            out[node.node_type][node.id] = _relevance(node.embedding, vectors)
+    return out
+
+
 def assert_selection(
     actual: Sequence[tuple[str, float]],
     universe: Mapping[str, float],
@@ -372,27 +390,30 @@ def assert_selection(
     top_k: int,
     *,
     tol: float = 1e-5,
+    gated: Mapping[str, float] | None = None,
 ) -> None:
     """Checks a ranked `(id, score)` result against reference scores of every candidate.
 
     Scores must match within `tol`; the result must be ordered by score
-    descending then id ascending, hold only scores >= threshold and at most
-    `top_k` entries, and leave out nothing clearly better than what it kept.
-    Candidates within `tol` of the threshold or of the last kept score may go
-    either way: float noise legitimately decides them.
+    descending then id ascending, hold only candidates whose gated value (the
+    score, or `gated[id]`: the relevance under the relevance gate) is >=
+    threshold and at most `top_k` entries, and leave out nothing clearly
+    better than what it kept. Candidates within `tol` of the threshold or of
+    the last kept score may go either way: float noise legitimately decides them.
     """
+    gate = universe if gated is None else gated
     ids = [i for i, _ in actual]
     assert len(ids) == len(set(ids)), f"duplicate ids in {ids}"
     assert len(actual) <= top_k, f"{len(actual)} results exceed top_k={top_k}"
     for node_id, score in actual:
         assert node_id in universe, f"{node_id!r} is not a candidate"
         assert abs(score - universe[node_id]) <= tol, f"{node_id!r}: score {score} != reference {universe[node_id]}"
-        assert score >= threshold, f"{node_id!r}: score {score} below threshold {threshold}"
+        assert gate[node_id] >= threshold - tol, f"{node_id!r}: {gate[node_id]} below threshold {threshold}"
     for (id_a, s_a), (id_b, s_b) in itertools.pairwise(actual):
         assert s_a > s_b or (s_a == s_b and id_a < id_b), f"misordered: {(id_a, s_a)} before {(id_b, s_b)}"
     kept = set(ids)
     # Scores are never negative, so at a threshold <= 0 every candidate qualifies exactly.
-    eligible = {i for i, s in universe.items() if s >= threshold + tol or (threshold <= 0.0 and s >= 0.0)}
+    eligible = {i for i, s in gate.items() if s >= threshold + tol or (threshold <= 0.0 and s >= 0.0)}
     if len(actual) < top_k:
         missing = sorted(eligible - kept)
         assert not missing, f"left out eligible candidates {missing}"

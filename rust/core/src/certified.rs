@@ -18,7 +18,7 @@
 //! exact one over every row whose relevance respects `bound`.
 
 use crate::scoring::{
-    default_value, normalise_queries, relevance_block, usage_weight, ScanRequest, ShapeError, ValueParams,
+    default_value, normalise_queries, relevance_block, usage_weight, Gate, ScanRequest, ShapeError, ValueParams,
 };
 use rayon::prelude::*;
 use std::cmp::Ordering;
@@ -244,12 +244,13 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         if scoring {
             relevance_block(&scan.stored.data[r * dim..(r + 1) * dim], &scan.stored.norms[r..=r], dim, &unit, &mut rel);
         }
-        default_value(f64::from(rel[0]), scan.meta.row(r), scan.now, &scan.params)
+        let relevance = f64::from(rel[0]);
+        (relevance, default_value(relevance, scan.meta.row(r), scan.now, &scan.params))
     };
     let rank_key = |r: usize| scan.rank.map_or(r as u64, |rk| u64::from(rk[r]));
     let mut heap: BinaryHeap<Kept> = BinaryHeap::with_capacity(scan.top_k + 1);
-    let offer = |heap: &mut BinaryHeap<Kept>, row: usize, value: f64| {
-        if value.is_nan() || value < scan.threshold {
+    let offer = |heap: &mut BinaryHeap<Kept>, row: usize, (relevance, value): (f64, f64)| {
+        if !scan.gate.admits(scan.threshold, relevance, value) {
             return;
         }
         let kept = Kept { score: value, key: rank_key(row), row };
@@ -262,8 +263,10 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     };
     let cutoff = |heap: &BinaryHeap<Kept>| match heap.peek() {
         Some(worst) if heap.len() == scan.top_k => worst.score,
-        _ => scan.threshold,
+        _ => scan.gate.score_floor(scan.threshold),
     };
+    // Under the relevance gate no row outside the pool passes when the bound is below the threshold.
+    let outside_can_pass = scan.gate != Gate::Relevance || req.bound >= scan.threshold;
     // Sorted lookups rather than a bitmap of every row: a walk touches a few hundred rows,
     // and zeroing n bits per query would cost more than the walk itself at a million rows.
     let pool = sorted_rows(req.pool, n);
@@ -273,6 +276,9 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
             prefetch(scan, ahead as usize);
         }
         offer(&mut heap, r as usize, score(r as usize));
+    }
+    if !outside_can_pass {
+        return Ok(Some(heap.into_sorted_vec().into_iter().map(|k| (k.row, k.score)).collect()));
     }
     let offset = scan.params.lambda * scan.now / 3600.0;
     let mut scored = 0usize;
@@ -374,6 +380,10 @@ mod tests {
         }
 
         fn scan(&self, threshold: f64, top_k: usize) -> ScanRequest<'_> {
+            self.gated(Gate::Score, threshold, top_k)
+        }
+
+        fn gated(&self, gate: Gate, threshold: f64, top_k: usize) -> ScanRequest<'_> {
             ScanRequest {
                 stored: Stored { data: &self.data, norms: &self.norms, dim: self.dim },
                 queries: &self.queries,
@@ -382,6 +392,7 @@ mod tests {
                 now: NOW,
                 params: ValueParams::default(),
                 threshold,
+                gate,
                 top_k,
             }
         }
@@ -450,11 +461,16 @@ mod tests {
     /// With the pool holding every row whose relevance exceeds `bound`, the walk equals the exact scan.
     #[test]
     fn walk_equals_exact_scan_when_the_bound_holds() {
-        for seed in 1..40u64 {
+        for (seed, gate) in (1..40u64).flat_map(|s| [(s, Gate::Score), (s, Gate::Relevance)]) {
             let d = data(700, 8, seed);
             let top_k = 1 + (seed as usize % 25);
-            let threshold = if seed % 3 == 0 { 0.05 } else { 0.001 };
-            let req = d.scan(threshold, top_k);
+            let threshold = match (gate, seed % 3) {
+                (Gate::Relevance, 0) => 0.5,
+                (Gate::Relevance, _) => 0.2,
+                (Gate::Score, 0) => 0.05,
+                (Gate::Score, _) => 0.001,
+            };
+            let req = d.gated(gate, threshold, top_k);
             let exact = scan_default(&req).unwrap();
             let rel = crate::scoring::relevance(req.stored, &d.queries).unwrap();
             let mut by_rel: Vec<usize> = (0..700).collect();
@@ -481,8 +497,38 @@ mod tests {
             })
             .unwrap()
             .unwrap();
-            assert_eq!(walked, exact, "seed {seed}");
+            assert_eq!(walked, exact, "seed {seed}, {gate:?}");
         }
+    }
+
+    #[test]
+    fn relevance_gate_keeps_relevant_rows_whatever_their_usage() {
+        // Every row is relevant enough but scores far below the threshold (old, never used).
+        let d = data(200, 4, 21);
+        let mut old = d.ts.clone();
+        old.iter_mut().for_each(|t| *t = NOW - 3600.0 * 24.0 * 365.0);
+        let meta = MetaColumns { timestamp: &old, has_meta: &[1; 200], ..d.meta() };
+        let queries: Vec<f32> = d.data[..4].to_vec();
+        let req = ScanRequest { meta, queries: &queries, ..d.gated(Gate::Score, 0.8, 10) };
+        assert!(scan_default(&req).unwrap().is_empty());
+        let gated = ScanRequest { gate: Gate::Relevance, ..req };
+        let got = scan_default(&gated).unwrap();
+        assert!(!got.is_empty() && got.iter().all(|&(_, s)| s < 0.8));
+        let rel = crate::scoring::relevance(gated.stored, &queries).unwrap();
+        assert!(got.iter().all(|&(r, _)| f64::from(rel[r]) >= 0.8));
+        let order = usage_order(meta, &gated.params).unwrap();
+        let pool: Vec<u32> = (0..200).filter(|&r| rel[r as usize] >= 0.5).collect();
+        let w = WalkRequest {
+            scan: gated,
+            pool: &pool,
+            bound: 0.5,
+            order: &order.rows,
+            order_keys: &order.keys,
+            stale: &[],
+            budget: 0,
+        };
+        // A bound under the threshold: nothing outside the pool can pass, so no budget is spent.
+        assert_eq!(walk(&w).unwrap().unwrap(), got);
     }
 
     #[test]

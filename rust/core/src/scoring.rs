@@ -43,9 +43,44 @@ pub struct ValueParams {
     pub beta: f64,
 }
 
+/// The default decay rate: a 90-day half-life, `ln 2 / 2160` per hour.
+pub const DEFAULT_LAMBDA: f64 = std::f64::consts::LN_2 / 2160.0;
+
 impl Default for ValueParams {
     fn default() -> Self {
-        Self { lambda: 0.01, k: 5.0, base_floor: 0.3, beta: 1.0 }
+        Self { lambda: DEFAULT_LAMBDA, k: 5.0, base_floor: 0.3, beta: 1.0 }
+    }
+}
+
+/// What a type's `threshold` is compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gate {
+    /// The value function's score.
+    #[default]
+    Score,
+    /// The relevance alone; the score still orders what passes.
+    Relevance,
+}
+
+impl Gate {
+    /// Whether a row of this `relevance` and `score` passes `threshold` (a NaN score never does).
+    #[inline]
+    pub fn admits(self, threshold: f64, relevance: f64, score: f64) -> bool {
+        !score.is_nan()
+            && match self {
+                Gate::Score => score >= threshold,
+                Gate::Relevance => relevance >= threshold,
+            }
+    }
+
+    /// The least score a row needs to be kept while fewer than `top_k` are: the threshold itself
+    /// under the score gate, anything under the relevance gate (scores are never negative).
+    #[inline]
+    pub fn score_floor(self, threshold: f64) -> f64 {
+        match self {
+            Gate::Score => threshold,
+            Gate::Relevance => f64::NEG_INFINITY,
+        }
     }
 }
 
@@ -472,6 +507,7 @@ pub struct ScanRequest<'a> {
     pub now: f64,
     pub params: ValueParams,
     pub threshold: f64,
+    pub gate: Gate,
     pub top_k: usize,
 }
 
@@ -525,11 +561,17 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
                 if r * gain < floor {
                     return f64::NAN; // below the cutoff whatever the metadata: never selected
                 }
-                default_value(r, m.row(i), req.now, &req.params)
+                let value = default_value(r, m.row(i), req.now, &req.params);
+                if req.gate.admits(req.threshold, r, value) {
+                    value
+                } else {
+                    f64::NAN
+                }
             })
             .collect();
         let rank = req.rank.map(|r| &r[start..end]);
-        let picked = select_top(&scores, req.threshold.max(floor), req.top_k, rank).unwrap_or_default();
+        let least = req.gate.score_floor(req.threshold).max(floor);
+        let picked = select_top(&scores, least, req.top_k, rank).unwrap_or_default();
         if picked.len() == req.top_k {
             let kth = scores[picked[req.top_k - 1]];
             if kth >= 0.0 {
@@ -700,8 +742,15 @@ mod tests {
     }
 
     #[test]
-    fn value_matches_formula() {
+    fn default_half_life_is_ninety_days() {
         let p = ValueParams::default();
+        let ninety_days = 90.0 * 24.0 * 3600.0;
+        assert!((default_value(1.0, Some((0.0, 5.0, 0.0, 0.0)), ninety_days, &p) - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn value_matches_formula() {
+        let p = ValueParams { lambda: 0.01, ..ValueParams::default() };
         let got = default_value(0.8, Some((0.0, 10.0, 2.0, 1.0)), 7200.0, &p);
         let want = 0.8 * (-0.02f64).exp() * (10.0 / 15.0) * (1.0 / (1.0 + (-0.5f64).exp()));
         assert!((got - want).abs() < 1e-12);
@@ -749,10 +798,12 @@ mod tests {
         };
         // A base_floor above one lets a value exceed its relevance: the scan's cutoff must allow for it.
         let boosted = ValueParams { base_floor: 1.5, ..ValueParams::default() };
-        let cases = [(0.0, 25), (0.2, 7), (-1.0, n + 5), (0.99, 3)];
-        let settings = [(ValueParams::default(), 200.0 * 3600.0), (boosted, 200.0 * 3600.0), (boosted, 0.0)];
-        for ((params, now), (threshold, top_k)) in
-            settings.into_iter().flat_map(|p| cases.into_iter().map(move |c| (p, c)))
+        let cases = [(0.0, 25), (0.2, 7), (-1.0, n + 5), (0.99, 3), (0.6, 40)];
+        let fast = ValueParams { lambda: 0.01, ..ValueParams::default() };
+        let settings = [(fast, 200.0 * 3600.0), (boosted, 200.0 * 3600.0), (boosted, 0.0)];
+        let runs = settings.into_iter().flat_map(|p| cases.into_iter().map(move |c| (p, c)));
+        for ((params, now), (threshold, top_k), gate) in
+            runs.flat_map(|(p, c)| [Gate::Score, Gate::Relevance].map(|g| (p, c, g)))
         {
             let req = ScanRequest {
                 stored: stored(&data, &norms, dim),
@@ -762,16 +813,19 @@ mod tests {
                 now,
                 params,
                 threshold,
+                gate,
                 top_k,
             };
             let rel = relevance(req.stored, req.queries).unwrap();
-            let scores = default_values(&rel, meta, req.now, &req.params).unwrap();
-            let want: Vec<(usize, f64)> = select_top(&scores, threshold, top_k, Some(&rank))
-                .unwrap()
-                .into_iter()
-                .map(|i| (i, scores[i]))
-                .collect();
-            assert_eq!(scan_default(&req).unwrap(), want, "threshold {threshold}, top_k {top_k}");
+            let mut scores = default_values(&rel, meta, req.now, &req.params).unwrap();
+            let mut least = threshold;
+            if gate == Gate::Relevance {
+                scores.iter_mut().zip(&rel).filter(|(_, &r)| f64::from(r) < threshold).for_each(|(s, _)| *s = f64::NAN);
+                least = f64::NEG_INFINITY;
+            }
+            let want: Vec<(usize, f64)> =
+                select_top(&scores, least, top_k, Some(&rank)).unwrap().into_iter().map(|i| (i, scores[i])).collect();
+            assert_eq!(scan_default(&req).unwrap(), want, "threshold {threshold}, top_k {top_k}, {gate:?}");
         }
     }
 
@@ -794,6 +848,7 @@ mod tests {
             now: 0.0,
             params: ValueParams::default(),
             threshold: 0.5,
+            gate: Gate::Score,
             top_k: 5,
         };
         let got = scan_default(&req).unwrap();

@@ -2,7 +2,7 @@
 //! while scanning so several Python threads can recall at once.
 
 use crate::errors;
-use hippograph_core::scoring::{self, MetaColumns, ScanRequest, ShapeError, Stored, ValueParams};
+use hippograph_core::scoring::{self, Gate, MetaColumns, ScanRequest, ShapeError, Stored, ValueParams};
 use hippograph_core::{certified, pairs};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -58,6 +58,15 @@ fn meta_columns<'a>(
     })
 }
 
+/// `"score"` or `"relevance"`: what a type's threshold is compared with.
+fn gate(py: Python<'_>, name: &str) -> PyResult<Gate> {
+    match name {
+        "score" => Ok(Gate::Score),
+        "relevance" => Ok(Gate::Relevance),
+        other => Err(errors::validation(py, format!("gate must be 'score' or 'relevance', got {other:?}"))),
+    }
+}
+
 fn indices(picked: Vec<usize>) -> Vec<i64> {
     picked.into_iter().map(|i| i as i64).collect()
 }
@@ -110,7 +119,7 @@ fn select_top<'py>(
 #[pyfunction]
 #[pyo3(signature = (
     matrix, norms, queries, has_meta, timestamp, access_count, reward_count, cumulative_reward,
-    rank, now, lambda_, k, base_floor, beta, threshold, top_k
+    rank, now, lambda_, k, base_floor, beta, threshold, gate, top_k
 ))]
 #[allow(clippy::too_many_arguments)]
 fn scan_default<'py>(
@@ -130,6 +139,7 @@ fn scan_default<'py>(
     base_floor: f64,
     beta: f64,
     threshold: f64,
+    gate: &str,
     top_k: usize,
 ) -> PyResult<Scan<'py>> {
     let dim = matrix_dim(py, &matrix, &queries)?;
@@ -144,6 +154,7 @@ fn scan_default<'py>(
         now,
         params: ValueParams { lambda: lambda_, k, base_floor, beta },
         threshold,
+        gate: self::gate(py, gate)?,
         top_k,
     };
     let hits = errors::detached(py, "scan_default", || scoring::scan_default(&req))?.map_err(|e| shape(py, e))?;
@@ -239,7 +250,7 @@ fn merge_usage_order<'py>(
 #[pyfunction]
 #[pyo3(signature = (
     matrix, norms, queries, has_meta, timestamp, access_count, reward_count, cumulative_reward,
-    rank, now, lambda_, k, base_floor, beta, threshold, top_k, pool, bound, order, order_keys, stale, budget
+    rank, now, lambda_, k, base_floor, beta, threshold, gate, top_k, pool, bound, order, order_keys, stale, budget
 ))]
 #[allow(clippy::too_many_arguments)]
 fn certified_walk<'py>(
@@ -259,6 +270,7 @@ fn certified_walk<'py>(
     base_floor: f64,
     beta: f64,
     threshold: f64,
+    gate: &str,
     top_k: usize,
     pool: PyReadonlyArray1<'py, u32>,
     bound: f64,
@@ -280,6 +292,7 @@ fn certified_walk<'py>(
             now,
             params: ValueParams { lambda: lambda_, k, base_floor, beta },
             threshold,
+            gate: self::gate(py, gate)?,
             top_k,
         },
         pool: contiguous(py, "pool", &pool)?,
