@@ -158,6 +158,24 @@ def test_ann_results_equal_exact_results_on_random_graphs(make: Make, seed: int,
     assert sum(answered) >= len(answered) / 2, f"the ANN path answered only {sum(answered)} of {len(answered)} scans"
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_relevance_gate_on_the_ann_path_equals_the_exact_scan(make: Make, seed: int, answered: list[bool]) -> None:
+    """The certified walk gates on relevance as the exact scan does: same answers, few scans handed over."""
+    b = make()
+    cs = random_graph(seed)
+    b.apply_changeset(cs)
+    rng = np.random.default_rng(200 + seed)
+    stored = [n.embedding for n in cs.additions if n.embedding is not None and np.any(n.embedding)]
+    for threshold, top_k in [(0.5, 5), (0.7, 20), (0.3, 3), (0.9, 10)]:
+        gated = {"gate": "relevance", "threshold": threshold, "top_k": top_k}
+        vf = {"params": {"semantic": gated, "subgoal": gated}}
+        near = stored[int(rng.integers(len(stored)))] + 0.05 * rng_vec(rng)
+        ann = find(b, near, vf=vf, types=["semantic", "subgoal"])
+        assert ann == find(b, near, vf=vf, types=["semantic", "subgoal"], exact=True)
+        assert ann, "a query next to a stored vector passes a relevance gate"
+    assert sum(answered) >= len(answered) / 2, f"the ANN path answered only {sum(answered)} of {len(answered)} scans"
+
+
 def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
     make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,15 +11,19 @@ half-life has tests of its own.
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import hippograph as hg
 from hippograph.backends import LMDB, InMemory
 from hippograph.maintenance import Merge
+from hippograph.testing.links import Operation, run_operations
 from maintenance_graphs import (
     NOW,
     ProtocolOnly,
@@ -779,3 +783,26 @@ def normalise(summary: Any) -> Any:
     if isinstance(summary, tuple):
         return tuple(normalise(s) for s in summary)
     return {k: tuple(sorted(v)) if isinstance(v, tuple) else v for k, v in vars(summary).items()}
+
+
+# -- link rules under any sequence of ingestions, forgets and consolidations ------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    operations=st.lists(
+        st.tuples(st.sampled_from(["ingest", "ingest", "forget", "consolidate"]), st.integers(0, 7)), max_size=18
+    ),
+    seed=st.integers(0, 10_000),
+    kind=st.sampled_from(["memory", "lmdb", "protocol"]),
+)
+def test_link_rules_hold_for_any_sequence_of_ingestions_forgets_and_consolidations(
+    operations: list[Operation], seed: int, kind: str
+) -> None:
+    """No surviving node links to a deleted one; no link between survivors is lost except a merged pair's own."""
+    with tempfile.TemporaryDirectory() as tmp:
+        backend: hg.GraphBackend = (
+            InMemory() if kind == "memory" else LMDB(Path(tmp) / "s") if kind == "lmdb" else ProtocolOnly(InMemory())
+        )
+        with hg.Repo(backend, flush_interval=0) as repo:
+            assert run_operations(repo, operations, seed) == []

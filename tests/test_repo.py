@@ -20,7 +20,7 @@ import hippograph as hg
 from hippograph.backends import LMDB, InMemory
 from hippograph.embedding import HashingEmbedder
 from hippograph.structuring import episodic
-from hippograph.testing.graphs import snapshot
+from hippograph.testing.graphs import make_node, snapshot
 
 DIM = 16
 NOW = datetime(2031, 5, 4, 12, 30, tzinfo=UTC)
@@ -325,6 +325,22 @@ def test_forget_of_an_unknown_source_raises_not_found(repo: hg.Repo) -> None:
 
 
 # -- recall bookkeeping, reward ----------------------------------------------
+
+
+def test_recall_finds_fresh_procedures_subgoals_tags_and_intents_with_the_default_config(repo: hg.Repo) -> None:
+    """Relevance-gated types are recalled on first use, so they can ever gain the accesses that rank them."""
+    gated = [hg.NodeType.PROCEDURAL, hg.NodeType.SUBGOAL, hg.NodeType.TAG, hg.NodeType.INTENT]
+    cs = hg.Changeset()
+    for node_type in gated:
+        node = make_node(node_type, f"{node_type.value}-1", [1.0, 0.2, 0.0, 0.0])
+        cs.add_node(node).put_metadata(node.id, hg.NodeMetadata(created_at=NOW))
+    repo.backend.apply_changeset(cs)
+    hits = repo.recall([1.0, 0.0, 0.0, 0.0], types=gated, now=NOW)
+    assert [h.node.id for h in hits] == [f"{t.value}-1" for t in gated]
+    repo.flush()
+    assert all(m.access_count == 1 for m in repo.backend.get_metadata([h.node.id for h in hits]).values())
+    score_gated = {"params": {t: {"gate": "score"} for t in gated}}
+    assert repo.recall([1.0, 0.0, 0.0, 0.0], types=gated, value_function=score_gated, now=NOW) == []
 
 
 def test_recall_records_an_access_on_the_returned_nodes(repo: hg.Repo) -> None:

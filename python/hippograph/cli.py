@@ -57,6 +57,7 @@ TEXT_WIDTH = 72
 
 DEMO_QUERIES: tuple[tuple[str, tuple[NodeType, ...]], ...] = (
     ("ModuleNotFoundError in CI: a package missing from requirements.txt", (NodeType.EPISODIC,)),
+    ("CI job 'test' fails: ModuleNotFoundError: No module named 'stripe'", (NodeType.PROCEDURAL,)),
     ("roll back a bad release", (NodeType.SUBGOAL, NodeType.EPISODIC)),
     ("deduplicate customer rows by email", (NodeType.SOURCE,)),
     ("customer charged twice: refund the duplicate charge", (NodeType.SUBGOAL, NodeType.EPISODIC)),
@@ -143,7 +144,7 @@ def _demo(path: str | None, out: TextIO) -> None:
     where = store_path(DEMO_NAME, path)
     trajectories = demo_trajectories()
     embed = HashingEmbedder(stop_words=ENGLISH_STOP_WORDS)
-    structure = episodic(embed)
+    structure = episodic(embed, procedures=True)
     with open_repo(DEMO_NAME, path=where, flush_interval=0) as repo:
         inserted = existing = nodes = 0
         receipts: dict[str, IngestionReceipt] = {}
@@ -178,7 +179,7 @@ def _demo(path: str | None, out: TextIO) -> None:
             file=out,
         )
         for text, types in DEMO_QUERIES:
-            params = {t: {"threshold": 0.0, "top_k": TOP_K} for t in types}
+            params = {t: {"top_k": TOP_K} for t in types}
             hits = repo.recall(embed([text])[0], types=types, value_function={"params": params})
             kinds = ", ".join(t.value for t in types)
             print(f"\nrecall {text!r} (types: {kinds}; top {TOP_K} per type)", file=out)

@@ -322,11 +322,11 @@ class Repo:
         """The memories that matter for `query` (and tag vectors), best first per type.
 
         Records an access on every returned node (written in the background).
-        Thresholds apply to the final score, which for a node that has
-        metadata but no accesses yet is at most 0.3 × relevance (the
-        frequency floor): with the default params, procedural, subgoal, tag
-        and intent nodes (thresholds 0.7–0.9) surface only once they have been
-        used. Pass per-type params to lower a threshold.
+        Each type's ``gate`` says what its threshold is compared with: the
+        score (semantic, episodic, source), or the relevance alone (procedural,
+        subgoal, tag and intent, whose thresholds of 0.7–0.9 are similarity
+        gates: a never-used node scores at most 0.3 × relevance). The score
+        orders the hits either way. Per-type params override both.
         """
         self._check_open("recall")
         when = utcnow() if now is None else as_datetime(now, "now")

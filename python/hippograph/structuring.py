@@ -9,6 +9,8 @@ node              id                               content
 `Subgoal`         ``<key>:goal``                   the trajectory's goal
 `Episodic` (i)    ``<key>:step:<i>``               observation, action, the goal
 `Source` (i)      ``<key>:source:<i>``             where step i came from, its text
+`Procedural` (i)  ``<key>:procedure:<i>``          with ``procedures=True``: when step i's
+                                                   observation holds, take its action
 ================  ===============================  ==================================
 
 ``i`` counts from 0. An episodic node's ``subgoal`` is the goal text, its
@@ -16,9 +18,13 @@ node              id                               content
 through `Repo.reward`) and its ``state`` empty, since a `Step` records no
 state apart from its observation. Links: every episodic node is ``hierarchical`` to the
 subgoal and ``provenance`` to its source, and consecutive episodic nodes are
-``sibling``. Every node gets a fresh `NodeMetadata`; nodes and metadata share
+``sibling``. A procedural node's condition is the step's observation (and
+its vector that observation's alone, so a situation recalls what was done in
+it), its instruction the action, its expected outcome the next step's
+observation (the goal after the last step); it is ``hierarchical`` to the
+subgoal and ``provenance`` to the step's source. Every node gets a fresh `NodeMetadata`; nodes and metadata share
 one ``created_at``, the moment the function ran. Additions are ordered goal,
-then step 0's episodic and source nodes, then step 1's, … so an ingestion
+then step 0's episodic, source (and procedural) nodes, then step 1's, … so an ingestion
 receipt lists them in that order.
 
 ``<key>`` is the source id itself, so ids stay readable and are stable: the
@@ -39,7 +45,7 @@ import numpy as np
 
 from .changeset import Changeset
 from .errors import ValidationError
-from .model import EdgeType, Episodic, NodeMetadata, Source, Subgoal, utcnow
+from .model import EdgeType, Episodic, NodeMetadata, Procedural, Source, Subgoal, utcnow
 from .trajectory import Step, Trajectory, validate_trajectory
 
 __all__ = ["MAX_KEY_BYTES", "Embed", "episodic", "node_key", "step_text"]
@@ -79,14 +85,16 @@ def _embeddings(embed: Embed, texts: list[str]) -> np.ndarray[Any, np.dtype[np.f
     return vectors
 
 
-def episodic(embed: Embed) -> Callable[[Trajectory], Changeset]:
-    """A structure function storing one subgoal, and per step an episodic and a source node.
+def episodic(embed: Embed, *, procedures: bool = False) -> Callable[[Trajectory], Changeset]:
+    """A structure function storing one subgoal, and per step an episodic and a source node
+    (and a procedural node with `procedures`).
 
     `embed` is called once per trajectory, with the goal followed by every
-    step's `step_text`; an episodic node and its source share the step's
-    vector. The returned function validates the trajectory first (raising
-    `IngestionError` like `Repo.ingest` would) and raises `ValidationError`
-    when `embed` returns something of the wrong shape.
+    step's `step_text` (then, with `procedures`, every step's observation); an
+    episodic node and its source share the step's vector. The returned function
+    validates the trajectory first (raising `IngestionError` like `Repo.ingest`
+    would) and raises `ValidationError` when `embed` returns something of the
+    wrong shape.
     """
 
     def structure(trajectory: Trajectory) -> Changeset:
@@ -95,6 +103,8 @@ def episodic(embed: Embed) -> Callable[[Trajectory], Changeset]:
         key = node_key(source_id)
         steps: Sequence[Step] = trajectory.steps
         texts = [trajectory.goal, *(step_text(s) for s in steps)]
+        if procedures:
+            texts += [s.observation for s in steps]
         vectors = _embeddings(embed, texts)
         now = utcnow()
 
@@ -131,6 +141,21 @@ def episodic(embed: Embed) -> Callable[[Trajectory], Changeset]:
             cs.add_link(step_id, goal_id, EdgeType.HIERARCHICAL)
             cs.add_link(step_id, origin_id, EdgeType.PROVENANCE)
             step_ids.append(step_id)
+            if procedures:
+                procedure_id = f"{key}:procedure:{i}"
+                outcome = steps[i + 1].observation if i + 1 < len(steps) else trajectory.goal
+                cs.add_node(
+                    Procedural(
+                        id=procedure_id,
+                        instruction=step.action,
+                        condition=step.observation,
+                        expected_outcome=outcome,
+                        embedding=vectors[1 + len(steps) + i],
+                        created_at=now,
+                    )
+                )
+                cs.add_link(procedure_id, goal_id, EdgeType.HIERARCHICAL)
+                cs.add_link(procedure_id, origin_id, EdgeType.PROVENANCE)
         for a, b in itertools.pairwise(step_ids):
             cs.add_link(a, b, EdgeType.SIBLING)
         for node_id in cs.node_ids:

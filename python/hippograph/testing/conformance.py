@@ -72,6 +72,7 @@ from .graphs import (
     snapshot,
     vec,
 )
+from .links import LinkConformance
 
 __all__ = [
     "BAD_INPUTS",
@@ -236,7 +237,7 @@ CALLS_AFTER_CLOSE: dict[str, Call] = {
 _CAPABILITIES: dict[str, type[BackendConformance]] = {}
 
 
-class BackendConformance:
+class BackendConformance(LinkConformance):
     """The behaviour every backend shares. Subclass it as ``Test<Name>``."""
 
     #: The backend is durable: enables the `PersistentConformance` tests.
