@@ -136,7 +136,7 @@ class IgnoresTagVectors(InMemory):
 
 
 class ExclusiveThreshold(InMemory):
-    """find_candidates drops a node whose score equals the threshold (score > threshold)."""
+    """find_candidates drops a node whose score equals the threshold (score > threshold) in score-gated types."""
 
     def find_candidates(
         self,
@@ -150,7 +150,7 @@ class ExclusiveThreshold(InMemory):
     ) -> Hits:
         hits = super().find_candidates(types, query, tags, value_function, now=now, exact=exact)
         params = resolve_config(value_function).params
-        return [(n, s) for n, s in hits if s > params[n.node_type].threshold]
+        return [(n, s) for n, s in hits if params[n.node_type].gate != "score" or s > params[n.node_type].threshold]
 
 
 class TiesByIdDescending(InMemory):

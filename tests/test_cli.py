@@ -84,6 +84,12 @@ def test_second_demo_run_writes_no_new_nodes(capsys: pytest.CaptureFixture[str],
     assert (after.nodes, after.links, after.ingestion_records) == (before.nodes, before.links, before.ingestion_records)
 
 
+def test_demo_recalls_a_procedure_with_the_default_thresholds(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    _, out, _ = run(capsys, "demo", "--path", str(store))
+    section = out.split("(types: procedural;", 1)[1].split("recall ", 1)[0]
+    assert re.search(r"\d\.\d{3}\s+procedural\s+build-0001:procedure:0", section), section
+
+
 def test_demo_defaults_to_dot_hippograph_demo(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,13 +100,14 @@ def test_demo_defaults_to_dot_hippograph_demo(
 
 def test_stats_prints_the_counts_of_the_demo_repo(capsys: pytest.CaptureFixture[str], store: Path) -> None:
     n = len(demo_trajectories())
-    nodes = sum(1 + 2 * len(t.steps) for t in demo_trajectories())
+    nodes = sum(1 + 3 * len(t.steps) for t in demo_trajectories())  # goal; per step episodic, source, procedure
     run(capsys, "demo", "--path", str(store))
     code, out, _ = run(capsys, "stats", "--path", str(store))
     assert code == 0
     assert re.search(rf"ingestion records\s+{n}\b", out)
     assert re.search(rf"nodes\s+{nodes}\b", out)
     assert re.search(r"subgoal\s+" + str(n) + r"\b", out)
+    assert re.search(r"procedural\s+" + str(sum(len(t.steps) for t in demo_trajectories())) + r"\b", out)
     assert re.search(r"dimension\s+384\b", out)
 
 
