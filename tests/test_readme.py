@@ -26,4 +26,5 @@ def test_quickstart_runs_and_recalls_a_procedure_on_first_use(tmp_path: Path) ->
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert any("run-42:step:0" in line for line in lines), run.stdout
-    assert any(line.endswith("when 'cargo build fails: missing crate serde': add serde to Cargo.toml") for line in lines)
+    procedure = "when 'cargo build fails: missing crate serde': add serde to Cargo.toml"
+    assert any(line.endswith(procedure) for line in lines), run.stdout

@@ -222,7 +222,9 @@ class LinkConformance:
         a, c, x = backend.get_node("a"), backend.get_node("c"), backend.get_node("x")
         assert a is not None and c is not None and x is not None
         assert a.links.get(EdgeType.SIBLING) == frozenset({"c"}) and c.links.get(EdgeType.SIBLING) == frozenset({"a"})
-        assert c.links.get(EdgeType.PROVENANCE) == frozenset({"x"}) and x.links.get(EdgeType.PROVENANCE) == {"c"}
+        assert c.links.get(EdgeType.PROVENANCE) == frozenset({"x"}) and x.links.get(EdgeType.PROVENANCE) == frozenset(
+            {"c"}
+        )
         assert backend.get_node("b") is None and backend.get_node("d") is None
 
     def test_random_ingestions_forgets_and_consolidations_keep_the_link_rules(self, backend: GraphBackend) -> None:
