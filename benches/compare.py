@@ -87,7 +87,7 @@ from _benchdata import (  # noqa: E402
 
 import hippograph as hg  # noqa: E402
 from hippograph.backends import LMDB, InMemory  # noqa: E402
-from hippograph.value import DEFAULT_PARAMS  # noqa: E402
+from hippograph.graph.value import DEFAULT_PARAMS  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PARAMS = DEFAULT_PARAMS[SCANNED]
@@ -284,7 +284,7 @@ def has_module(name: str) -> bool:
 def ann_min_nodes() -> int | None:
     """Above how many nodes hippograph's default (``exact=False``) query may use its vector index, if it has one."""
     try:
-        from hippograph.ann import DEFAULT_ANN
+        from hippograph.engine.vector_index import DEFAULT_ANN
     except ImportError:
         return None
     return None if DEFAULT_ANN is None else int(DEFAULT_ANN.min_nodes)

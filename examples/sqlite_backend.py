@@ -10,8 +10,8 @@ multi-process case. What it shows:
 - `commit_ingestion`'s compare-and-set rests on the PRIMARY KEY of the
   ingestion table: `INSERT ... ON CONFLICT DO NOTHING`, then the stored row is
   read in the same transaction. No read-then-write in Python;
-- records are stored with `hippograph.codec` (versioned msgpack, never pickle);
-- candidates are scored by `hippograph.scoring.score_nodes` on the Rust core.
+- records are stored with `hippograph.graph.codec` (versioned msgpack, never pickle);
+- candidates are scored by `hippograph.graph.recall.score_nodes` on the Rust core.
   This example keeps no derived index, so each query loads the requested types
   (fine for thousands of nodes; the built-in LMDB backend keeps a cache);
 - one optional method beyond the protocol, `modify_metadata`, which `Repo`
@@ -33,10 +33,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from hippograph import codec
-from hippograph.changeset import Changeset, check_changeset, normalised_links
 from hippograph.errors import IngestionError, StorageError, ValidationError
-from hippograph.model import (
+from hippograph.graph import codec
+from hippograph.graph.changeset import Changeset, check_changeset, normalised_links
+from hippograph.graph.model import (
     EdgeType,
     IngestionReceipt,
     IngestionRecord,
@@ -48,8 +48,8 @@ from hippograph.model import (
     as_node_types,
     check_id,
 )
-from hippograph.scoring import score_nodes
-from hippograph.value import ValueFunctionConfig
+from hippograph.graph.recall import score_nodes
+from hippograph.graph.value import ValueFunctionConfig
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value INTEGER NOT NULL);

@@ -12,9 +12,9 @@ import numpy as np
 import numpy.typing as npt
 
 import hippograph as hg
-from hippograph import codec
 from hippograph.backends import LMDB, InMemory
-from hippograph.maintenance import Merge
+from hippograph.graph import codec
+from hippograph.graph.maintenance import Merge
 
 NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 DIM = 4

@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from hippograph._index import prepare_queries
 from hippograph.backends import InMemory
 from hippograph.backends._base import check_ids, check_record
-from hippograph.changeset import Changeset
-from hippograph.model import (
+from hippograph.engine.columns import prepare_queries
+from hippograph.graph.changeset import Changeset
+from hippograph.graph.model import (
     EdgeType,
     IngestionReceipt,
     IngestionRecord,
@@ -27,7 +27,7 @@ from hippograph.model import (
     NodeType,
     Outcome,
 )
-from hippograph.value import ValueFunctionConfig, resolve_config
+from hippograph.graph.value import ValueFunctionConfig, resolve_config
 
 Hits = list[tuple[Node, float]]
 Config = ValueFunctionConfig | Mapping[str, Any] | None

@@ -23,9 +23,9 @@ import numpy.typing as npt
 import pytest
 
 import hippograph as hg
-from hippograph.ann import AnnConfig
 from hippograph.backends import LMDB, InMemory
 from hippograph.backends import lmdb as lmdb_module
+from hippograph.engine.vector_index import AnnConfig
 from pg_server import pg_dsn, pg_store, repo_for
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     Equality with the exact path proves nothing if the exact path gave both answers.
     """
-    return record_answers(monkeypatch, hg.ann, "certified_scan")
+    return record_answers(monkeypatch, hg.engine.vector_index, "certified_scan")
 
 
 def available(b: Backend, node_type: str = "semantic") -> bool:
@@ -189,7 +189,7 @@ def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
         return real_merge(*args)
 
     monkeypatch.setattr(hg._core, "merge_usage_order", merge)
-    monkeypatch.setattr(hg._index, "_STALE_MAX", 6)  # merges (7–18 stale rows) as well as re-sorts (more)
+    monkeypatch.setattr(hg.engine.columns, "_STALE_MAX", 6)  # merges (7–18 stale rows) as well as re-sorts (more)
     b = make()
     b.apply_changeset(random_graph(7, n=300))
     rng = np.random.default_rng(7)
@@ -505,8 +505,8 @@ def test_build_vector_index_builds_now_reporting_progress_and_queries_reuse_it(
     assert [done for _, done, _ in calls] == sorted(done for _, done, _ in calls)
     assert calls[-1][1] == calls[-1][2] == stats(b)["nodes"]
     built = []
-    real_build = hg.ann.build
-    monkeypatch.setattr(hg.ann, "build", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    real_build = hg.engine.vector_index.build
+    monkeypatch.setattr(hg.engine.vector_index, "build", lambda *a, **k: built.append(1) or real_build(*a, **k))
     assert b.build_vector_index() == ["subgoal"]  # semantic is built already
     assert b.build_vector_index() == []
     find(b, rng_vec(np.random.default_rng(1)))
@@ -820,7 +820,7 @@ class HeldBuild:
         self.go = threading.Event()
         self.started = threading.Event()
         self.finished = threading.Event()
-        real = hg.ann.build_rows
+        real = hg.engine.vector_index.build_rows
 
         def held(*args: Any, cancelled: Callable[[], bool] | None = None, **kwargs: Any) -> Any:
             if cancelled is None:  # an explicit build_vector_index(): not held
@@ -834,7 +834,7 @@ class HeldBuild:
             finally:
                 self.finished.set()
 
-        monkeypatch.setattr(hg.ann, "build_rows", held)
+        monkeypatch.setattr(hg.engine.vector_index, "build_rows", held)
 
     def release(self) -> None:
         self.go.set()
@@ -870,8 +870,8 @@ def test_writes_made_during_a_background_build_are_in_the_index_it_publishes(
     make: Make, monkeypatch: pytest.MonkeyPatch, answered: list[bool], under_lock: int
 ) -> None:
     """Few writes are replayed under the lock at once; past `_CATCH_UP_UNDER_LOCK` in rounds without it first."""
-    monkeypatch.setattr(hg._index, "_CATCH_UP_UNDER_LOCK", under_lock)
-    rounds = record_answers(monkeypatch, hg.ann, "replay")
+    monkeypatch.setattr(hg.engine.columns, "_CATCH_UP_UNDER_LOCK", under_lock)
+    rounds = record_answers(monkeypatch, hg.engine.vector_index, "replay")
     held = HeldBuild(monkeypatch)
     b = make(ann=BACKGROUND)
     b.apply_changeset(random_graph(22))
@@ -957,7 +957,7 @@ def test_a_failed_background_build_is_reported_leaves_exact_answers_and_an_expli
     make: Make, monkeypatch: pytest.MonkeyPatch, builder_threads: Callable[[], list[threading.Thread]]
 ) -> None:
     attempts: list[int] = []
-    real = hg.ann.build_rows
+    real = hg.engine.vector_index.build_rows
 
     def fail(*args: Any, cancelled: Callable[[], bool] | None = None, **kwargs: Any) -> Any:
         if cancelled is None:
@@ -965,7 +965,7 @@ def test_a_failed_background_build_is_reported_leaves_exact_answers_and_an_expli
         attempts.append(1)
         raise MemoryError("hnswlib could not allocate")
 
-    monkeypatch.setattr(hg.ann, "build_rows", fail)
+    monkeypatch.setattr(hg.engine.vector_index, "build_rows", fail)
     b = make(ann=BACKGROUND)
     b.apply_changeset(random_graph(25))
     query, vf = np.ones(DIM, np.float32), params(0.0, 8)
@@ -991,7 +991,7 @@ def test_a_query_racing_close_starts_no_build_that_outlives_it(
     index = type_index(b)
     for thread in [index.close_background_builds()]:
         assert thread is None
-    index._ann_for(hg.value.resolve_config(None), exact=False)  # what a query past the closed check would do
+    index._ann_for(hg.graph.value.resolve_config(None), exact=False)  # what a query past the closed check would do
     assert builder_threads() == [] and index.ann is None
 
 
@@ -1039,7 +1039,7 @@ def test_a_failure_reading_the_saved_index_in_the_background_falls_back_to_a_bui
     def unreadable(*args: Any, **kwargs: Any) -> Any:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(hg.ann, "read_saved", unreadable)
+    monkeypatch.setattr(hg.engine.vector_index, "read_saved", unreadable)
     loaded, hits, exact = reopen_in_background(path, answered)
     assert not loaded and hits == exact
 
@@ -1049,8 +1049,12 @@ def test_a_cancelled_verified_copy_stops_and_leaves_no_temp_file(tmp_path: Path)
     doc = sidecar(path)
     ann_dir = path / "ann"
     before = set(ann_dir.iterdir())
-    copy = hg.ann._verified_copy(files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"], lambda: True)
+    copy = hg.engine.vector_index._verified_copy(
+        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"], lambda: True
+    )
     assert copy is None and set(ann_dir.iterdir()) == before
-    copy = hg.ann._verified_copy(files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"])
+    copy = hg.engine.vector_index._verified_copy(
+        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"]
+    )
     assert copy is not None and copy.read_bytes() == files(path)[0].read_bytes()
     copy.unlink()

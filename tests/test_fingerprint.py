@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hippograph.atom import Atom
 from hippograph.errors import IngestionError, ValidationError
-from hippograph.fingerprint import FINGERPRINT_VERSION, etf_encode, fingerprint
-from hippograph.trajectory import Step, Trajectory
+from hippograph.graph.atom import Atom
+from hippograph.graph.fingerprint import FINGERPRINT_VERSION, etf_encode, fingerprint
+from hippograph.graph.trajectory import Step, Trajectory
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "fingerprints.json").read_text("utf-8"))["cases"]
 

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hippograph._index import TypeIndex
+from hippograph.engine.columns import TypeIndex
 
 ops = st.lists(
     st.one_of(

@@ -1,7 +1,7 @@
 """Memory maintenance: decay, repair and consolidation, on every built-in backend.
 
 Each test runs on `InMemory`, on `LMDB` and on a protocol-only wrapper (the
-fallback path of `hippograph.maintenance`, without native `rewrite`/`snapshot`).
+fallback path of `hippograph.graph.maintenance`, without native `rewrite`/`snapshot`).
 Usage scores are computed by hand with relevance 1, lambda=0.01/h (set
 explicitly through the repo's value-function params, so ages of hours tell
 nodes apart) and the defaults k=5, base_floor=0.3, beta=1. The 90-day default
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import hippograph as hg
 from hippograph.backends import LMDB, InMemory
-from hippograph.maintenance import Merge
+from hippograph.graph.maintenance import Merge
 from hippograph.testing.links import Operation, run_operations
 from maintenance_graphs import (
     NOW,

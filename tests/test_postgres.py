@@ -31,9 +31,9 @@ require_psycopg()
 import psycopg  # noqa: E402
 
 import hippograph as hg  # noqa: E402
-from hippograph import codec  # noqa: E402
 from hippograph.backends.postgres import DSN_ENV, SCHEMA_VERSION, Postgres, drop_repo  # noqa: E402
 from hippograph.errors import ConfigError, StorageError, ValidationError  # noqa: E402
+from hippograph.graph import codec  # noqa: E402
 from hippograph.testing.conformance import KEEP_ALL  # noqa: E402
 from hippograph.testing.graphs import NOW, make_node, make_record, vec  # noqa: E402
 
@@ -254,7 +254,7 @@ def test_processes_and_connections_racing_insert_each_source_once(
 DELETER = """
 import sys, random
 from hippograph.backends.postgres import Postgres
-from hippograph.model import NodeMetadata
+from hippograph.graph.model import NodeMetadata
 from hippograph.testing.graphs import make_node, vec
 import hippograph as hg
 repo, seed = sys.argv[1], int(sys.argv[2])
@@ -517,7 +517,7 @@ def test_concurrent_metadata_increments_add_up(open_backend: Callable[..., Postg
 def test_repo_api_runs_on_postgres(open_backend: Callable[..., Postgres]) -> None:
     """Ingest, recall, reward, decay, forget, verify and stats through `Repo` on this backend."""
     from hippograph.embedding import HashingEmbedder
-    from hippograph.structuring import episodic
+    from hippograph.graph.structuring import episodic
 
     embed = HashingEmbedder(dim=64)
     trajectory = hg.Trajectory(

@@ -19,7 +19,7 @@ import pytest
 import hippograph as hg
 from hippograph.backends import LMDB, InMemory
 from hippograph.embedding import HashingEmbedder
-from hippograph.structuring import episodic
+from hippograph.graph.structuring import episodic
 from hippograph.testing.graphs import make_node, snapshot
 
 DIM = 16

@@ -12,7 +12,7 @@ import pytest
 import hippograph as hg
 from hippograph.backends import InMemory
 from hippograph.embedding import HashingEmbedder
-from hippograph.structuring import MAX_KEY_BYTES, episodic, node_key, step_text
+from hippograph.graph.structuring import MAX_KEY_BYTES, episodic, node_key, step_text
 
 DIM = 16
 embed = HashingEmbedder(DIM)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from hippograph.atom import Atom
 from hippograph.errors import IngestionError
-from hippograph.trajectory import Step, Trajectory, validate_trajectory
+from hippograph.graph.atom import Atom
+from hippograph.graph.trajectory import Step, Trajectory, validate_trajectory
 
 GOOD_STEPS = [Step("saw", "did")]
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hippograph import DEFAULT_PARAMS, ConfigError, DefaultValueFunction, NodeMetadata, NodeType, ValueFunction
+from hippograph.graph.value import resolve_config
 from hippograph.testing.graphs import NOW, make_node
-from hippograph.value import resolve_config
 
 NODE = make_node(NodeType.SEMANTIC, "a", [1.0, 0.0])
 PARAMS = {**DEFAULT_PARAMS[NodeType.SEMANTIC], "now": NOW}

@@ -7,9 +7,7 @@ Every public name of the data model is importable from here; backends live in
 from __future__ import annotations
 
 from . import backends, errors
-from .ann import AnnConfig
-from .atom import Atom
-from .changeset import Changeset
+from .engine.vector_index import AnnConfig
 from .errors import (
     ConfigError,
     HippographError,
@@ -19,8 +17,10 @@ from .errors import (
     StorageError,
     ValidationError,
 )
-from .fingerprint import FINGERPRINT_VERSION, etf_encode, fingerprint
-from .model import (
+from .graph.atom import Atom
+from .graph.changeset import Changeset
+from .graph.fingerprint import FINGERPRINT_VERSION, etf_encode, fingerprint
+from .graph.model import (
     EdgeType,
     Episodic,
     IngestionReceipt,
@@ -36,10 +36,10 @@ from .model import (
     Subgoal,
     Tag,
 )
-from .protocol import GraphBackend
-from .repo import ForgetSummary, Hit, Repo, RepoStats, open_repo
-from .trajectory import Step, Trajectory, validate_trajectory
-from .value import DEFAULT_PARAMS, DefaultValueFunction, ValueFunction, ValueFunctionConfig
+from .graph.protocol import GraphBackend
+from .graph.repo import ForgetSummary, Hit, Repo, RepoStats, open_repo
+from .graph.trajectory import Step, Trajectory, validate_trajectory
+from .graph.value import DEFAULT_PARAMS, DefaultValueFunction, ValueFunction, ValueFunctionConfig
 
 __all__ = [
     "DEFAULT_PARAMS",

@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .backends.lmdb import LMDB
-from .changeset import Changeset
 from .embedding import ENGLISH_STOP_WORDS, HashingEmbedder
 from .errors import HippographError, NotFoundError, ValidationError
-from .model import Episodic, IngestionReceipt, Node, NodeType, Progress, Semantic, Source, Subgoal
-from .repo import Hit, Repo, open_repo, store_path
-from .structuring import episodic
-from .trajectory import Step, Trajectory
+from .graph.changeset import Changeset
+from .graph.model import Episodic, IngestionReceipt, Node, NodeType, Progress, Semantic, Source, Subgoal
+from .graph.repo import Hit, Repo, open_repo, store_path
+from .graph.structuring import episodic
+from .graph.trajectory import Step, Trajectory
 
 __all__ = ["DEMO_QUERIES", "demo_trajectories", "format_hits", "main", "progress_bar"]
 

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 import hippograph as hg
-from hippograph import ann as ann_module
-from hippograph.ann import AnnConfig
 from hippograph.backends import LMDB
+from hippograph.engine import vector_index as ann_module
+from hippograph.engine.vector_index import AnnConfig
 
 DIM = 16
 NOW = datetime(2025, 6, 1, tzinfo=UTC)

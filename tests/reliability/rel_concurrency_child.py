@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rel_workload import EMBED, T0, receipt_json, structure, trajectory
 
 import hippograph as hg
-from hippograph.ann import AnnConfig
 from hippograph.backends import LMDB
+from hippograph.engine.vector_index import AnnConfig
 
 SHARED = range(0, 12)
 """Sources every worker ingests with the same payload."""

@@ -64,7 +64,7 @@ from rel_workload import (
 
 import hippograph as hg
 from hippograph.backends import LMDB, InMemory
-from hippograph.fingerprint import FINGERPRINT_VERSION, fingerprint
+from hippograph.graph.fingerprint import FINGERPRINT_VERSION, fingerprint
 from hippograph.testing.graphs import Snapshot
 
 CHILD = Path(__file__).with_name("rel_crash_child.py")

@@ -29,7 +29,7 @@ from rel_crash import REPO, child_application_name, open_store
 from rel_workload import REWARDS, T0, removed_by, run_op
 
 import hippograph as hg
-from hippograph.model import NodeType
+from hippograph.graph.model import NodeType
 
 WEIGHTS = {"ingest": 36, "delete": 10, "meta": 16, "reward": 16, "decay": 11, "consolidate": 11}
 

@@ -7,7 +7,7 @@ the source index or carried in the descriptor) so the two backends compute the
 same usage scores, the same decay victims and the same consolidation merges.
 
 Ingestion goes through `Repo.ingest` with the built-in
-`hippograph.structuring.episodic(HashingEmbedder(dim=32))`; its output is kept
+`hippograph.graph.structuring.episodic(HashingEmbedder(dim=32))`; its output is kept
 node for node, only with ``created_at`` pinned, and every second source also
 gets a small "fact" layer (a tag with two or three near-duplicate semantic
 nodes) so that `Repo.consolidate` has pairs to merge and `Repo.decay` has
@@ -23,11 +23,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import hippograph as hg
-from hippograph.changeset import Changeset
 from hippograph.embedding import HashingEmbedder
-from hippograph.maintenance import Merge
-from hippograph.model import NodeType
-from hippograph.structuring import episodic
+from hippograph.graph.changeset import Changeset
+from hippograph.graph.maintenance import Merge
+from hippograph.graph.model import NodeType
+from hippograph.graph.structuring import episodic
 from hippograph.testing.graphs import Snapshot, snapshot
 
 DIM = 32

@@ -588,7 +588,7 @@ def test_ingest_refuses_a_conflicting_payload_and_writes_nothing(backend: Any, r
 
 def test_ingest_refuses_a_structure_of_another_dimension_and_writes_no_record(backend: Any, repo: hg.Repo) -> None:
     from hippograph.embedding import HashingEmbedder
-    from hippograph.structuring import episodic
+    from hippograph.graph.structuring import episodic
 
     assert_refused(backend, lambda: repo.ingest(trajectory(1), episodic(HashingEmbedder(dim=DIM + 1))))
 
@@ -599,7 +599,7 @@ def test_ingest_refuses_a_structure_of_another_dimension_and_writes_no_record(ba
 def test_ingest_refuses_an_embedder_returning_garbage_and_writes_nothing(
     backend: Any, repo: hg.Repo, bad: Callable[[list[str]], object]
 ) -> None:
-    from hippograph.structuring import episodic
+    from hippograph.graph.structuring import episodic
 
     assert_refused(backend, lambda: repo.ingest(trajectory(1), episodic(bad)))
 

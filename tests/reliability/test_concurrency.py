@@ -30,7 +30,7 @@ from rel_workload import diff, receipt_from_json, source_id, state, structure, t
 
 import hippograph as hg
 from hippograph.backends import InMemory
-from hippograph.fingerprint import FINGERPRINT_VERSION, fingerprint
+from hippograph.graph.fingerprint import FINGERPRINT_VERSION, fingerprint
 from hippograph.testing.graphs import Snapshot
 from pg_server import pg_dsn
 

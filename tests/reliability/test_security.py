@@ -32,7 +32,7 @@ from rel_workload import DIM, structure, trajectory
 
 import hippograph as hg
 from hippograph.backends import LMDB, InMemory
-from hippograph.structuring import episodic
+from hippograph.graph.structuring import episodic
 from hippograph.testing.graphs import snapshot
 from pg_server import pg_dsn, pg_store
 

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Self
 
-from ..changeset import Changeset, check_changeset
 from ..errors import StorageError, ValidationError
-from ..model import IngestionRecord, NodeMetadata, check_id, check_ids
+from ..graph.changeset import Changeset, check_changeset
+from ..graph.model import IngestionRecord, NodeMetadata, check_id, check_ids
 
 __all__ = ["BackendBase", "RWLock", "check_ids", "check_metadata_updates", "check_record"]
 

@@ -70,13 +70,21 @@ import lmdb
 import msgpack
 import numpy as np
 
-from .. import _core, codec
-from .. import ann as ann_module
-from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, retire, stop_background_builds
-from ..ann import DEFAULT_ANN, AnnConfig
-from ..changeset import Changeset, check_changeset, normalised_links, resulting_dim
+from .. import _core
+from ..engine import vector_index as ann_module
+from ..engine.columns import (
+    TypeIndex,
+    TypeSnapshot,
+    build_vector_indexes,
+    find_candidates,
+    retire,
+    stop_background_builds,
+)
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import HippographError, IngestionError, StorageError, ValidationError
-from ..model import (
+from ..graph import codec
+from ..graph.changeset import Changeset, check_changeset, normalised_links, resulting_dim
+from ..graph.model import (
     ORPHAN_TYPES,
     EdgeType,
     IngestionReceipt,
@@ -91,7 +99,7 @@ from ..model import (
     as_node_types,
     check_id,
 )
-from ..value import ValueFunctionConfig
+from ..graph.value import ValueFunctionConfig
 from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record
 
 __all__ = ["LMDB"]

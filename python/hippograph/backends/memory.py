@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, stop_background_builds
-from ..ann import DEFAULT_ANN, AnnConfig
-from ..changeset import Changeset, check_changeset, normalised_links
+from ..engine.columns import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, stop_background_builds
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import IngestionError
-from ..model import (
+from ..graph.changeset import Changeset, check_changeset, normalised_links
+from ..graph.model import (
     ORPHAN_TYPES,
     EdgeType,
     IngestionReceipt,
@@ -29,7 +29,7 @@ from ..model import (
     as_node_types,
     check_id,
 )
-from ..value import ValueFunctionConfig
+from ..graph.value import ValueFunctionConfig
 from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record
 
 __all__ = ["InMemory"]

@@ -109,12 +109,19 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "the PostgreSQL backend needs psycopg 3 and psycopg-pool: pip install 'hippograph[postgres]'"
     ) from exc
 
-from .. import codec
-from .._index import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, retire, stop_background_builds
-from ..ann import DEFAULT_ANN, AnnConfig
-from ..changeset import Changeset, check_changeset, normalised_links
+from ..engine.columns import (
+    TypeIndex,
+    TypeSnapshot,
+    build_vector_indexes,
+    find_candidates,
+    retire,
+    stop_background_builds,
+)
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, HippographError, IngestionError, StorageError, ValidationError
-from ..model import (
+from ..graph import codec
+from ..graph.changeset import Changeset, check_changeset, normalised_links
+from ..graph.model import (
     ORPHAN_TYPES,
     EdgeType,
     Embedding,
@@ -130,7 +137,7 @@ from ..model import (
     as_node_types,
     check_id,
 )
-from ..value import ValueFunctionConfig
+from ..graph.value import ValueFunctionConfig
 from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record
 
 __all__ = ["DSN_ENV", "SCHEMA_VERSION", "Postgres", "drop_repo"]

@@ -44,9 +44,9 @@ import numpy as np
 import pytest
 
 from ..backends.memory import InMemory
-from ..changeset import Changeset
 from ..errors import ConfigError, IngestionError, StorageError, ValidationError
-from ..model import (
+from ..graph.changeset import Changeset
+from ..graph.model import (
     EdgeType,
     IngestionReceipt,
     IngestionRecord,
@@ -56,7 +56,7 @@ from ..model import (
     Outcome,
     Semantic,
 )
-from ..protocol import GraphBackend
+from ..graph.protocol import GraphBackend
 from .graphs import (
     NOW,
     ReferenceValueFunction,

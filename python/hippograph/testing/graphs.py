@@ -27,8 +27,8 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..changeset import Changeset
-from ..model import (
+from ..graph.changeset import Changeset
+from ..graph.model import (
     EdgeType,
     Episodic,
     IngestionReceipt,
@@ -43,8 +43,8 @@ from ..model import (
     Subgoal,
     Tag,
 )
-from ..protocol import GraphBackend
-from ..value import DEFAULT_PARAMS
+from ..graph.protocol import GraphBackend
+from ..graph.value import DEFAULT_PARAMS
 
 __all__ = [
     "NOW",

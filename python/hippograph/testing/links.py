@@ -24,12 +24,12 @@ from typing import Literal
 
 import numpy as np
 
-from ..changeset import Changeset
-from ..maintenance import Merge
-from ..model import EdgeType, Embedding, Intent, NodeMetadata, NodeType, Semantic, Tag
-from ..protocol import GraphBackend
-from ..repo import Repo
-from ..trajectory import Step, Trajectory
+from ..graph.changeset import Changeset
+from ..graph.maintenance import Merge
+from ..graph.model import EdgeType, Embedding, Intent, NodeMetadata, NodeType, Semantic, Tag
+from ..graph.protocol import GraphBackend
+from ..graph.repo import Repo
+from ..graph.trajectory import Step, Trajectory
 from .graphs import NOW, make_node, vec
 
 __all__ = ["Link", "LinkConformance", "Operation", "link_set", "lost_links", "random_operations", "run_operations"]

@@ -123,10 +123,10 @@ impl<'py> Converter<'py> {
 
     fn atom_class(&mut self) -> Result<&Bound<'py, PyAny>, Fail> {
         if self.atom_class.is_none() {
-            let cls = PyModule::import(self.py, "hippograph.atom").and_then(|m| m.getattr("Atom"));
+            let cls = PyModule::import(self.py, "hippograph.graph.atom").and_then(|m| m.getattr("Atom"));
             self.atom_class = Some(cls.map_err(Fail::Python)?);
         }
-        self.atom_class.as_ref().ok_or_else(|| Fail::invalid("hippograph.atom.Atom is unavailable"))
+        self.atom_class.as_ref().ok_or_else(|| Fail::invalid("hippograph.graph.atom.Atom is unavailable"))
     }
 
     /// Converts `obj`, which sits at nesting depth `depth` (checked before any
@@ -269,7 +269,7 @@ fn text_arg<'a>(value: &'a Bound<'_, PyAny>) -> Result<&'a str, &'static str> {
 ///
 /// Checks only what the encoding needs (text arguments, a list of 2-tuples, a
 /// mappable dict); blank goals and empty step lists are policy, checked by
-/// `hippograph.trajectory.validate_trajectory`.
+/// `hippograph.graph.trajectory.validate_trajectory`.
 #[pyfunction]
 fn fingerprint_v1<'py>(
     py: Python<'py>,

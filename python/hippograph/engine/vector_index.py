@@ -60,10 +60,10 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ._index import TypeIndex
+    from .columns import TypeIndex
 
 try:
     import hnswlib

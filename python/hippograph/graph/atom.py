@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final, NoReturn, final
 
-from .errors import ValidationError
+from ..errors import ValidationError
 
 __all__ = ["MAX_ATOM_CHARS", "Atom"]
 

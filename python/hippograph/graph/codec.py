@@ -24,7 +24,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from .errors import StorageError
+from ..errors import StorageError
 from .model import (
     NODE_CLASSES,
     EdgeType,

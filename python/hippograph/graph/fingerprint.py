@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from . import _core
-from .errors import IngestionError
+from .. import _core
+from ..errors import IngestionError
 from .trajectory import Trajectory, _message_of, validate_trajectory
 
 __all__ = ["FINGERPRINT_VERSION", "etf_encode", "fingerprint"]

@@ -27,9 +27,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple, Self
 
+from ..errors import IngestionError, NotFoundError, StorageError, ValidationError
 from . import maintenance
 from .changeset import Changeset
-from .errors import IngestionError, NotFoundError, StorageError, ValidationError
 from .fingerprint import FINGERPRINT_VERSION, fingerprint
 from .model import (
     ORPHAN_TYPES,
@@ -511,7 +511,7 @@ def open_repo(
     if backend is not None and path is not None:
         raise ValidationError("pass either path or backend, not both")
     if backend is None:
-        from .backends.lmdb import LMDB
+        from ..backends.lmdb import LMDB
 
         backend = LMDB(store_path(name, path), durability=durability)
     return Repo(backend, value_function=value_function, flush_interval=flush_interval)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .model import Node, NodeMetadata, NodeType, utcnow
 
 __all__ = [

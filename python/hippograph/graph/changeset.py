@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ValidationError
+from ..errors import ValidationError
 from .model import EdgeType, Node, NodeMetadata, as_edge_type, check_id
 
 __all__ = ["Changeset", "Link", "check_changeset", "normalised_links", "resulting_dim"]

@@ -22,11 +22,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
-from . import ann as ann_module
-from .ann import AnnConfig, AnnIndex
-from .errors import ValidationError
-from .model import (
+from .. import _core
+from ..errors import ValidationError
+from ..graph.model import (
     Embedding,
     Node,
     NodeMetadata,
@@ -38,7 +36,9 @@ from .model import (
     check_progress,
     utcnow,
 )
-from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
+from ..graph.value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
+from . import vector_index as ann_module
+from .vector_index import AnnConfig, AnnIndex
 
 __all__ = [
     "META_COLUMNS",

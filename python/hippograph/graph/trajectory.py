@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _core
-from .errors import IngestionError, ValidationError
+from .. import _core
+from ..errors import IngestionError, ValidationError
 from .model import MAX_ID_BYTES
 
 __all__ = ["Step", "Trajectory", "validate_trajectory"]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ._index import TypeIndex, TypeSnapshot, find_candidates, meta_columns
+from ..engine.columns import TypeIndex, TypeSnapshot, find_candidates, meta_columns
 from .model import Node, NodeMetadata, NodeType, as_node_types
 from .value import ValueFunctionConfig
 

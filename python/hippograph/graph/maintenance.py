@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
-from ._index import META_COLUMNS, TypeSnapshot, meta_columns
+from .. import _core
+from ..engine.columns import META_COLUMNS, TypeSnapshot, meta_columns
+from ..errors import ValidationError
 from .changeset import Changeset
-from .errors import ValidationError
 from .model import (
     ORPHAN_TYPES,
     EdgeType,

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ValidationError
+from ..errors import ValidationError
 
 __all__ = [
     "NODE_CLASSES",
