@@ -33,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from hippograph.engine.checks import check_id
 from hippograph.errors import IngestionError, StorageError, ValidationError
 from hippograph.graph import codec
 from hippograph.graph.changeset import Changeset, check_changeset, normalised_links
@@ -46,7 +47,6 @@ from hippograph.graph.model import (
     Outcome,
     as_edge_type,
     as_node_types,
-    check_id,
 )
 from hippograph.graph.recall import score_nodes
 from hippograph.graph.value import ValueFunctionConfig

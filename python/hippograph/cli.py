@@ -42,9 +42,10 @@ from typing import Any, TextIO
 
 from .backends.lmdb import LMDB
 from .embedding import ENGLISH_STOP_WORDS, HashingEmbedder
+from .engine.checks import Progress
 from .errors import HippographError, NotFoundError, ValidationError
 from .graph.changeset import Changeset
-from .graph.model import Episodic, IngestionReceipt, Node, NodeType, Progress, Semantic, Source, Subgoal
+from .graph.model import Episodic, IngestionReceipt, Node, NodeType, Semantic, Source, Subgoal
 from .graph.repo import Hit, Repo, open_repo, store_path
 from .graph.structuring import episodic
 from .graph.trajectory import Step, Trajectory

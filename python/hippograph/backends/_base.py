@@ -8,9 +8,10 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Self
 
+from ..engine.checks import check_id, check_ids
 from ..errors import StorageError, ValidationError
 from ..graph.changeset import Changeset, check_changeset
-from ..graph.model import IngestionRecord, NodeMetadata, check_id, check_ids
+from ..graph.model import IngestionRecord, NodeMetadata
 
 __all__ = ["BackendBase", "RWLock", "check_ids", "check_metadata_updates", "check_record"]
 

@@ -72,6 +72,7 @@ import numpy as np
 
 from .. import _core
 from ..engine import vector_index as ann_module
+from ..engine.checks import Progress, check_id
 from ..engine.columns import (
     TypeIndex,
     TypeSnapshot,
@@ -93,11 +94,9 @@ from ..graph.model import (
     NodeMetadata,
     NodeType,
     Outcome,
-    Progress,
     as_edge_type,
     as_node_type,
     as_node_types,
-    check_id,
 )
 from ..graph.value import ValueFunctionConfig
 from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record

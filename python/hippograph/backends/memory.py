@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..engine.checks import Progress, check_id
 from ..engine.columns import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, stop_background_builds
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import IngestionError
@@ -23,11 +24,9 @@ from ..graph.model import (
     NodeMetadata,
     NodeType,
     Outcome,
-    Progress,
     as_edge_type,
     as_node_type,
     as_node_types,
-    check_id,
 )
 from ..graph.value import ValueFunctionConfig
 from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record

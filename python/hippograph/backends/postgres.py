@@ -109,6 +109,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "the PostgreSQL backend needs psycopg 3 and psycopg-pool: pip install 'hippograph[postgres]'"
     ) from exc
 
+from ..engine.checks import Embedding, Progress, check_id
 from ..engine.columns import (
     TypeIndex,
     TypeSnapshot,
@@ -124,18 +125,15 @@ from ..graph.changeset import Changeset, check_changeset, normalised_links
 from ..graph.model import (
     ORPHAN_TYPES,
     EdgeType,
-    Embedding,
     IngestionReceipt,
     IngestionRecord,
     Node,
     NodeMetadata,
     NodeType,
     Outcome,
-    Progress,
     as_edge_type,
     as_node_type,
     as_node_types,
-    check_id,
 )
 from ..graph.value import ValueFunctionConfig
 from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record

@@ -24,20 +24,10 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ValidationError
-from ..graph.model import (
-    Embedding,
-    Node,
-    NodeMetadata,
-    NodeType,
-    Progress,
-    as_datetime,
-    as_embedding,
-    as_node_types,
-    check_progress,
-    utcnow,
-)
+from ..graph.model import Node, NodeMetadata, NodeType, as_node_types
 from ..graph.value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 from . import vector_index as ann_module
+from .checks import Embedding, Progress, as_datetime, as_embedding, check_progress, utcnow
 from .vector_index import AnnConfig, AnnIndex
 
 __all__ = [

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine.checks import check_id
 from ..errors import ValidationError
-from .model import EdgeType, Node, NodeMetadata, as_edge_type, check_id
+from .model import EdgeType, Node, NodeMetadata, as_edge_type
 
 __all__ = ["Changeset", "Link", "check_changeset", "normalised_links", "resulting_dim"]
 

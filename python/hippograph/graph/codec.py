@@ -24,17 +24,9 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from ..engine.checks import Embedding
 from ..errors import StorageError
-from .model import (
-    NODE_CLASSES,
-    EdgeType,
-    Embedding,
-    IngestionReceipt,
-    IngestionRecord,
-    Node,
-    NodeMetadata,
-    NodeType,
-)
+from .model import NODE_CLASSES, EdgeType, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType
 
 __all__ = [
     "FORMAT_VERSION",

@@ -27,25 +27,11 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
+from ..engine.checks import Embedding, Progress, as_datetime, as_embedding, check_progress, finite_float, utcnow
 from ..engine.columns import META_COLUMNS, TypeSnapshot, meta_columns
 from ..errors import ValidationError
 from .changeset import Changeset
-from .model import (
-    ORPHAN_TYPES,
-    EdgeType,
-    Embedding,
-    Node,
-    NodeMetadata,
-    NodeType,
-    Progress,
-    Semantic,
-    as_datetime,
-    as_embedding,
-    as_node_types,
-    check_progress,
-    finite_float,
-    utcnow,
-)
+from .model import ORPHAN_TYPES, EdgeType, Node, NodeMetadata, NodeType, Semantic, as_node_types
 from .protocol import GraphBackend
 from .value import ResolvedConfig
 

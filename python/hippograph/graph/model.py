@@ -10,21 +10,20 @@ import copy
 import dataclasses
 import enum
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar, Self
 
 import numpy as np
-import numpy.typing as npt
 
+from ..engine.checks import Embedding, as_datetime, as_embedding, check_id, check_text, finite_float, utcnow
 from ..errors import ValidationError
 
 __all__ = [
     "NODE_CLASSES",
     "ORPHAN_TYPES",
     "EdgeType",
-    "Embedding",
     "Episodic",
     "IngestionReceipt",
     "IngestionRecord",
@@ -34,30 +33,14 @@ __all__ = [
     "NodeType",
     "Outcome",
     "Procedural",
-    "Progress",
     "Semantic",
     "Source",
     "Subgoal",
     "Tag",
-    "as_datetime",
     "as_edge_type",
-    "as_embedding",
     "as_node_type",
     "as_node_types",
-    "check_id",
-    "check_ids",
-    "check_progress",
-    "check_text",
-    "finite_float",
-    "utcnow",
 ]
-
-Progress = Callable[[str, int, int], None]
-"""Called as ``progress(phase, done, total)`` during long operations (maintenance, vector index builds)."""
-
-MAX_ID_BYTES = 512
-
-Embedding = npt.NDArray[np.float32]
 
 
 class NodeType(enum.StrEnum):
@@ -94,72 +77,6 @@ class Outcome(enum.StrEnum):
     EXISTING = "existing"
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def as_datetime(value: object, what: str = "timestamp") -> datetime:
-    """An aware datetime converted to UTC; naive datetimes are refused as ambiguous."""
-    if not isinstance(value, datetime):
-        raise ValidationError(f"{what} must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError(f"{what} must be timezone-aware (UTC), got a naive datetime")
-    return value.astimezone(UTC)
-
-
-def check_id(value: object, what: str = "id") -> str:
-    """Ids are non-empty str of at most 512 UTF-8 bytes."""
-    if not isinstance(value, str):
-        raise ValidationError(f"{what} must be a str, got {type(value).__name__}: {value!r:.80}")
-    if not value:
-        raise ValidationError(f"{what} must not be empty")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise ValidationError(f"{what} {value!r:.80} is not valid UTF-8 (lone surrogate)") from exc
-    if size > MAX_ID_BYTES:
-        raise ValidationError(f"{what} {value[:40]!r}… is {size} UTF-8 bytes; the limit is {MAX_ID_BYTES}")
-    return value
-
-
-def check_progress(progress: object) -> Progress | None:
-    """`progress` if it is None or callable; checked before a long operation writes anything."""
-    if progress is not None and not callable(progress):
-        raise ValidationError(f"progress must be callable (phase, done, total) or None, got {type(progress).__name__}")
-    return progress
-
-
-def finite_float(value: object, what: str) -> float:
-    """A finite float from an int or float; huge ints and NaN/inf are refused, not overflowed."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValidationError(f"{what} must be a number, got {type(value).__name__}")
-    try:
-        out = float(value)
-    except OverflowError:
-        raise ValidationError(f"{what} is too large for a float") from None
-    if not math.isfinite(out):
-        raise ValidationError(f"{what} must be finite, got {value!r}")
-    return out
-
-
-def check_text(value: str, what: str) -> str:
-    """Text must be encodable as UTF-8 (no lone surrogates), so every backend can store it."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationError(f"{what} is not valid UTF-8 (lone surrogate)") from None
-    return value
-
-
-def check_ids(ids: object, what: str = "id") -> list[str]:
-    """A list of valid ids; a bare str is refused (it would iterate its characters)."""
-    if isinstance(ids, (str, bytes)):
-        raise ValidationError(f"expected a collection of {what}s, got a single {type(ids).__name__} {ids!r:.80}")
-    if not isinstance(ids, Iterable):
-        raise ValidationError(f"expected a collection of {what}s, got {type(ids).__name__}")
-    return [check_id(i, what) for i in ids]
-
-
 def as_node_types(value: object) -> list[NodeType]:
     """One node type or a collection of them."""
     if isinstance(value, (str, NodeType)):
@@ -181,44 +98,6 @@ def as_edge_type(value: object) -> EdgeType:
         return EdgeType(value)  # type: ignore[arg-type]  # refused below when not a member
     except ValueError:
         raise ValidationError(f"unknown edge type {value!r}; expected one of {[t.value for t in EdgeType]}") from None
-
-
-_NOT_REAL = (str, bytes, complex, bool, np.bool_, np.complexfloating)
-
-
-def _not_real(value: object, raw: npt.NDArray[Any]) -> bool:
-    """Elements numpy would convert to float32 but that are no real numbers (strings, bools, complex)."""
-    if raw.dtype.kind in "bcSUVMm":
-        return True
-    if raw.dtype.kind == "O":
-        return any(isinstance(x, _NOT_REAL) for x in raw.flat)
-    # A list mixing bools and floats arrives as float64: look at the elements themselves.
-    return isinstance(value, (list, tuple)) and any(isinstance(x, _NOT_REAL) for x in value)
-
-
-def as_embedding(value: object, what: str = "embedding") -> Embedding:
-    """A finite, non-empty, 1-D float32 copy that nobody can mutate afterwards."""
-    if isinstance(value, (str, bytes)):
-        raise ValidationError(f"{what} must be a sequence of numbers, got {type(value).__name__}")
-    try:
-        raw = np.asarray(value)
-        # numpy would parse numeric strings, drop imaginary parts and read bools as 0/1: all refused.
-        refused = _not_real(value, raw)
-        with np.errstate(over="ignore", invalid="ignore"):
-            arr = None if refused else np.array(raw, dtype=np.float32, copy=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        # numpy's message quotes the element it choked on: user data, kept out of the error.
-        raise ValidationError(f"{what} is not a numeric vector ({type(exc).__name__})") from None
-    if arr is None:
-        raise ValidationError(f"{what} must hold real numbers, not strings, booleans or complex numbers")
-    if arr.ndim != 1:
-        raise ValidationError(f"{what} must be 1-D, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ValidationError(f"{what} must not be empty")
-    if not np.isfinite(arr).all():
-        raise ValidationError(f"{what} holds NaN or infinite values (after float32 conversion)")
-    arr.flags.writeable = False
-    return arr.view()  # a view of a read-only base can never be made writeable again
 
 
 def _normalise_links(value: object, node_id: str) -> dict[EdgeType, frozenset[str]]:

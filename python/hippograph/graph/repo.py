@@ -27,24 +27,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple, Self
 
+from ..engine.checks import as_datetime, check_id, check_ids, check_progress, utcnow
 from ..errors import IngestionError, NotFoundError, StorageError, ValidationError
 from . import maintenance
 from .changeset import Changeset
 from .fingerprint import FINGERPRINT_VERSION, fingerprint
-from .model import (
-    ORPHAN_TYPES,
-    IngestionReceipt,
-    IngestionRecord,
-    Node,
-    NodeMetadata,
-    NodeType,
-    Semantic,
-    as_datetime,
-    check_id,
-    check_ids,
-    check_progress,
-    utcnow,
-)
+from .model import ORPHAN_TYPES, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType, Semantic
 from .protocol import GraphBackend
 from .trajectory import Trajectory
 from .value import ValueFunctionConfig, resolve_config

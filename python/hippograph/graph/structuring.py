@@ -43,9 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.checks import utcnow
 from ..errors import ValidationError
 from .changeset import Changeset
-from .model import EdgeType, Episodic, NodeMetadata, Procedural, Source, Subgoal, utcnow
+from .model import EdgeType, Episodic, NodeMetadata, Procedural, Source, Subgoal
 from .trajectory import Step, Trajectory, validate_trajectory
 
 __all__ = ["MAX_KEY_BYTES", "Embed", "episodic", "node_key", "step_text"]

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _core
+from ..engine.checks import MAX_ID_BYTES
 from ..errors import IngestionError, ValidationError
-from .model import MAX_ID_BYTES
 
 __all__ = ["Step", "Trajectory", "validate_trajectory"]
 

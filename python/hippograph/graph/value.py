@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
+from ..engine.checks import utcnow
 from ..errors import ConfigError
-from .model import Node, NodeMetadata, NodeType, utcnow
+from .model import Node, NodeMetadata, NodeType
 
 __all__ = [
     "DEFAULT_LAMBDA",

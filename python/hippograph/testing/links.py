@@ -24,9 +24,10 @@ from typing import Literal
 
 import numpy as np
 
+from ..engine.checks import Embedding
 from ..graph.changeset import Changeset
 from ..graph.maintenance import Merge
-from ..graph.model import EdgeType, Embedding, Intent, NodeMetadata, NodeType, Semantic, Tag
+from ..graph.model import EdgeType, Intent, NodeMetadata, NodeType, Semantic, Tag
 from ..graph.protocol import GraphBackend
 from ..graph.repo import Repo
 from ..graph.trajectory import Step, Trajectory
