@@ -16,7 +16,7 @@ from typing import Any
 
 from hippograph.backends import InMemory
 from hippograph.backends._base import check_ids, check_record
-from hippograph.engine.columns import prepare_queries
+from hippograph.engine.query import prepare_queries
 from hippograph.graph.changeset import Changeset
 from hippograph.graph.model import (
     EdgeType,

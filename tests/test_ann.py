@@ -129,7 +129,7 @@ def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     Equality with the exact path proves nothing if the exact path gave both answers.
     """
-    return record_answers(monkeypatch, hg.engine.vector_index, "certified_scan")
+    return record_answers(monkeypatch, hg.engine.query, "certified_scan")
 
 
 def available(b: Backend, node_type: str = "semantic") -> bool:
@@ -505,8 +505,8 @@ def test_build_vector_index_builds_now_reporting_progress_and_queries_reuse_it(
     assert [done for _, done, _ in calls] == sorted(done for _, done, _ in calls)
     assert calls[-1][1] == calls[-1][2] == stats(b)["nodes"]
     built = []
-    real_build = hg.engine.vector_index.build
-    monkeypatch.setattr(hg.engine.vector_index, "build", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    real_build = hg.engine.columns._build
+    monkeypatch.setattr(hg.engine.columns, "_build", lambda *a, **k: built.append(1) or real_build(*a, **k))
     assert b.build_vector_index() == ["subgoal"]  # semantic is built already
     assert b.build_vector_index() == []
     find(b, rng_vec(np.random.default_rng(1)))
@@ -991,7 +991,7 @@ def test_a_query_racing_close_starts_no_build_that_outlives_it(
     index = type_index(b)
     for thread in [index.close_background_builds()]:
         assert thread is None
-    index._ann_for(hg.graph.value.resolve_config(None), exact=False)  # what a query past the closed check would do
+    index.vector_index_for(approximate=True)  # what a query past the closed check would do
     assert builder_threads() == [] and index.ann is None
 
 
@@ -1039,7 +1039,7 @@ def test_a_failure_reading_the_saved_index_in_the_background_falls_back_to_a_bui
     def unreadable(*args: Any, **kwargs: Any) -> Any:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(hg.engine.vector_index, "read_saved", unreadable)
+    monkeypatch.setattr(hg.engine.vector_files, "read_saved", unreadable)
     loaded, hits, exact = reopen_in_background(path, answered)
     assert not loaded and hits == exact
 
@@ -1049,11 +1049,11 @@ def test_a_cancelled_verified_copy_stops_and_leaves_no_temp_file(tmp_path: Path)
     doc = sidecar(path)
     ann_dir = path / "ann"
     before = set(ann_dir.iterdir())
-    copy = hg.engine.vector_index._verified_copy(
+    copy = hg.engine.vector_files._verified_copy(
         files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"], lambda: True
     )
     assert copy is None and set(ann_dir.iterdir()) == before
-    copy = hg.engine.vector_index._verified_copy(
+    copy = hg.engine.vector_files._verified_copy(
         files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"]
     )
     assert copy is not None and copy.read_bytes() == files(path)[0].read_bytes()

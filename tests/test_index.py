@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hippograph.engine.columns import TypeIndex
+from hippograph.engine.columns import TypeColumns
 
 ops = st.lists(
     st.one_of(
@@ -30,7 +30,7 @@ def full_rank(ids: list[str]) -> np.ndarray:
 @settings(max_examples=200, deadline=None)
 @given(ops)
 def test_rank_is_each_rows_position_in_id_order_after_any_updates(steps: list[tuple[str, object]]) -> None:
-    index = TypeIndex()
+    index = TypeColumns()
     for op, arg in steps:
         if op == "add":
             for node_id in arg:  # type: ignore[attr-defined]
@@ -42,7 +42,7 @@ def test_rank_is_each_rows_position_in_id_order_after_any_updates(steps: list[tu
 
 def test_readers_merging_new_rows_at_once_agree_on_one_rank() -> None:
     """Recalls share a read lock; two of them merging the same new rows must not merge them twice."""
-    index = TypeIndex()
+    index = TypeColumns()
     rng = np.random.default_rng(3)
     old_interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads inside the merge as often as the interpreter allows

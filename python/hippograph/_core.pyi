@@ -55,6 +55,20 @@ def default_values(
 ) -> npt.NDArray[np.float64]:
     """The default value function over precomputed relevances; GIL released."""
 
+def default_value(
+    relevance: float,
+    timestamp: float,
+    access_count: float,
+    reward_count: float,
+    cumulative_reward: float,
+    now: float,
+    lambda_: float,
+    k: float,
+    base_floor: float,
+    beta: float,
+) -> float:
+    """The default value function of one row that has usage metadata."""
+
 def usage_order(
     has_meta: npt.NDArray[np.uint8],
     timestamp: npt.NDArray[np.float64],

@@ -25,7 +25,7 @@ import numpy as np
 
 import hippograph as hg
 from hippograph.backends import LMDB
-from hippograph.engine import vector_index as ann_module
+from hippograph.engine import vector_files as ann_module
 from hippograph.engine.vector_index import AnnConfig
 
 DIM = 16

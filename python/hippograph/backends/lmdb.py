@@ -12,7 +12,7 @@ Layout: one LMDB environment per repo directory, with named databases
 Every mutating call is exactly one write transaction, and LMDB admits one
 writer at a time across processes, so `commit_ingestion`'s compare-and-set is
 correct between processes. Each write bumps ``seq`` and logs what it touched;
-a process's derived scoring cache (`TypeIndex` per type) catches up from the
+a process's derived scoring cache (`TypeColumns` per type) catches up from the
 log on its next read, or rebuilds when it fell further behind than the log
 reaches. Candidates are hydrated from the same read transaction the cache was
 checked against, so a node deleted by anyone is never returned.
@@ -71,13 +71,11 @@ import msgpack
 import numpy as np
 
 from .. import _core
-from ..engine import vector_index as ann_module
+from ..engine import vector_files
 from ..engine.checks import Progress, check_id
 from ..engine.columns import (
-    TypeIndex,
-    TypeSnapshot,
-    build_vector_indexes,
-    find_candidates,
+    ColumnsCopy,
+    TypeColumns,
     retire,
     stop_background_builds,
 )
@@ -98,6 +96,7 @@ from ..graph.model import (
     as_node_type,
     as_node_types,
 )
+from ..graph.recall import build_vector_indexes, find_candidates, usage_of
 from ..graph.value import ValueFunctionConfig
 from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record
 
@@ -324,7 +323,7 @@ class _Cache:
         ann: AnnConfig | None,
         ann_dir: Path | None,
         lock: RWLock,
-        load_saved: Callable[[TypeIndex, threading.Event], bool] | None = None,
+        load_saved: Callable[[TypeColumns, threading.Event], bool] | None = None,
     ) -> None:
         self.seq = -1
         self.ann = ann
@@ -332,13 +331,13 @@ class _Cache:
         self.ann_tried: set[NodeType] = set()
         self.lock = lock
         self.load_saved_in_background = load_saved
-        self.index: dict[NodeType, TypeIndex] = self._new_indexes()
+        self.index: dict[NodeType, TypeColumns] = self._new_indexes()
         self.retired: list[threading.Thread] = []
         """Builder threads of type indexes a rebuild replaced, joined on close."""
         self.type_of: dict[str, NodeType] = {}
 
-    def _new_indexes(self) -> dict[NodeType, TypeIndex]:
-        return {nt: TypeIndex(self.ann, self.lock, self.load_saved_in_background) for nt in NodeType}
+    def _new_indexes(self) -> dict[NodeType, TypeColumns]:
+        return {nt: TypeColumns(self.ann, self.lock, self.load_saved_in_background) for nt in NodeType}
 
     def refresh(self, t: _Txn) -> None:
         target = t.seq()
@@ -376,18 +375,18 @@ class _Cache:
         old = self.type_of.get(node_id)
         if old is not None and old == node_type and self._same_vector(self.index[old], node_id, embedding):
             # Metadata only (most log entries: recall's access counts): no HNSW delete-and-re-add churn.
-            self.index[old].set_meta(node_id, decoded_meta)
+            self.index[old].set_usage(node_id, usage_of(decoded_meta))
             return
         if old is not None:
             del self.type_of[node_id]
             self.index[old].remove(node_id)
         if node_type is None:
             return
-        self.index[node_type].upsert(node_id, embedding, decoded_meta)
+        self.index[node_type].upsert(node_id, embedding, usage_of(decoded_meta))
         self.type_of[node_id] = node_type
 
     @staticmethod
-    def _same_vector(index: TypeIndex, node_id: str, embedding: Any) -> bool:
+    def _same_vector(index: TypeColumns, node_id: str, embedding: Any) -> bool:
         row = index.row.get(node_id)
         if row is None:
             return False
@@ -412,7 +411,7 @@ class _Cache:
             self.index[node_type].upsert(
                 node_id,
                 None if emb is None else codec.decode_embedding(emb, dim),
-                None if meta is None else codec.decode_meta(meta),
+                None if meta is None else usage_of(codec.decode_meta(meta)),
             )
 
     def wants_saved(self, types: object) -> list[NodeType]:
@@ -439,7 +438,7 @@ class _Cache:
             if node_type in self.ann_tried or index.ann is not None or len(index) <= self.ann.min_nodes:
                 continue
             self.ann_tried.add(node_type)
-            index.ann = ann_module.load(
+            index.ann = vector_files.load(
                 index,
                 self.ann,
                 self.ann_dir,
@@ -457,7 +456,7 @@ class _Cache:
         return [
             nt.value
             for nt, index in self.index.items()
-            if index.ann is not None and ann_module.save(index.ann, self.ann_dir, nt.value, self.seq)
+            if index.ann is not None and vector_files.save(index.ann, self.ann_dir, nt.value, self.seq)
         ]
 
 
@@ -718,15 +717,15 @@ class LMDB(BackendBase):
 
         return self._write("rewrite", run)
 
-    def snapshot(self, node_type: NodeType | str) -> TypeSnapshot:
+    def snapshot(self, node_type: NodeType | str) -> ColumnsCopy:
         """A copy of one type's ids, embeddings and usage columns, as of now (maintenance reads it)."""
         self._guard("snapshot")
         wanted = as_node_type(node_type)
 
-        def run(t: _Txn) -> TypeSnapshot:
+        def run(t: _Txn) -> ColumnsCopy:
             with self._cache_lock.write():
                 self._cache.refresh(t)
-                return self._cache.index[wanted].snapshot()
+                return self._cache.index[wanted].copy()
 
         return self._read(run, "snapshot")
 
@@ -877,7 +876,7 @@ class LMDB(BackendBase):
 
         return self._read(run, "find_candidates")
 
-    def _adopt_saved_in_background(self, owner: TypeIndex, cancel: threading.Event) -> bool:
+    def _adopt_saved_in_background(self, owner: TypeColumns, cancel: threading.Event) -> bool:
         """A background build's first step: adopt `owner`'s saved HNSW graph if it passes every check.
 
         The files are hashed and read by hnswlib without any lock; only the
@@ -894,7 +893,7 @@ class LMDB(BackendBase):
         try:
             # Files saved at a change the store has not reached (a restored older store) are not even read.
             latest = self._read(lambda t: t.seq(), "load_vector_index")
-            saved = ann_module.read_saved(directory, node_type.value, owner.dim, config, latest, cancel.is_set)
+            saved = vector_files.read_saved(directory, node_type.value, owner.dim, config, latest, cancel.is_set)
         except Exception:  # closed meanwhile, no temp file for the verified copy, ...: build instead
             return False
         if saved is None:
@@ -907,7 +906,7 @@ class LMDB(BackendBase):
                     return False
                 if cache.seq != t.seq():
                     return None  # another thread moved the cache past this snapshot: its log is not in `t`
-                owner.ann = ann_module.adopt_saved(
+                owner.ann = vector_files.adopt_saved(
                     owner, config, saved, cache.seq, lambda since: cache._changed_since(t, since, cache.seq)
                 )
                 return owner.ann is not None

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from ..engine.checks import Progress, check_id
-from ..engine.columns import TypeIndex, TypeSnapshot, build_vector_indexes, find_candidates, stop_background_builds
+from ..engine.columns import ColumnsCopy, TypeColumns, stop_background_builds
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import IngestionError
 from ..graph.changeset import Changeset, check_changeset, normalised_links
@@ -28,6 +28,7 @@ from ..graph.model import (
     as_node_type,
     as_node_types,
 )
+from ..graph.recall import build_vector_indexes, find_candidates, usage_of
 from ..graph.value import ValueFunctionConfig
 from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record
 
@@ -45,7 +46,7 @@ class InMemory(BackendBase):
         self._links: dict[str, dict[EdgeType, set[str]]] = {}
         self._meta: dict[str, NodeMetadata] = {}
         self._records: dict[str, IngestionRecord] = {}
-        self._index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann, self._lock) for t in NodeType}
+        self._index: dict[NodeType, TypeColumns] = {t: TypeColumns(ann, self._lock) for t in NodeType}
         self._dim: int | None = None
 
     @property
@@ -69,7 +70,7 @@ class InMemory(BackendBase):
                 if old.node_type != node.node_type:
                     self._index[old.node_type].remove(node.id)
             self._nodes[node.id] = node.with_links({})
-            self._index[node.node_type].upsert(node.id, node.embedding, self._meta.get(node.id))
+            self._index[node.node_type].upsert(node.id, node.embedding, usage_of(self._meta.get(node.id)))
         for a, b, edge in normalised_links(cs):
             if a != b and a in self._nodes and b in self._nodes:
                 self._links.setdefault(a, {}).setdefault(edge, set()).add(b)
@@ -82,7 +83,7 @@ class InMemory(BackendBase):
             self._meta[node_id] = meta
             node = self._nodes.get(node_id)
             if node is not None:
-                self._index[node.node_type].set_meta(node_id, meta)
+                self._index[node.node_type].set_usage(node_id, usage_of(meta))
 
     def _purge(self, ids: Iterable[str]) -> None:
         for node_id in ids:
@@ -115,11 +116,11 @@ class InMemory(BackendBase):
             self._purge(orphans)
             return orphans
 
-    def snapshot(self, node_type: NodeType | str) -> TypeSnapshot:
+    def snapshot(self, node_type: NodeType | str) -> ColumnsCopy:
         """A copy of one type's ids, embeddings and usage columns (maintenance reads it)."""
         self._check_open("snapshot")
         with self._lock.read():
-            return self._index[as_node_type(node_type)].snapshot()
+            return self._index[as_node_type(node_type)].copy()
 
     def apply_changeset(self, cs: Changeset) -> None:
         self._check_open("apply_changeset")
@@ -168,7 +169,7 @@ class InMemory(BackendBase):
     def _put_meta_column(self, node_id: str) -> None:
         node = self._nodes.get(node_id)
         if node is not None:
-            self._index[node.node_type].set_meta(node_id, None)
+            self._index[node.node_type].set_usage(node_id, None)
 
     def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
         self._check_open("commit_ingestion")

@@ -48,7 +48,7 @@ a random token, so a retry can tell its own committed claim from another
 caller's) and every other write raises `StorageError` saying the change may or
 may not have been applied. Either way a transaction is all or nothing.
 
-The derived cache. Scoring runs on the Rust core over a per-process `TypeIndex`
+The derived cache. Scoring runs on the Rust core over a per-process `TypeColumns`
 per node type, like the LMDB backend. Each `find_candidates` opens a snapshot,
 brings the cache up to date from the change log, scores, and hydrates the
 chosen ids from the same snapshot, so an id the database no longer holds is
@@ -111,10 +111,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..engine.checks import Embedding, Progress, check_id
 from ..engine.columns import (
-    TypeIndex,
-    TypeSnapshot,
-    build_vector_indexes,
-    find_candidates,
+    ColumnsCopy,
+    TypeColumns,
     retire,
     stop_background_builds,
 )
@@ -135,6 +133,7 @@ from ..graph.model import (
     as_node_type,
     as_node_types,
 )
+from ..graph.recall import build_vector_indexes, find_candidates, usage_of
 from ..graph.value import ValueFunctionConfig
 from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record
 
@@ -575,7 +574,7 @@ class _Cache:
         self.high = 0
         self.gaps: dict[int, float] = {}
         self.rebuilds = 0
-        self.index: dict[NodeType, TypeIndex] = {t: TypeIndex(ann, lock) for t in NodeType}
+        self.index: dict[NodeType, TypeColumns] = {t: TypeColumns(ann, lock) for t in NodeType}
         self.type_of: dict[str, NodeType] = {}
         self.retired: list[threading.Thread] = []
         """Builder threads of type indexes a rebuild replaced, joined on close."""
@@ -623,7 +622,7 @@ class _Cache:
         old = self.type_of.get(node_id)
         if old is not None and old != node_type:
             self.index[old].remove(node_id)
-        self.index[node_type].upsert(node_id, embedding, meta)
+        self.index[node_type].upsert(node_id, embedding, usage_of(meta))
         self.type_of[node_id] = node_type
 
     def _rebuild(self, tx: _Tx, floor: int, incarnation: object) -> None:
@@ -636,10 +635,10 @@ class _Cache:
         vecs = {bytes(k): bytes(v) for k, v in tx.all("repo_embeddings", (tx.repo,))}
         metas = {bytes(k): bytes(v) for k, v in tx.all("repo_metadata", (tx.repo,))}
         loaded = _scoring_rows([(k, t.value, vecs.get(k), metas.get(k)) for k, t in types.items()])
-        index = {nt: TypeIndex(self.ann, self.lock) for nt in NodeType}
+        index = {nt: TypeColumns(self.ann, self.lock) for nt in NodeType}
         type_of: dict[str, NodeType] = {}
         for node_id, (node_type, embedding, meta) in loaded.items():
-            index[node_type].upsert(node_id, embedding, meta)
+            index[node_type].upsert(node_id, embedding, usage_of(meta))
             type_of[node_id] = node_type
         now = time.monotonic()
         self.retired = retire(self.index.values(), self.retired)
@@ -1084,15 +1083,15 @@ class Postgres(BackendBase):
 
         return self._read("find_candidates", run)
 
-    def snapshot(self, node_type: NodeType | str) -> TypeSnapshot:
+    def snapshot(self, node_type: NodeType | str) -> ColumnsCopy:
         """A copy of one type's ids, embeddings and usage columns, as of now (maintenance reads it)."""
         self._guard("snapshot")
         wanted = as_node_type(node_type)
 
-        def run(tx: _Tx) -> TypeSnapshot:
+        def run(tx: _Tx) -> ColumnsCopy:
             self._refreshed(tx)
             with self._cache_lock.read():
-                return self._cache.index[wanted].snapshot()
+                return self._cache.index[wanted].copy()
 
         return self._read("snapshot", run)
 

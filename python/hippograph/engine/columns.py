@@ -1,10 +1,11 @@
-"""Derived scoring state shared by the built-in backends.
+"""Scoring columns: one type's rows as contiguous numpy columns, derived data every family uses.
 
-A `TypeIndex` holds, for one node type, what a scan needs as contiguous numpy
-columns: the embedding matrix (zero rows for nodes without one), cached row
-norms, and the metadata columns the default value function reads. Backends keep
-it in step with their writes; it is derived data and can always be rebuilt.
-`find_candidates` implements the DESIGN §3 query on top of it.
+A `TypeColumns` holds what a scan reads: the embedding matrix (zero rows for
+rows without one), cached row norms, the usage columns the default value
+function reads (`USAGE_COLUMNS`), the tie-break rank of each row, and the
+type's vector index with its background build. Backends keep it in step with
+their writes; it can always be rebuilt from the store. The columns know
+nothing of nodes: a family maps its records onto ids, vectors and `Usage`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import bisect
 import dataclasses
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,46 +24,37 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ValidationError
-from ..graph.model import Node, NodeMetadata, NodeType, as_node_types
-from ..graph.value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
-from . import vector_index as ann_module
-from .checks import Embedding, Progress, as_datetime, as_embedding, check_progress, utcnow
-from .vector_index import AnnConfig, AnnIndex
+from . import vector_index
+from .checks import Embedding
+from .vector_index import AnnConfig, VectorIndex
 
 __all__ = [
-    "META_COLUMNS",
+    "USAGE_COLUMNS",
+    "ColumnsCopy",
     "SharedLock",
-    "TypeIndex",
-    "TypeSnapshot",
-    "build_vector_indexes",
-    "find_candidates",
-    "meta_columns",
-    "prepare_queries",
+    "TypeColumns",
+    "Usage",
+    "UsageArrays",
+    "catch_up",
     "retire",
     "stop_background_builds",
 ]
-
-Hydrate = Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]]
 
 _RANK_MERGE_MAX = 4096
 """New rows merged into the tie-break order incrementally; more trigger one full sort."""
 
 F64 = npt.NDArray[np.float64]
-MetaArrays = tuple[npt.NDArray[np.uint8], F64, F64, F64, F64]
-META_COLUMNS = ("has_meta", "timestamp", "access_count", "reward_count", "cumulative_reward")
+UsageArrays = tuple[npt.NDArray[np.uint8], F64, F64, F64, F64]
+"""The usage columns in `USAGE_COLUMNS` order, typed for the Rust core."""
+USAGE_COLUMNS = ("has_meta", "timestamp", "access_count", "reward_count", "cumulative_reward")
+
+Usage = tuple[float, float, float, float]
+"""One row's usage: (unix seconds of the last use or of creation, access count, reward count,
+cumulative reward). A row without usage (None) scores its relevance."""
 
 
-def meta_columns(meta: NodeMetadata | None) -> tuple[int, float, float, float, float]:
-    """The metadata of one node as the value function's numeric columns."""
-    if meta is None:
-        return (0, 0.0, 0.0, 0.0, 0.0)
-    return (
-        1,
-        meta.reference_time.timestamp(),
-        float(meta.access_count),
-        float(meta.reward_count),
-        meta.cumulative_reward,
-    )
+def _usage_row(usage: Usage | None) -> tuple[int, float, float, float, float]:
+    return (0, 0.0, 0.0, 0.0, 0.0) if usage is None else (1, *usage)
 
 
 @dataclass
@@ -91,7 +82,7 @@ ids changed, so the final replay, which holds the backend's lock, stays short.""
 
 
 @dataclass(frozen=True)
-class TypeSnapshot:
+class ColumnsCopy:
     """A copy of one type's scoring columns, for maintenance passes."""
 
     ids: list[str]
@@ -106,7 +97,7 @@ class SharedLock(Protocol):
     def read(self) -> AbstractContextManager[None]: ...
 
 
-class TypeIndex:
+class TypeColumns:
     """Rows of one node type, in insertion order with swap-remove on delete.
 
     With an `AnnConfig`, a type holding more than `min_nodes` rows answers
@@ -126,10 +117,10 @@ class TypeIndex:
         self,
         ann_config: AnnConfig | None = None,
         lock: SharedLock | None = None,
-        load_saved: Callable[[TypeIndex, threading.Event], bool] | None = None,
+        load_saved: Callable[[TypeColumns, threading.Event], bool] | None = None,
     ) -> None:
         self.ann_config = ann_config
-        self.ann: AnnIndex | None = None
+        self.ann: VectorIndex | None = None
         self._lock = lock
         self._load_saved = load_saved
         """A background build first offers the backend to adopt a saved index (True: it did)."""
@@ -148,7 +139,7 @@ class TypeIndex:
         self._mat: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
         self._norms: npt.NDArray[np.float32] = np.zeros(0, np.float32)
         self._cols: dict[str, npt.NDArray[Any]] = {
-            name: np.zeros(0, np.uint8 if name == "has_meta" else np.float64) for name in META_COLUMNS
+            name: np.zeros(0, np.uint8 if name == "has_meta" else np.float64) for name in USAGE_COLUMNS
         }
         self._rank: npt.NDArray[np.uint32] | None = None
         self._sorted: list[str] | None = None
@@ -177,7 +168,7 @@ class TypeIndex:
         self.dim = dim
         self._mat = np.zeros((self._norms.shape[0], dim), np.float32)
 
-    def upsert(self, node_id: str, embedding: Embedding | None, meta: NodeMetadata | None) -> None:
+    def upsert(self, node_id: str, embedding: Embedding | None, usage: Usage | None) -> None:
         if embedding is not None:
             self._ensure_dim(embedding.shape[0])
         r = self.row.get(node_id)
@@ -202,7 +193,7 @@ class TypeIndex:
                     self.ann.discard(node_id)
                 else:
                     self.ann.add_many([node_id], embedding[None, :], np.array([r], np.int64))
-        self.set_meta(node_id, meta)
+        self.set_usage(node_id, usage)
 
     def current(self, ids: Iterable[str]) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Those of `ids` this index holds, in row order, with a copy of their vectors and their rows."""
@@ -215,11 +206,11 @@ class TypeIndex:
         if changed is not None:
             changed.add(node_id)
 
-    def set_meta(self, node_id: str, meta: NodeMetadata | None) -> None:
+    def set_usage(self, node_id: str, usage: Usage | None) -> None:
         r = self.row.get(node_id)
         if r is None:
             return
-        for name, value in zip(META_COLUMNS, meta_columns(meta), strict=True):
+        for name, value in zip(USAGE_COLUMNS, _usage_row(usage), strict=True):
             self._cols[name][r] = value
         self._stale(r)
 
@@ -288,21 +279,24 @@ class TypeIndex:
     def norms(self) -> npt.NDArray[np.float32]:
         return self._norms[: len(self.ids)]
 
-    def snapshot(self) -> TypeSnapshot:
-        return TypeSnapshot(
+    def copy(self) -> ColumnsCopy:
+        return ColumnsCopy(
             list(self.ids),
             self.matrix().copy(),
             self.norms().copy(),
-            {name: self.column(name).copy() for name in META_COLUMNS},
+            {name: self.column(name).copy() for name in USAGE_COLUMNS},
         )
 
     def column(self, name: str) -> npt.NDArray[Any]:
         return self._cols[name][: len(self.ids)]
 
-    def _ann_for(self, cfg: ResolvedConfig, exact: bool) -> AnnIndex | None:
-        """The HNSW index to draw candidates from, building it on first use; None for the exact scan."""
-        bounded = cfg.is_default or getattr(cfg.function, "bounded_by_relevance", False) is True
-        if exact or not bounded or not self.wants_vector_index():
+    def vector_index_for(self, approximate: bool) -> VectorIndex | None:
+        """The vector index to draw candidates from (building it on first use), or None for the exact scan.
+
+        `approximate`: the caller may use candidates (a non-exact query whose value function never
+        exceeds relevance). In the background mode the first such call starts a build and returns None.
+        """
+        if not approximate or not self.wants_vector_index():
             return None
         if self.ann is None:
             if self.ann_config is not None and self.ann_config.background and self._lock is not None:
@@ -343,7 +337,7 @@ class TypeIndex:
                     return
                 ids, matrix = list(self.ids), self.matrix().copy()
                 self._changed = set()
-            built = ann_module.build_rows(ids, matrix, config, cancelled=cancel.is_set)
+            built = vector_index.build_rows(ids, matrix, config, cancelled=cancel.is_set)
             del ids, matrix  # the copy lives only as long as hnswlib needs it
             if built is None:
                 return
@@ -356,10 +350,10 @@ class TypeIndex:
                     current = self.current(changed)
                 if cancel.is_set():
                     return
-                ann_module.replay(built, changed, current)  # hnswlib's work, with no lock held
+                vector_index.replay(built, changed, current)  # hnswlib's work, with no lock held
             with lock.read(), self._ann_build:  # no write runs: the copy plus `_changed` is the current state
                 if not cancel.is_set() and self.ann is None and not self._builds_closed:
-                    self.ann = ann_module.catch_up(self, built, self._changed or set())
+                    self.ann = catch_up(self, built, self._changed or set())
         except Exception as exc:  # queries go on scanning exactly; vector_index_stats reports it
             self._failed(exc)
         finally:
@@ -404,7 +398,7 @@ class TypeIndex:
             if self.ann is not None:
                 return False
             self._cancel.set()
-            self.ann = ann_module.build(self, self.ann_config, progress)
+            self.ann = _build(self, self.ann_config, progress)
             self.build_error = None
             return True
 
@@ -424,11 +418,11 @@ class TypeIndex:
         """Rebuilds the HNSW graph without its deletion marks; True when it had any."""
         if self.ann is None or not self.ann.reclaimable or self.ann_config is None:
             return False
-        self.ann = ann_module.build(self, self.ann_config)
+        self.ann = _build(self, self.ann_config)
         return True
 
-    def _meta(self) -> MetaArrays:
-        """The metadata columns in `META_COLUMNS` order, typed for the Rust core."""
+    def usage_arrays(self) -> UsageArrays:
+        """The usage columns in `USAGE_COLUMNS` order, typed for the Rust core."""
         return (
             self.column("has_meta"),
             self.column("timestamp"),
@@ -437,145 +431,23 @@ class TypeIndex:
             self.column("cumulative_reward"),
         )
 
-    def _usage_order(self, tp: TypeParams) -> _UsageOrder:
-        """The usage order for `tp`'s parameters, sorted afresh when missing, for other parameters, or too stale."""
-        params = (tp.lam, tp.k, tp.base_floor, tp.beta)
+    def usage_order(self, params: tuple[float, float, float, float]) -> _UsageOrder:
+        """The usage order for value-function `params` (lambda, k, base_floor, beta), sorted afresh when
+        missing, for other parameters, or too stale."""
         order = self._order
         # Readers may run this concurrently: each builds a new object, none is changed in place.
         if order is None or order.params != params or len(order.stale) > len(self.ids) // 16:
-            order = self._order = _UsageOrder(params, *_core.usage_order(*self._meta(), *params))
+            order = self._order = _UsageOrder(params, *_core.usage_order(*self.usage_arrays(), *params))
         elif len(order.stale) > _STALE_MAX:
             stale = np.array(order.stale, np.uint32)
             order = self._order = _UsageOrder(
-                params, *_core.merge_usage_order(order.rows, order.keys, stale, *self._meta(), *params)
+                params, *_core.merge_usage_order(order.rows, order.keys, stale, *self.usage_arrays(), *params)
             )
         return order
 
-    def _walk(
-        self, queries: npt.NDArray[np.float32], cfg: ResolvedConfig, tp: TypeParams, now: datetime, hydrate: Hydrate
-    ) -> ann_module.Walk:
-        """How `certified_scan` finishes a pool: in Rust for the default value function, else in Python."""
-        if not cfg.is_default:
-
-            def bounded(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> list[tuple[int, float]] | None:
-                # The function never exceeds relevance: rows outside the pool stay below `bound`.
-                picked, scores = self._score(pool.astype(np.int64), queries, cfg, tp, now, hydrate)
-                cutoff = float(scores[tp.top_k - 1]) if len(picked) >= tp.top_k else tp.threshold
-                if bound >= cutoff:
-                    return None
-                return list(zip(picked.tolist(), scores.tolist(), strict=True))
-
-            return bounded
-
-        def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> list[tuple[int, float]] | None:
-            order = self._usage_order(tp)
-            got = _core.certified_walk(
-                self.matrix(),
-                self.norms(),
-                queries,
-                *self._meta(),
-                self.rank(),
-                now.timestamp(),
-                tp.lam,
-                tp.k,
-                tp.base_floor,
-                tp.beta,
-                tp.threshold,
-                tp.gate,
-                tp.top_k,
-                pool,
-                bound,
-                order.rows,
-                order.keys,
-                np.array(order.stale, np.uint32),
-                budget,
-            )
-            if got is None:
-                return None
-            return list(zip(got[0].tolist(), got[1].tolist(), strict=True))
-
-        return walk
-
-    def _score(
-        self,
-        rows: npt.NDArray[np.int64] | None,
-        queries: npt.NDArray[np.float32],
-        cfg: ResolvedConfig,
-        tp: TypeParams,
-        now: datetime,
-        hydrate: Hydrate,
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        """Best rows (all, or the subset `rows`) by exact score, best first."""
-
-        def take(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
-            return arr if rows is None else np.ascontiguousarray(arr[rows])
-
-        mat, norms, rank = take(self.matrix()), take(self.norms()), take(self.rank())
-        if cfg.is_default:
-            idx, scores = _core.scan_default(
-                mat,
-                norms,
-                queries,
-                has_meta=take(self.column("has_meta")),
-                timestamp=take(self.column("timestamp")),
-                access_count=take(self.column("access_count")),
-                reward_count=take(self.column("reward_count")),
-                cumulative_reward=take(self.column("cumulative_reward")),
-                rank=rank,
-                now=now.timestamp(),
-                lambda_=tp.lam,
-                k=tp.k,
-                base_floor=tp.base_floor,
-                beta=tp.beta,
-                threshold=tp.threshold,
-                gate=tp.gate,
-                top_k=tp.top_k,
-            )
-        else:
-            ids = self.ids if rows is None else [self.ids[r] for r in rows.tolist()]
-            rel = _core.relevance(mat, norms, queries)
-            loaded = hydrate(list(ids))
-            params = {**tp.raw, "now": now}
-            values = np.full(len(ids), np.nan, np.float64)
-            for r, node_id in enumerate(ids):
-                got = loaded.get(node_id)
-                if got is not None:
-                    values[r] = float(cfg.function.score(float(rel[r]), got[0], got[1], params))
-            least = tp.threshold
-            if tp.gate == "relevance":
-                values[rel.astype(np.float64) < tp.threshold] = np.nan  # NaN is never selected
-                least = -np.inf
-            idx = _core.select_top(values, least, tp.top_k, rank)
-            scores = values[idx]
-        return (idx if rows is None else rows[idx]), scores
-
-    def scan(
-        self,
-        queries: npt.NDArray[np.float32],
-        cfg: ResolvedConfig,
-        tp: TypeParams,
-        now: datetime,
-        hydrate: Hydrate,
-        exact: bool = True,
-    ) -> list[tuple[str, float]]:
-        """Ids and scores of the best rows, best first (ties by id)."""
-        if not self.ids or tp.top_k == 0:
-            return []
-        if queries.shape[0] and self.dim == 0:
-            queries = np.zeros((0, 0), np.float32)
-        ann = self._ann_for(cfg, exact)
-        if ann is not None:
-            got = ann_module.certified_scan(
-                self, ann, queries, tp.top_k, tp.threshold, self._walk(queries, cfg, tp, now, hydrate)
-            )
-            if got is not None:
-                return [(self.ids[r], s) for r, s in got]
-        idx, scores = self._score(None, queries, cfg, tp, now, hydrate)
-        return [(self.ids[i], float(s)) for i, s in zip(idx.tolist(), scores.tolist(), strict=True)]
-
 
 def stop_background_builds(
-    indexes: Iterable[TypeIndex], retired: Iterable[threading.Thread] = (), timeout: float = 60.0
+    indexes: Iterable[TypeColumns], retired: Iterable[threading.Thread] = (), timeout: float = 60.0
 ) -> None:
     """Stops background builds for good and waits for them and for `retired` ones (cancelled earlier).
 
@@ -585,84 +457,34 @@ def stop_background_builds(
         thread.join(timeout)
 
 
-def retire(indexes: Iterable[TypeIndex], retired: Iterable[threading.Thread] = ()) -> list[threading.Thread]:
+def retire(indexes: Iterable[TypeColumns], retired: Iterable[threading.Thread] = ()) -> list[threading.Thread]:
     """Stops the builds of type indexes a cache replaces; their threads plus those of `retired` still
     running, for the backend's close to join."""
     stopped = [t for t in (index.close_background_builds() for index in indexes) if t is not None]
     return [t for t in retired if t.is_alive()] + stopped
 
 
-def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> npt.NDArray[np.float32]:
-    """The query and tag vectors as one `m × dim` matrix, validated."""
-    vectors = [as_embedding(query, "query")]
-    if isinstance(tags, np.ndarray) and tags.ndim == 2:
-        tags = list(tags)
-    if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
-        raise ValidationError(f"tags must be a collection of vectors (pass () for none), got {type(tags).__name__}")
-    vectors += [as_embedding(t, f"tag vector {i}") for i, t in enumerate(tags)]
-    width = vectors[0].shape[0]
-    for i, v in enumerate(vectors):
-        expected = dim or width
-        if v.shape[0] != expected:
-            what = "query" if i == 0 else f"tag vector {i - 1}"
-            raise ValidationError(f"{what} has dimension {v.shape[0]}, the store holds dimension {expected}")
-    return np.ascontiguousarray(np.stack(vectors))
-
-
-def build_vector_indexes(indexes: Mapping[NodeType, TypeIndex], types: object, progress: Progress | None) -> list[str]:
-    """Builds the HNSW index of every requested type (None: all) that uses one and lacks it; the types built."""
-    progress = check_progress(progress)
-    built: list[str] = []
-    for node_type in list(NodeType) if types is None else as_node_types(types):
-
-        def report(done: int, total: int, phase: str = f"vector index {node_type.value}") -> None:
-            if progress is not None:
-                progress(phase, done, total)
-
-        if indexes[node_type].build_vector_index(report):
-            built.append(node_type.value)
+def _build(columns: TypeColumns, config: AnnConfig, progress: Callable[[int, int], None] | None = None) -> VectorIndex:
+    """An HNSW graph over every embedded row of `columns`, reporting ``progress(rows_done, rows)``."""
+    built = vector_index.build_rows(list(columns.ids), columns.matrix(), config, progress)
+    if built is None:  # pragma: no cover - only a `cancelled` callback stops a build
+        raise RuntimeError("vector index build cancelled")
     return built
 
 
-def find_candidates(
-    indexes: Mapping[NodeType, TypeIndex],
-    types: Sequence[NodeType | str],
-    query: object,
-    tags: Iterable[object],
-    value_function: ValueFunctionConfig | Mapping[str, Any] | None,
-    now: datetime | None,
-    dim: int | None,
-    hydrate: Hydrate,
-    *,
-    exact: bool = True,
-) -> list[tuple[Node, float]]:
-    """The DESIGN §3 query over a backend's type indexes.
+def catch_up(columns: TypeColumns, ann: VectorIndex, changed: set[str]) -> VectorIndex:
+    """`ann`, built from an earlier copy of `columns`' rows, made to mirror `columns` now.
 
-    `hydrate` loads nodes (and metadata) for ids; an id it cannot load is
-    skipped and does not count toward top_k (the type is scanned again for
-    more), so a stale index can never surface a node the store lost.
+    `changed` must hold every id whose vector changed or that was removed
+    since the copy: their old labels are marked deleted and their current
+    vectors added. Every other label's row is looked up afresh (swap-removes
+    moved rows since).
     """
-    wanted = as_node_types(types)
-    queries = prepare_queries(query, tags, dim)
-    when = utcnow() if now is None else as_datetime(now, "now")
-    cfg = resolve_config(value_function)
-    out: list[tuple[Node, float]] = []
-    seen: set[str] = set()
-    for node_type in wanted:
-        index = indexes.get(node_type)
-        if index is None:
-            continue
-        tp = cfg.params[node_type]
-        ask = tp.top_k
-        while True:
-            scanned = index.scan(queries, cfg, dataclasses.replace(tp, top_k=ask), when, hydrate, exact)
-            picked = [(i, s) for i, s in scanned if i not in seen]
-            loaded = hydrate([i for i, _ in picked])
-            live = [(loaded[i][0], s) for i, s in picked if i in loaded]
-            if len(live) == len(picked) or len(scanned) < ask:
-                break
-            ask += len(picked) - len(live)
-        for node, score in live[: tp.top_k]:
-            seen.add(node.id)
-            out.append((node, score))
-    return out
+    vector_index.replay(ann, changed, columns.current(changed))
+    for node_id in [i for i in ann.label_of if i not in columns.row]:  # defensive: a removal not reported
+        ann.discard(node_id)
+    rows = np.full(len(ann.row_of_label), -1, np.int64)
+    for node_id, label in ann.label_of.items():
+        rows[label] = columns.row[node_id]
+    ann.row_of_label = rows
+    return ann

@@ -4,7 +4,7 @@ All three work through the `GraphBackend` protocol, so they run on any
 backend. Two optional backend methods make them fast and atomic where present
 (both built-in backends have them):
 
-- ``snapshot(node_type)`` → a `TypeSnapshot` (ids, embeddings, usage
+- ``snapshot(node_type)`` → a `ColumnsCopy` (ids, embeddings, usage
   columns) read from the backend's derived scoring cache instead of decoding
   every node;
 - ``rewrite(cs, delete_ids, orphan_candidates)`` → deletes nodes with their
@@ -28,11 +28,12 @@ import numpy.typing as npt
 
 from .. import _core
 from ..engine.checks import Embedding, Progress, as_datetime, as_embedding, check_progress, finite_float, utcnow
-from ..engine.columns import META_COLUMNS, TypeSnapshot, meta_columns
+from ..engine.columns import ColumnsCopy, TypeColumns
 from ..errors import ValidationError
 from .changeset import Changeset
 from .model import ORPHAN_TYPES, EdgeType, Node, NodeMetadata, NodeType, Semantic, as_node_types
 from .protocol import GraphBackend
+from .recall import usage_of
 from .value import ResolvedConfig
 
 __all__ = [
@@ -91,32 +92,23 @@ class ConsolidateSummary:
     orphan_ids: tuple[str, ...]
 
 
-def snapshot(backend: GraphBackend, node_type: NodeType) -> TypeSnapshot:
+def snapshot(backend: GraphBackend, node_type: NodeType) -> ColumnsCopy:
     """One type's ids, embeddings and usage columns, natively when the backend can."""
     native = getattr(backend, "snapshot", None)
     if native is not None:
         return _by_id(native(node_type))
     nodes = backend.get_nodes_by_type([node_type])
     metas = backend.get_metadata([n.id for n in nodes])
-    dims = {n.embedding.shape[0] for n in nodes if n.embedding is not None}
-    dim = dims.pop() if dims else 0
-    matrix = np.zeros((len(nodes), dim), np.float32)
-    for r, n in enumerate(nodes):
-        if n.embedding is not None:
-            matrix[r] = n.embedding
-    rows = [meta_columns(metas.get(n.id)) for n in nodes]
-    cols: dict[str, npt.NDArray[Any]] = {
-        name: np.array([row[i] for row in rows], np.uint8 if name == "has_meta" else np.float64)
-        for i, name in enumerate(META_COLUMNS)
-    }
-    norms = np.sqrt((matrix.astype(np.float64) ** 2).sum(axis=1)).astype(np.float32)
-    return _by_id(TypeSnapshot([n.id for n in nodes], matrix, norms, cols))
+    columns = TypeColumns()
+    for node in nodes:
+        columns.upsert(node.id, node.embedding, usage_of(metas.get(node.id)))
+    return _by_id(columns.copy())
 
 
-def _by_id(snap: TypeSnapshot) -> TypeSnapshot:
+def _by_id(snap: ColumnsCopy) -> ColumnsCopy:
     """Rows in id order, so pairing and deletion order never depend on storage order."""
     order = np.array(sorted(range(len(snap.ids)), key=snap.ids.__getitem__), dtype=np.intp)
-    return TypeSnapshot(
+    return ColumnsCopy(
         [snap.ids[i] for i in order],
         np.ascontiguousarray(snap.matrix[order]),
         np.ascontiguousarray(snap.norms[order]),
@@ -149,7 +141,7 @@ def rewrite(
     return found
 
 
-def usage_scores(snap: TypeSnapshot, config: ResolvedConfig, node_type: NodeType, now: datetime) -> npt.NDArray[Any]:
+def usage_scores(snap: ColumnsCopy, config: ResolvedConfig, node_type: NodeType, now: datetime) -> npt.NDArray[Any]:
     """The value function without relevance (recency × frequency × reward); 0.0 without metadata."""
     tp = config.params[node_type]
     has_meta = snap.columns["has_meta"]

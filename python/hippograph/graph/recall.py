@@ -1,23 +1,119 @@
-"""Candidate scoring for backends written outside hippograph.
+"""Recall over graph memory: the `find_candidates` query of the `GraphBackend` contract.
 
-A backend that keeps no derived index of its own loads the nodes of the
-requested types and hands them to `score_nodes`, which runs the exact query of
-the `GraphBackend` contract (relevance, value function, threshold, top_k, ties
-by id, dedup across types) on the Rust core. The built-in backends run the same
-code on their cached indexes.
+Each backend keeps one `TypeColumns` per node type (or builds them on the fly
+with `score_nodes`) and calls `find_candidates`, which validates the query,
+resolves the value-function config, scans each requested type on the engine
+(`hippograph.engine.query`) and hydrates the winners into nodes. A node the
+store no longer holds is skipped and the type is scanned again for more, so a
+stale cache can never surface a node the store lost. `usage_of` maps a node's
+metadata onto the engine's usage columns.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..engine.columns import TypeIndex, TypeSnapshot, find_candidates, meta_columns
-from .model import Node, NodeMetadata, NodeType, as_node_types
-from .value import ValueFunctionConfig
+import numpy as np
 
-__all__ = ["TypeSnapshot", "meta_columns", "score_nodes"]
+from ..engine.checks import Progress, as_datetime, check_progress, utcnow
+from ..engine.columns import TypeColumns, Usage
+from ..engine.query import F32, F64, RowValues, prepare_queries, scan
+from .model import Node, NodeMetadata, NodeType, as_node_types
+from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
+
+__all__ = ["Hydrate", "build_vector_indexes", "find_candidates", "score_nodes", "usage_of"]
+
+Hydrate = Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]]
+"""Loads nodes (and metadata) for ids; an id it cannot load is left out."""
+
+
+def usage_of(meta: NodeMetadata | None) -> Usage | None:
+    """A node's metadata as the default value function's usage columns."""
+    if meta is None:
+        return None
+    return (meta.reference_time.timestamp(), float(meta.access_count), float(meta.reward_count), meta.cumulative_reward)
+
+
+def _python_values(cfg: ResolvedConfig, tp: TypeParams, now: datetime, hydrate: Hydrate) -> RowValues:
+    """A custom value function called once per node (the slow path)."""
+    params = {**tp.raw, "now": now}
+
+    def values(ids: list[str], relevance: F32) -> F64:
+        loaded = hydrate(ids)
+        out = np.full(len(ids), np.nan, np.float64)
+        for r, node_id in enumerate(ids):
+            got = loaded.get(node_id)
+            if got is not None:
+                out[r] = float(cfg.function.score(float(relevance[r]), got[0], got[1], params))
+        return out
+
+    return values
+
+
+def find_candidates(
+    columns: Mapping[NodeType, TypeColumns],
+    types: Sequence[NodeType | str],
+    query: object,
+    tags: Iterable[object],
+    value_function: ValueFunctionConfig | Mapping[str, Any] | None,
+    now: datetime | None,
+    dim: int | None,
+    hydrate: Hydrate,
+    *,
+    exact: bool = True,
+) -> list[tuple[Node, float]]:
+    """The `GraphBackend.find_candidates` query over a backend's columns.
+
+    An id `hydrate` cannot load does not count toward top_k (the type is
+    scanned again for more), so a stale cache never surfaces a lost node.
+    """
+    wanted = as_node_types(types)
+    queries = prepare_queries(query, tags, dim)
+    when = utcnow() if now is None else as_datetime(now, "now")
+    cfg = resolve_config(value_function)
+    bounded = cfg.is_default or getattr(cfg.function, "bounded_by_relevance", False) is True
+    out: list[tuple[Node, float]] = []
+    seen: set[str] = set()
+    for node_type in wanted:
+        type_columns = columns.get(node_type)
+        if type_columns is None:
+            continue
+        tp = cfg.params[node_type]
+        values = None if cfg.is_default else _python_values(cfg, tp, when, hydrate)
+        ask = tp.top_k
+        while True:
+            params = dataclasses.replace(tp, top_k=ask)
+            scanned = scan(type_columns, queries, params, when.timestamp(), values, approximate=bounded and not exact)
+            picked = [(i, s) for i, s in scanned if i not in seen]
+            loaded = hydrate([i for i, _ in picked])
+            live = [(loaded[i][0], s) for i, s in picked if i in loaded]
+            if len(live) == len(picked) or len(scanned) < ask:
+                break
+            ask += len(picked) - len(live)
+        for node, score in live[: tp.top_k]:
+            seen.add(node.id)
+            out.append((node, score))
+    return out
+
+
+def build_vector_indexes(
+    columns: Mapping[NodeType, TypeColumns], types: object, progress: Progress | None
+) -> list[str]:
+    """Builds the vector index of every requested type (None: all) that uses one and lacks it; the types built."""
+    progress = check_progress(progress)
+    built: list[str] = []
+    for node_type in list(NodeType) if types is None else as_node_types(types):
+
+        def report(done: int, total: int, phase: str = f"vector index {node_type.value}") -> None:
+            if progress is not None:
+                progress(phase, done, total)
+
+        if columns[node_type].build_vector_index(report):
+            built.append(node_type.value)
+    return built
 
 
 def score_nodes(
@@ -30,22 +126,22 @@ def score_nodes(
     now: datetime | None = None,
     dimension: int | None = None,
 ) -> list[tuple[Node, float]]:
-    """`find_candidates` over nodes supplied by `load(node_type)`.
+    """`find_candidates` over nodes supplied by `load(node_type)`, for backends that keep no columns.
 
     `dimension` is the store's embedding dimension (None when it holds no
     embedding yet); queries of another dimension are a `ValidationError`.
     """
     wanted = as_node_types(types)
-    indexes: dict[NodeType, TypeIndex] = {}
+    columns: dict[NodeType, TypeColumns] = {}
     loaded: dict[str, tuple[Node, NodeMetadata | None]] = {}
     for node_type in dict.fromkeys(wanted):
-        index = TypeIndex()
+        type_columns = TypeColumns()
         for node, meta in load(node_type):
-            index.upsert(node.id, node.embedding, meta)
+            type_columns.upsert(node.id, node.embedding, usage_of(meta))
             loaded[node.id] = (node, meta)
-        indexes[node_type] = index
+        columns[node_type] = type_columns
 
     def hydrate(ids: list[str]) -> dict[str, tuple[Node, NodeMetadata | None]]:
         return {i: loaded[i] for i in ids if i in loaded}
 
-    return find_candidates(indexes, wanted, query, tags, value_function, now, dimension, hydrate)
+    return find_candidates(columns, wanted, query, tags, value_function, now, dimension, hydrate)

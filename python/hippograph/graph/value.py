@@ -11,9 +11,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
+from .. import _core
 from ..engine.checks import utcnow
+from ..engine.query import GATES, Gate, ScanParams
 from ..errors import ConfigError
 from .model import Node, NodeMetadata, NodeType
 
@@ -57,9 +59,6 @@ class ValueFunctionConfig(TypedDict, total=False):
     params: Mapping[NodeType | str, Mapping[str, Any]]
 
 
-Gate = Literal["score", "relevance"]
-GATES: tuple[Gate, ...] = ("score", "relevance")
-
 _SELECTION: dict[str, tuple[float, int, Gate]] = {
     "semantic": (0.0, 20, "score"),
     "procedural": (0.8, 10, "relevance"),
@@ -90,16 +89,9 @@ would never let it be recalled)."""
 
 
 @dataclass(frozen=True)
-class TypeParams:
-    """Validated params of one node type; extra keys pass through to custom functions."""
+class TypeParams(ScanParams):
+    """Validated params of one node type; `raw` keeps every key (extra ones pass through to custom functions)."""
 
-    threshold: float
-    top_k: int
-    gate: Gate
-    lam: float
-    k: float
-    base_floor: float
-    beta: float
     raw: Mapping[str, Any]
 
 
@@ -160,13 +152,9 @@ class DefaultValueFunction:
 
 
 def default_value(relevance: float, metadata: NodeMetadata, tp: TypeParams, now: datetime) -> float:
-    """The DESIGN §4 formula in plain Python (one node)."""
-    hours = max(0.0, (now - metadata.reference_time).total_seconds() / 3600.0)
-    n = metadata.access_count
-    denom = n + tp.k
-    frequency = max(tp.base_floor, n / denom if denom > 0 else 0.0)
-    reward = 1.0 if metadata.reward_count == 0 else 1.0 / (1.0 + math.exp(-tp.beta * metadata.avg_reward))
-    return relevance * math.exp(-tp.lam * hours) * frequency * reward
+    """The default value function for one node, computed by the Rust core like every scan."""
+    usage = (metadata.reference_time.timestamp(), metadata.access_count, metadata.reward_count)
+    return _core.default_value(relevance, *usage, metadata.cumulative_reward, now.timestamp(), *tp.value_params)
 
 
 @dataclass(frozen=True)

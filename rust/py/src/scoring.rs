@@ -192,6 +192,26 @@ fn default_values<'py>(
     Ok(out.into_pyarray(py))
 }
 
+/// The default value function for one row with usage metadata (the per-node form of `default_values`).
+#[pyfunction]
+#[pyo3(signature = (relevance, timestamp, access_count, reward_count, cumulative_reward, now, lambda_, k, base_floor, beta))]
+#[allow(clippy::too_many_arguments)]
+fn default_value(
+    relevance: f64,
+    timestamp: f64,
+    access_count: f64,
+    reward_count: f64,
+    cumulative_reward: f64,
+    now: f64,
+    lambda_: f64,
+    k: f64,
+    base_floor: f64,
+    beta: f64,
+) -> f64 {
+    let params = ValueParams { lambda: lambda_, k, base_floor, beta };
+    scoring::default_value(relevance, Some((timestamp, access_count, reward_count, cumulative_reward)), now, &params)
+}
+
 /// Rows sorted by their time-independent usage bound, for `certified_walk`.
 #[pyfunction]
 #[pyo3(signature = (has_meta, timestamp, access_count, reward_count, cumulative_reward, lambda_, k, base_floor, beta))]
@@ -342,6 +362,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(select_top, m)?)?;
     m.add_function(wrap_pyfunction!(scan_default, m)?)?;
     m.add_function(wrap_pyfunction!(default_values, m)?)?;
+    m.add_function(wrap_pyfunction!(default_value, m)?)?;
     m.add_function(wrap_pyfunction!(usage_order, m)?)?;
     m.add_function(wrap_pyfunction!(merge_usage_order, m)?)?;
     m.add_function(wrap_pyfunction!(certified_walk, m)?)?;

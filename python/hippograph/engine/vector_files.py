@@ -1,0 +1,393 @@
+"""Saving and loading vector indexes (the LMDB backend keeps them beside the store).
+
+One type's index is three files in a directory, each written to a private
+temporary file, fsynced and renamed into place (mode 0600): ``<type>.bin``
+(hnswlib's own file, deletion marks included), ``<type>.labels.msgpack`` (the
+live label → id map; rows belong to the loading process's `TypeColumns`) and,
+written last, ``<type>.json``: `ANN_FORMAT`, the type, the store change the
+index reflects, dim, parameters, hnswlib version, counts, and the size and
+SHA-256 of the other two. `load` trusts nothing it has not checked, and
+hnswlib only ever reads a private copy of exactly the bytes that were hashed;
+any mismatch returns None and the caller builds afresh. docs/architecture.md
+lists every check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from . import vector_index
+from .vector_index import AnnConfig, VectorIndex
+
+if TYPE_CHECKING:
+    from .columns import TypeColumns
+
+__all__ = ["ANN_FORMAT", "ChangedSince", "Saved", "adopt_saved", "load", "read_saved", "save"]
+
+ANN_FORMAT = 1
+"""Version of the saved-index file set; a sidecar naming another version is never loaded."""
+
+ChangedSince = Callable[[int], "set[str] | None"]
+"""`changed_since(seq)`: the ids changed after store change `seq` (None: the change log no longer reaches back)."""
+
+_SIDECAR_MAX = 1 << 16
+_CHUNK = 1 << 20
+_SAMPLE = 1024
+
+
+def _paths(directory: Path, name: str) -> tuple[Path, Path, Path]:
+    return directory / f"{name}.bin", directory / f"{name}.labels.msgpack", directory / f"{name}.json"
+
+
+def _hnswlib_version() -> str:
+    try:
+        return importlib.metadata.version("hnswlib")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - built from source without metadata
+        return "unknown"
+
+
+_TEMP_MAX_AGE = 3600.0
+"""Seconds after which a temp file is a leftover of a killed save or load, not another process's work in progress."""
+
+
+def _sweep(directory: Path, name: str) -> None:
+    """Removes temp files of index `name` that a killed process left (each as large as the index)."""
+    cutoff = time.time() - _TEMP_MAX_AGE
+    with contextlib.suppress(OSError):
+        for leftover in directory.glob(f".{name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                if leftover.stat().st_mtime < cutoff:
+                    leftover.unlink()
+
+
+def _temp(directory: Path, name: str) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")  # mode 0600
+    os.close(fd)
+    return Path(tmp)
+
+
+def _fsync_and_hash(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+        os.fsync(f.fileno())
+    return digest.hexdigest(), path.stat().st_size
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    with path.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # not every platform can open a directory
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _read_sidecar(path: Path) -> dict[str, Any] | None:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(_SIDECAR_MAX + 1)
+        if len(raw) > _SIDECAR_MAX:
+            return None
+        doc = json.loads(raw)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
+    """Writes `ann` as the saved index `name` reflecting store change `seq`; False when nothing needed writing.
+
+    The caller guarantees `ann` reflects exactly `seq` and that nothing adds to
+    it meanwhile. When the files on disk already hold this very index (saved
+    or loaded, unchanged since), only the sidecar's ``seq`` is moved forward.
+    """
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _sweep(directory, name)
+    bin_path, map_path, json_path = _paths(directory, name)
+    on_disk = _read_sidecar(json_path)
+    if ann.persisted is not None and on_disk is not None and on_disk.get("bin_sha256") == ann.persisted[1]:
+        if on_disk.get("seq") == seq:
+            return False
+        tmp = _temp(directory, name)
+        try:
+            _write_private(tmp, json.dumps({**on_disk, "seq": seq}, sort_keys=True).encode())
+            os.replace(tmp, json_path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(directory)
+        ann.persisted = (seq, ann.persisted[1])
+        return True
+    live = sorted(ann.id_of.items())
+    mapping = msgpack.packb({"labels": [label for label, _ in live], "ids": [i for _, i in live]})
+    temps = [_temp(directory, name) for _ in range(3)]
+    try:
+        with ann.lock:
+            ann.index.save_index(str(temps[0]))
+            count = int(ann.index.element_count)
+        bin_sha, bin_bytes = _fsync_and_hash(temps[0])
+        _write_private(temps[1], mapping)
+        sidecar = {
+            "format": ANN_FORMAT,
+            "type": name,
+            "seq": seq,
+            "dim": ann.dim,
+            "M": ann.config.M,
+            "ef_construction": ann.config.ef_construction,
+            "hnswlib": _hnswlib_version(),
+            "count": count,
+            "live": len(live),
+            "bin_sha256": bin_sha,
+            "bin_bytes": bin_bytes,
+            "labels_sha256": hashlib.sha256(mapping).hexdigest(),
+            "labels_bytes": len(mapping),
+        }
+        _write_private(temps[2], json.dumps(sidecar, sort_keys=True).encode())
+        os.replace(temps[0], bin_path)
+        os.replace(temps[1], map_path)
+        os.replace(temps[2], json_path)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+    _fsync_dir(directory)
+    ann.persisted = (seq, bin_sha)
+    return True
+
+
+def _valid_sidecar(doc: dict[str, Any], name: str, dim: int, config: AnnConfig, seq: int) -> bool:
+    def integer(key: str) -> bool:
+        value = doc.get(key)
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def sha(key: str) -> bool:
+        value = doc.get(key)
+        return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+    return (
+        all(integer(k) for k in ("format", "seq", "dim", "M", "ef_construction", "count", "live"))
+        and all(integer(k) for k in ("bin_bytes", "labels_bytes"))
+        and sha("bin_sha256")
+        and sha("labels_sha256")
+        and doc["format"] == ANN_FORMAT
+        and doc.get("type") == name
+        and doc["dim"] == dim
+        and doc["M"] == config.M
+        and doc["ef_construction"] == config.ef_construction
+        and doc.get("hnswlib") == _hnswlib_version()
+        and doc["seq"] <= seq
+        and doc["live"] <= doc["count"]
+    )
+
+
+def _read_mapping(path: Path, doc: dict[str, Any]) -> tuple[list[int], list[str]] | None:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(doc["labels_bytes"] + 1)
+    except OSError:
+        return None
+    if len(raw) != doc["labels_bytes"] or hashlib.sha256(raw).hexdigest() != doc["labels_sha256"]:
+        return None
+    try:
+        mapping = msgpack.unpackb(raw, raw=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+    if not isinstance(mapping, dict):
+        return None
+    labels, ids = mapping.get("labels"), mapping.get("ids")
+    if not isinstance(labels, list) or not isinstance(ids, list) or not len(labels) == len(ids) == doc["live"]:
+        return None
+    if not all(isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
+        return None
+    count = doc["count"]
+    if not all(type(label) is int and 0 <= label < count for label in labels) or len(set(labels)) != len(labels):
+        return None
+    return labels, ids
+
+
+def _verified_copy(
+    src: Path, directory: Path, name: str, size: int, expected: str, cancelled: Callable[[], bool] | None = None
+) -> Path | None:
+    """A private copy of `src` made of exactly the bytes hashed, when they match `expected`; else None
+    (also when `cancelled()` turns true between chunks)."""
+    try:
+        tmp = _temp(directory, name)
+    except OSError:  # a read-only store directory: copy elsewhere
+        fd, other = tempfile.mkstemp(prefix=f"hippograph-{name}.", suffix=".tmp")
+        os.close(fd)
+        tmp = Path(other)
+    digest = hashlib.sha256()
+    total = 0
+    try:
+        with src.open("rb") as f, tmp.open("wb") as out:
+            while total <= size and (chunk := f.read(_CHUNK)):
+                if cancelled is not None and cancelled():
+                    total = -1
+                    break
+                total += len(chunk)
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return None
+    if total != size or digest.hexdigest() != expected:
+        tmp.unlink(missing_ok=True)
+        return None
+    return tmp
+
+
+def _unit(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    v = vectors.astype(np.float64)
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.where(norms > 0, norms, 1.0)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A saved index read and verified from its files, not yet checked against a store's rows."""
+
+    hnsw: Any
+    doc: dict[str, Any]
+    mapping: tuple[list[int], list[str]]
+
+
+def read_saved(
+    directory: Path, name: str, dim: int, config: AnnConfig, seq: int, cancelled: Callable[[], bool] | None = None
+) -> Saved | None:
+    """The saved index `name` as hnswlib reads it, after its sidecar (saved at most at `seq`), sizes and
+    SHA-256 passed (no store access: the expensive part of `load`, which a background thread runs
+    without any lock); None as well when `cancelled()` turns true while the file is copied."""
+    if not vector_index.ann_available() or dim == 0:
+        return None
+    bin_path, map_path, json_path = _paths(directory, name)
+    doc = _read_sidecar(json_path)
+    if doc is None or not _valid_sidecar(doc, name, dim, config, seq):
+        return None
+    mapping = _read_mapping(map_path, doc)
+    if mapping is None:
+        return None
+    copy = _verified_copy(bin_path, directory, name, doc["bin_bytes"], doc["bin_sha256"], cancelled)
+    if copy is None:
+        return None
+    try:
+        hnsw = vector_index.hnsw_index(dim)
+        hnsw.load_index(str(copy))
+    except (RuntimeError, ValueError, MemoryError):
+        return None
+    finally:
+        copy.unlink(missing_ok=True)
+    if hnsw.element_count != doc["count"] or hnsw.dim != dim:
+        return None
+    return Saved(hnsw, doc, mapping)
+
+
+def adopt_saved(
+    index: TypeColumns, config: AnnConfig, saved: Saved, seq: int, changed_since: ChangedSince
+) -> VectorIndex | None:
+    """`saved` brought up to store change `seq` for `index` (caller holds `index` still), or None."""
+    if saved.doc["seq"] > seq or saved.hnsw.dim != index.dim:
+        return None
+    changed = set() if saved.doc["seq"] == seq else changed_since(saved.doc["seq"])
+    if changed is None:
+        return None
+    return _adopt(index, config, saved.hnsw, saved.doc, saved.mapping, changed)
+
+
+def load(
+    index: TypeColumns, config: AnnConfig, directory: Path, name: str, seq: int, changed_since: ChangedSince
+) -> VectorIndex | None:
+    """The saved index `name` brought up to store change `seq` for `index`, or None (build afresh instead).
+
+    `changed_since(s)` returns the ids changed after store change `s` (up to
+    `seq`), or None when the change log no longer reaches back that far (then
+    the files are not even read). Every check is described in the module
+    docstring; hnswlib only reads a file whose SHA-256 matched.
+    """
+    if not vector_index.ann_available() or index.dim == 0:
+        return None
+    doc = _read_sidecar(_paths(directory, name)[2])
+    if doc is None or not _valid_sidecar(doc, name, index.dim, config, seq):
+        return None
+    changed = set() if doc["seq"] == seq else changed_since(doc["seq"])
+    if changed is None:
+        return None
+    saved = read_saved(directory, name, index.dim, config, seq)
+    if saved is None or saved.doc["seq"] != doc["seq"]:  # replaced meanwhile by another process's save
+        return None
+    return adopt_saved(index, config, saved, seq, lambda since: changed)
+
+
+def _adopt(
+    index: TypeColumns,
+    config: AnnConfig,
+    hnsw: Any,
+    doc: dict[str, Any],
+    mapping: tuple[list[int], list[str]],
+    changed: set[str],
+) -> VectorIndex | None:
+    """Wraps a verified hnswlib index, replays `changed` ids and checks it against `index`; None on mismatch."""
+    labels, ids = mapping
+    count = doc["count"]
+    ann = VectorIndex(index.dim, config, capacity=max(count, len(index)), hnsw=hnsw)
+    if config.threads:
+        hnsw.set_num_threads(config.threads)
+    ann.next_label = count
+    ann.reclaimable = count - len(labels)
+    ann.label_of = dict(zip(ids, labels, strict=True))
+    ann.id_of = dict(zip(labels, ids, strict=True))
+    ann.persisted = (doc["seq"], doc["bin_sha256"])  # until the replay below changes anything
+    embedded = {index.ids[r] for r in np.flatnonzero(index.norms() > 0).tolist()}
+    stale = [i for i in ids if i not in embedded]
+    if not set(stale) <= changed or not (embedded - ann.label_of.keys()) <= changed:
+        return None
+    # A changed id keeps its label only while its stored vector is still its current one;
+    # the unchanged ones are sampled (a foreign or mismatched store fails here).
+    recheck = [i for i in ids if i in changed and i in embedded]
+    unchanged = [i for i in ids if i not in changed]
+    sample = unchanged[:: max(1, len(unchanged) // _SAMPLE)]
+    for node_id in stale:
+        ann.discard(node_id)
+    if recheck or sample:
+        probe = recheck + sample
+        try:
+            stored = np.asarray(hnsw.get_items([ann.label_of[i] for i in probe]), np.float32)
+        except RuntimeError:  # a label the graph does not hold (live in the map, marked deleted)
+            return None
+        current = _unit(index.matrix()[[index.row[i] for i in probe]])
+        same = np.all(np.abs(_unit(stored) - current) <= 1e-5, axis=1)
+        if not same[len(recheck) :].all():
+            return None
+        for node_id, ok in zip(recheck, same[: len(recheck)].tolist(), strict=True):
+            if not ok:
+                ann.discard(node_id)
+    rows = np.full(len(ann.row_of_label), -1, np.int64)
+    for node_id, label in ann.label_of.items():
+        rows[label] = index.row[node_id]
+    ann.row_of_label = rows
+    missing = sorted(embedded - ann.label_of.keys(), key=index.row.__getitem__)
+    if missing:
+        at = np.array([index.row[i] for i in missing], np.int64)
+        ann.add_many(missing, index.matrix()[at], at)
+    ann.loaded = True
+    return ann
