@@ -168,7 +168,7 @@ def settle() -> None:
 
 
 class NumpyScan:
-    """The DESIGN §3 query with the default value function, vectorised in numpy."""
+    """The find_candidates query with the default value function, vectorised in numpy."""
 
     def __init__(self, ds: Dataset) -> None:
         self.matrix = ds.matrix

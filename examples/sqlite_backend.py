@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from hippograph.engine.checks import check_id
-from hippograph.errors import IngestionError, StorageError, ValidationError
+from hippograph.errors import StorageError, ValidationError
 from hippograph.graph import codec
 from hippograph.graph.changeset import Changeset, check_changeset, normalised_links
 from hippograph.graph.model import (
@@ -48,6 +48,7 @@ from hippograph.graph.model import (
     as_edge_type,
     as_node_types,
 )
+from hippograph.graph.protocol import existing_receipt
 from hippograph.graph.recall import score_nodes
 from hippograph.graph.value import ValueFunctionConfig
 
@@ -227,9 +228,7 @@ class SQLiteBackend:
                 return Outcome.INSERTED, record.receipt
             row = db.execute("SELECT record FROM ingestion WHERE source_id = ?", (record.source_id,)).fetchone()
             stored = codec.decode_record(record.source_id, row[0])
-        if stored.payload_digest == record.payload_digest and stored.fingerprint_version == record.fingerprint_version:
-            return Outcome.EXISTING, stored.receipt
-        raise IngestionError("source_conflict", "a different payload is already recorded", source_id=record.source_id)
+        return Outcome.EXISTING, existing_receipt(stored, record.payload_digest, record.fingerprint_version)
 
     def delete_ingestion(self, source_id: str) -> bool:
         check_id(source_id, "source_id")

@@ -105,7 +105,7 @@ class KeepsProvenanceLinksOnDelete(InMemory):
                         continue
                     for other in others:
                         self._links.get(other, {}).get(edge, set()).discard(node_id)
-                self._index[node.node_type].remove(node_id)
+                self._derived.drop(node_id)
 
 
 class AppliesAdditionsBeforeValidating(InMemory):

@@ -757,7 +757,7 @@ def test_index_stale_beyond_the_change_log_is_rebuilt(
     tmp_path: Path, spy: type[SpyIndex], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = saved_store(tmp_path / "store")
-    monkeypatch.setattr(lmdb_module, "LOG_KEEP", 2)
+    monkeypatch.setattr(lmdb_module.layout, "LOG_KEEP", 2)
     with LMDB(path, ann=None) as writer:
         for i in range(4):
             writer.apply_changeset(hg.Changeset().add_node(semantic(f"late{i}", QUERY * (i + 1))))
@@ -900,7 +900,7 @@ def test_writes_made_during_a_background_build_are_in_the_index_it_publishes(
 
 
 def type_index(b: Backend, node_type: str = "semantic") -> Any:
-    indexes = b._index if isinstance(b, InMemory) else b._cache.index
+    indexes = b._derived.columns
     return indexes[hg.NodeType(node_type)]
 
 

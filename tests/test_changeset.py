@@ -1,4 +1,4 @@
-"""Changeset builders (DESIGN §2): validation as you go, order kept, merge semantics."""
+"""Changeset builders (docs/architecture.md, data model): validation as you go, order kept, merge semantics."""
 
 from __future__ import annotations
 

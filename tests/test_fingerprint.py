@@ -1,4 +1,4 @@
-"""The payload fingerprint and the Python → Erlang term mapping (DESIGN §5)."""
+"""The payload fingerprint and the Python → Erlang term mapping (docs/architecture.md, fingerprint)."""
 
 from __future__ import annotations
 

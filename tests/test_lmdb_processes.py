@@ -179,7 +179,7 @@ def test_cache_rebuilds_when_another_process_outran_the_change_log(
 ) -> None:
     from hippograph.backends import lmdb as lmdb_module
 
-    monkeypatch.setattr(lmdb_module, "LOG_KEEP", 3)
+    monkeypatch.setattr(lmdb_module.layout, "LOG_KEEP", 3)
     path = tmp_path / "store"
     query = np.ones(DIM, np.float32)
     params = {"params": {"semantic": {"threshold": -1.0, "top_k": 100}}}

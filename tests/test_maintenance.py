@@ -749,7 +749,7 @@ def test_consolidation_survives_reopening_lmdb(tmp_path: Path) -> None:
 def test_protocol_only_wrapper_has_no_native_maintenance_methods() -> None:
     wrapper = ProtocolOnly(InMemory())
     assert isinstance(wrapper, hg.GraphBackend)
-    assert not hasattr(wrapper, "rewrite") and not hasattr(wrapper, "snapshot")
+    assert not hasattr(wrapper, "rewrite") and not hasattr(wrapper, "copy_columns")
 
 
 def decide_mean(a: hg.Semantic, b: hg.Semantic) -> Merge:

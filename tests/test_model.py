@@ -1,4 +1,4 @@
-"""The data model (DESIGN §2): validation, immutability, equality and metadata helpers."""
+"""The data model (docs/architecture.md, data model): validation, immutability, equality and metadata helpers."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""The Rust scorer (`hippograph._core`) against a plain numpy version of DESIGN §4."""
+"""The Rust scorer (`hippograph._core`) against a plain numpy version of the scoring rules (docs/architecture.md)."""
 
 from __future__ import annotations
 
 import math
+import pickle
 from dataclasses import dataclass
 from typing import Literal
 
@@ -72,6 +73,10 @@ class Meta:
     def empty(cls, n: int) -> Meta:
         return cls(np.zeros(n, np.uint8), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n))
 
+    def usage(self) -> _core.UsageColumns:
+        return _core.UsageColumns(self.has_meta, self.timestamp, self.access_count, self.reward_count,
+                                  self.cumulative_reward)  # fmt: skip
+
 
 @dataclass
 class Params:
@@ -80,16 +85,15 @@ class Params:
     base_floor: float
     beta: float
 
+    def core(self) -> _core.ValueParams:
+        return _core.ValueParams(self.lam, self.k, self.base_floor, self.beta)
+
 
 DEFAULTS = Params(lam=0.01, k=5.0, base_floor=0.3, beta=1.0)
 
 
 def values(rel: F32, meta: Meta, p: Params) -> F64:
-    m = meta
-    return _core.default_values(
-        rel, m.has_meta, m.timestamp, m.access_count, m.reward_count, m.cumulative_reward,
-        NOW, p.lam, p.k, p.base_floor, p.beta,
-    )  # fmt: skip
+    return _core.default_values(rel, meta.usage(), NOW, p.core())
 
 
 def scan(
@@ -103,11 +107,8 @@ def scan(
     top_k: int,
     gate: Literal["score", "relevance"] = "score",
 ) -> tuple[npt.NDArray[np.int64], F64]:
-    m = meta
-    return _core.scan_default(
-        matrix, norms, queries, m.has_meta, m.timestamp, m.access_count, m.reward_count, m.cumulative_reward,
-        rank, NOW, p.lam, p.k, p.base_floor, p.beta, threshold, gate, top_k,
-    )  # fmt: skip
+    selection = _core.Selection(threshold, gate, top_k)
+    return _core.scan_default(matrix, norms, queries, meta.usage(), rank, NOW, p.core(), selection)
 
 
 @dataclass
@@ -325,3 +326,59 @@ def test_mismatched_lengths_are_a_validation_error() -> None:
         _core.select_top(np.ones(3), 0.0, 3, np.arange(4, dtype=np.uint32))
     with pytest.raises(ValidationError):
         values(np.ones(3, np.float32), Meta.empty(2), DEFAULTS)
+
+
+# -- structured arguments -----------------------------------------------------
+
+
+def test_params_and_selection_are_frozen_values() -> None:
+    p = _core.ValueParams(0.01, 5.0, 0.3, 1.0)
+    assert (p.lambda_, p.k, p.base_floor, p.beta) == (0.01, 5.0, 0.3, 1.0)
+    assert p == _core.ValueParams(lambda_=0.01, k=5.0, base_floor=0.3, beta=1.0)
+    assert p != _core.ValueParams(0.02, 5.0, 0.3, 1.0)
+    assert hash(p) == hash(_core.ValueParams(0.01, 5.0, 0.3, 1.0))
+    assert hash(_core.ValueParams(-0.0, 5.0, 0.3, 1.0)) == hash(_core.ValueParams(0.0, 5.0, 0.3, 1.0))
+    s = _core.Selection(0.5, "relevance", 7)
+    assert (s.threshold, s.gate, s.top_k) == (0.5, "relevance", 7)
+    assert s == _core.Selection(0.5, "relevance", 7) != _core.Selection(0.5, "score", 7)
+    assert pickle.loads(pickle.dumps(p)) == p and pickle.loads(pickle.dumps(s)) == s
+    assert repr(s) == "Selection(threshold=0.5, gate='relevance', top_k=7)"
+    with pytest.raises(AttributeError):
+        p.k = 1.0  # type: ignore[misc]
+
+
+def test_usage_columns_are_checked_when_built() -> None:
+    meta = Meta.empty(4)
+    with pytest.raises(ValidationError, match="C-contiguous"):
+        _core.UsageColumns(
+            meta.has_meta, np.zeros(8)[::2], meta.access_count, meta.reward_count, meta.cumulative_reward
+        )
+    with pytest.raises(ValidationError, match="lengths"):
+        _core.UsageColumns(meta.has_meta, np.zeros(3), meta.access_count, meta.reward_count, meta.cumulative_reward)
+    with pytest.raises(TypeError):
+        _core.UsageColumns(meta.has_meta, np.zeros(4, np.float32), meta.access_count, meta.reward_count,  # type: ignore[arg-type]
+                           meta.cumulative_reward)  # fmt: skip
+    usage = meta.usage()
+    assert len(usage) == 4 and usage.timestamp is meta.timestamp
+
+
+def test_usage_columns_see_writes_and_recheck_dtype() -> None:
+    """The bundle holds the arrays, not a copy; a dtype reassigned in place is caught, not misread."""
+    meta = Meta.empty(2)
+    usage = meta.usage()
+    params = DEFAULTS.core()
+    rel = np.ones(2, np.float32)
+    assert _core.default_values(rel, usage, NOW, params).tolist() == [1.0, 1.0]
+    meta.has_meta[1] = 1
+    meta.timestamp[1] = NOW
+    assert _core.default_values(rel, usage, NOW, params)[1] == pytest.approx(DEFAULTS.base_floor)
+    meta.timestamp.dtype = np.float32  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        _core.default_values(rel, usage, NOW, params)
+
+
+def test_default_value_of_one_row_matches_the_columns() -> None:
+    meta = Meta(np.ones(1, np.uint8), np.array([NOW - 7200.0]), np.array([3.0]), np.array([2.0]), np.array([1.5]))
+    want = values(np.array([0.8], np.float32), meta, DEFAULTS)[0]
+    got = _core.default_value(0.8, NOW - 7200.0, 3.0, 2.0, 1.5, NOW, DEFAULTS.core())
+    assert got == pytest.approx(want, rel=1e-6)

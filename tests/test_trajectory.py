@@ -1,4 +1,4 @@
-"""Trajectory dataclasses and the ordered validation of DESIGN §5."""
+"""Trajectory dataclasses and the ordered validation of docs/architecture.md (fingerprint)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Value functions (DESIGN §4): the default params table, config validation, the formula."""
+"""Value functions (docs/architecture.md, scoring): the default params table, config validation, the formula."""
 
 from __future__ import annotations
 

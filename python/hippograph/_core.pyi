@@ -1,7 +1,7 @@
 """Stubs of the Rust extension. Arrays are numpy; matrices are C-contiguous, row-major."""
 
 from mmap import mmap
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import numpy as np
 import numpy.typing as npt
@@ -19,39 +19,85 @@ def select_top(
 ) -> npt.NDArray[np.int64]:
     """Indices of the best top_k scores >= threshold, best first, ties by rank (or index)."""
 
+@final
+class ValueParams:
+    """Parameters of the default value function: decay `lambda_` per hour, `k` (the access count at
+    which frequency reaches one half), `base_floor` (least frequency factor) and reward steepness
+    `beta`. Frozen; equal params compare and hash equal."""
+
+    def __init__(self, lambda_: float, k: float, base_floor: float, beta: float) -> None: ...
+    @property
+    def lambda_(self) -> float: ...
+    @property
+    def k(self) -> float: ...
+    @property
+    def base_floor(self) -> float: ...
+    @property
+    def beta(self) -> float: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Selection:
+    """What a scan keeps: at most `top_k` rows, best first, whose score (gate "score") or relevance
+    (gate "relevance") is >= `threshold`. Another gate is a ValidationError. Frozen; hashable."""
+
+    def __init__(self, threshold: float, gate: Literal["score", "relevance"], top_k: int) -> None: ...
+    @property
+    def threshold(self) -> float: ...
+    @property
+    def gate(self) -> Literal["score", "relevance"]: ...
+    @property
+    def top_k(self) -> int: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class UsageColumns:
+    """The usage columns the default value function reads, one entry per stored row: has_meta (0: the
+    row scores its relevance), timestamp (unix seconds of the last use or of creation), access_count,
+    reward_count and cumulative_reward.
+
+    Holds the arrays themselves (no copy): writes to them are seen by later calls, each of which
+    borrows them read-only while it runs. Arrays must be 1-D, C-contiguous and of equal length
+    (ValidationError otherwise); replace the bundle when the arrays are replaced or resized.
+    """
+
+    def __init__(
+        self,
+        has_meta: npt.NDArray[np.uint8],
+        timestamp: npt.NDArray[np.float64],
+        access_count: npt.NDArray[np.float64],
+        reward_count: npt.NDArray[np.float64],
+        cumulative_reward: npt.NDArray[np.float64],
+    ) -> None: ...
+    @property
+    def has_meta(self) -> npt.NDArray[np.uint8]: ...
+    @property
+    def timestamp(self) -> npt.NDArray[np.float64]: ...
+    @property
+    def access_count(self) -> npt.NDArray[np.float64]: ...
+    @property
+    def reward_count(self) -> npt.NDArray[np.float64]: ...
+    @property
+    def cumulative_reward(self) -> npt.NDArray[np.float64]: ...
+    def __len__(self) -> int: ...
+
 def scan_default(
     matrix: npt.NDArray[np.float32],
     norms: npt.NDArray[np.float32],
     queries: npt.NDArray[np.float32],
-    has_meta: npt.NDArray[np.uint8],
-    timestamp: npt.NDArray[np.float64],
-    access_count: npt.NDArray[np.float64],
-    reward_count: npt.NDArray[np.float64],
-    cumulative_reward: npt.NDArray[np.float64],
+    usage: UsageColumns,
     rank: npt.NDArray[np.uint32] | None,
     now: float,
-    lambda_: float,
-    k: float,
-    base_floor: float,
-    beta: float,
-    threshold: float,
-    gate: Literal["score", "relevance"],
-    top_k: int,
+    params: ValueParams,
+    selection: Selection,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """Relevance, default value function and selection in one pass; GIL released."""
+    """Relevance, default value function and selection in one pass, at unix time `now`; ties by
+    `rank` (or row). GIL released."""
 
 def default_values(
-    relevance: npt.NDArray[np.float32],
-    has_meta: npt.NDArray[np.uint8],
-    timestamp: npt.NDArray[np.float64],
-    access_count: npt.NDArray[np.float64],
-    reward_count: npt.NDArray[np.float64],
-    cumulative_reward: npt.NDArray[np.float64],
-    now: float,
-    lambda_: float,
-    k: float,
-    base_floor: float,
-    beta: float,
+    relevance: npt.NDArray[np.float32], usage: UsageColumns, now: float, params: ValueParams
 ) -> npt.NDArray[np.float64]:
     """The default value function over precomputed relevances; GIL released."""
 
@@ -62,39 +108,19 @@ def default_value(
     reward_count: float,
     cumulative_reward: float,
     now: float,
-    lambda_: float,
-    k: float,
-    base_floor: float,
-    beta: float,
+    params: ValueParams,
 ) -> float:
     """The default value function of one row that has usage metadata."""
 
-def usage_order(
-    has_meta: npt.NDArray[np.uint8],
-    timestamp: npt.NDArray[np.float64],
-    access_count: npt.NDArray[np.float64],
-    reward_count: npt.NDArray[np.float64],
-    cumulative_reward: npt.NDArray[np.float64],
-    lambda_: float,
-    k: float,
-    base_floor: float,
-    beta: float,
-) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]]:
+def usage_order(usage: UsageColumns, params: ValueParams) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]]:
     """Rows sorted by their time-independent usage bound (largest first), and the bounds; GIL released."""
 
 def merge_usage_order(
     rows: npt.NDArray[np.uint32],
     keys: npt.NDArray[np.float64],
     stale: npt.NDArray[np.uint32],
-    has_meta: npt.NDArray[np.uint8],
-    timestamp: npt.NDArray[np.float64],
-    access_count: npt.NDArray[np.float64],
-    reward_count: npt.NDArray[np.float64],
-    cumulative_reward: npt.NDArray[np.float64],
-    lambda_: float,
-    k: float,
-    base_floor: float,
-    beta: float,
+    usage: UsageColumns,
+    params: ValueParams,
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]]:
     """A usage order with its stale rows (changed, added or moved) re-keyed and merged in; rows past
     the end dropped. One pass instead of a full sort; GIL released."""
@@ -103,20 +129,11 @@ def certified_walk(
     matrix: npt.NDArray[np.float32],
     norms: npt.NDArray[np.float32],
     queries: npt.NDArray[np.float32],
-    has_meta: npt.NDArray[np.uint8],
-    timestamp: npt.NDArray[np.float64],
-    access_count: npt.NDArray[np.float64],
-    reward_count: npt.NDArray[np.float64],
-    cumulative_reward: npt.NDArray[np.float64],
+    usage: UsageColumns,
     rank: npt.NDArray[np.uint32] | None,
     now: float,
-    lambda_: float,
-    k: float,
-    base_floor: float,
-    beta: float,
-    threshold: float,
-    gate: Literal["score", "relevance"],
-    top_k: int,
+    params: ValueParams,
+    selection: Selection,
     pool: npt.NDArray[np.uint32],
     bound: float,
     order: npt.NDArray[np.uint32],
@@ -129,7 +146,7 @@ def certified_walk(
     than `budget` rows beyond the pool would need scoring. GIL released."""
 
 def etf_encode(term: object) -> bytes:
-    """Erlang term_to_binary(term, [deterministic, {minor_version, 2}]) under the DESIGN §5 mapping.
+    """Erlang term_to_binary(term, [deterministic, {minor_version, 2}]) under the fingerprint's mapping.
 
     Exact types only: str/bytes -> binary, bool -> atom, None -> nil, int, float (finite),
     hippograph.Atom -> atom, list, tuple, dict -> map (keys in Erlang map-key order).

@@ -1,32 +1,8 @@
-"""The ``hippograph`` command line.
+"""The ``hippograph`` command line: ``demo``, ``stats``, ``verify`` and ``index``.
 
-``hippograph demo [--path DIR]``
-    Ingests the bundled sample trajectories (``hippograph/data/demo_trajectories.json``)
-    into the LMDB repo ``demo`` (default directory ``./.hippograph/demo``),
-    re-ingests one to show that ingestion is idempotent, and prints a few
-    recalls. The vectors come from `HashingEmbedder`, which matches words, not
-    meanings. Running it again is safe: every receipt is then ``EXISTING``.
-
-``hippograph stats [--path DIR] [--name NAME]``
-    Prints node counts and storage figures of an existing repo (default name
-    ``demo``; default directory ``./.hippograph/<name>``).
-
-``hippograph verify [--path DIR] [--name NAME]``
-    Checks the invariants of an existing repo with `Repo.verify` (links end at
-    existing nodes and are recorded on both ends, one embedding dimension,
-    every stored record decodes, no data left behind by deleted nodes) and
-    prints the report. The store is opened read-only: verifying changes
-    nothing. Exit status 0 when the store is consistent, 1 when the report
-    lists problems (or the store cannot be opened).
-
-``hippograph index [--path DIR] [--name NAME]``
-    Readies the vector (HNSW) index of every node type large enough to use
-    one, so that the first approximate recall does not pay for the build: the
-    saved index is adopted when it passes its checks, otherwise it is built
-    (with a progress bar on stderr) and saved next to the store.
-
-Exit status: 0 on success, 2 on a usage error, 1 when hippograph reports an
-error (the message goes to stderr).
+Each command works on an LMDB repo (``--path DIR``, or ``./.hippograph/<name>``).
+docs/graph-memory.md describes every command and its exit status: 0 on
+success, 2 on a usage error, 1 when hippograph reports an error (on stderr).
 """
 
 from __future__ import annotations

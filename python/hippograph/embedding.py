@@ -1,26 +1,10 @@
 """`HashingEmbedder`: a dependency-free text embedder for demos and tests.
 
-It is **lexical, not semantic**. Two texts come out similar when they share
-words (and adjacent word pairs), never because they mean the same thing:
-"the build failed" and "compilation broke" are unrelated to it. Use a real
-embedding model for an agent in production; use this one where a test or a
-demo needs vectors that are deterministic, fast and need nothing installed.
-
-How a text becomes a vector:
-
-1. lowercase, then split into words: maximal runs of Unicode word
-   characters (letters, digits and ``_``, Python's ``\\w``), so
-   ``snake_case`` and ``v2`` stay one word and punctuation separates;
-   words in ``stop_words`` (none by default; `ENGLISH_STOP_WORDS` is a
-   short list of English function words) are dropped here;
-2. features: every remaining word (``w:<word>``) and every pair of adjacent words
-   (``b:<word> <word>``);
-3. each feature is hashed with BLAKE2b (8-byte digest, personalised, so the
-   result is the same in every process and on every platform, unlike Python's
-   salted ``hash()``); the digest picks a coordinate (``mod dim``) and a sign;
-4. the signed counts are L2-normalised. A text without words (``""``,
-   punctuation only, only stop words) is the zero vector, which the scorer treats as
-   similarity 0 to everything.
+It is lexical, not semantic: two texts come out similar when they share words
+(and adjacent word pairs), never because they mean the same thing. Use a real
+embedding model for an agent in production; use this one where a test or a demo
+needs vectors that are deterministic, fast and need nothing installed.
+docs/graph-memory.md says how a text becomes a vector.
 """
 
 from __future__ import annotations

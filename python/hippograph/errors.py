@@ -1,4 +1,4 @@
-"""The typed errors every hippograph call raises (DESIGN §6).
+"""The typed errors every hippograph call raises (docs/architecture.md, errors).
 
 The hierarchy is declared here in Python, where the attributes callers match on
 (``reason``, ``source_id``, ``operation``, ``resource``, ``id``) are plain and

@@ -69,7 +69,7 @@ def main() -> None:
         if not b.get_nodes_by_type(["semantic"]):
             b.apply_changeset(hg.Changeset().add_nodes([semantic(f"n{i:04d}", rng) for i in range(300)]))
         approximate = answers(b, exact=False)
-        index = b._cache.index[hg.NodeType.SEMANTIC].ann
+        index = b._derived.columns[hg.NodeType.SEMANTIC].ann
         hits = {i for ids in approximate for i in ids}
         print(
             json.dumps(

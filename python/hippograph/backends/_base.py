@@ -1,19 +1,24 @@
-"""Pieces every built-in backend shares: argument checks, closing, locking."""
+"""Pieces every built-in backend shares: argument checks, closing, locking, the fork guard, and the
+vector-index and column-copy methods over a backend's `DerivedColumns`."""
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Self
+from typing import Any, ClassVar, Self
 
-from ..engine.checks import check_id, check_ids
+from ..engine.checks import Progress, check_id, check_ids, check_progress
+from ..engine.columns import ColumnsCopy
+from ..engine.derived import DerivedColumns
 from ..errors import StorageError, ValidationError
 from ..graph.changeset import Changeset, check_changeset
-from ..graph.model import IngestionRecord, NodeMetadata
+from ..graph.model import IngestionRecord, NodeMetadata, NodeType, as_node_type, as_node_types
+from ..graph.recall import build_vector_indexes
 
-__all__ = ["BackendBase", "RWLock", "check_ids", "check_metadata_updates", "check_record"]
+__all__ = ["BackendBase", "DerivedBackend", "RWLock", "check_ids", "check_metadata_updates", "check_record"]
 
 
 def check_metadata_updates(updates: Mapping[str, NodeMetadata]) -> dict[str, NodeMetadata]:
@@ -90,3 +95,71 @@ class BackendBase:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class DerivedBackend(BackendBase):
+    """A backend that answers queries from `_derived` (one `TypeColumns` per node type).
+
+    Subclasses set `_derived` and, when the store can change behind this process,
+    override `_refresh` to catch the columns up first. `_fork_label` names the
+    backend in the error raised when it is used in a child of `fork()` (set `_pid`
+    at open); None: it may be used there.
+    """
+
+    _derived: DerivedColumns[NodeType]
+    _fork_label: ClassVar[str | None] = None
+    _pid: int = 0
+
+    def _guard(self, operation: str) -> None:
+        self._check_open(operation)
+        if self._fork_label is not None and os.getpid() != self._pid:
+            raise StorageError(
+                f"this {self._fork_label} was opened before fork(); open it again in the child process",
+                operation=operation,
+            )
+
+    def _refresh(self, operation: str) -> None:
+        """Brings `_derived` up to date with the store (nothing to do when every write goes through it)."""
+
+    def _before_build(self, wanted: list[NodeType]) -> None:
+        """Runs before `build_vector_index` builds (LMDB adopts saved indexes here)."""
+
+    def _after_build(self, built: list[str]) -> None:
+        """Runs after `build_vector_index` built `built` (LMDB saves them here)."""
+
+    def copy_columns(self, node_type: NodeType | str) -> ColumnsCopy:
+        """A copy of one type's ids, embeddings and usage columns, as of now (maintenance reads it)."""
+        self._guard("copy_columns")
+        wanted = as_node_type(node_type)
+        self._refresh("copy_columns")
+        with self._derived.lock.read():
+            return self._derived.columns[wanted].copy()
+
+    def vector_index_stats(self) -> dict[str, dict[str, Any]]:
+        """Per type: available, building (in the background), error, nodes, vectors, live,
+        reclaimable marks, and loaded (read from saved files rather than built here)."""
+        self._guard("vector_index_stats")
+        self._refresh("vector_index_stats")
+        with self._derived.lock.read():
+            return self._derived.stats()
+
+    def build_vector_index(
+        self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
+    ) -> list[str]:
+        """Readies now, rather than at the first non-exact query, the vector index of each requested
+        type (None: all) large enough to use one; returns the types built."""
+        self._guard("build_vector_index")
+        wanted = list(NodeType) if types is None else as_node_types(types)
+        check_progress(progress)
+        self._refresh("build_vector_index")
+        self._before_build(wanted)
+        with self._derived.lock.read():
+            built = build_vector_indexes(self._derived.columns, wanted, progress)
+        self._after_build(built)
+        return built
+
+    def reclaim_vector_index(self) -> list[str]:
+        """Rebuilds the vector indexes that carry deletion marks; returns the types rebuilt."""
+        self._guard("reclaim_vector_index")
+        with self._derived.lock.write():
+            return self._derived.reclaim()

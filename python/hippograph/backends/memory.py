@@ -10,10 +10,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..engine.checks import Progress, check_id
-from ..engine.columns import ColumnsCopy, TypeColumns, stop_background_builds
+from ..engine.checks import check_id
+from ..engine.derived import DerivedColumns
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
-from ..errors import IngestionError
 from ..graph.changeset import Changeset, check_changeset, normalised_links
 from ..graph.model import (
     ORPHAN_TYPES,
@@ -25,17 +24,17 @@ from ..graph.model import (
     NodeType,
     Outcome,
     as_edge_type,
-    as_node_type,
     as_node_types,
 )
-from ..graph.recall import build_vector_indexes, find_candidates, usage_of
+from ..graph.protocol import existing_receipt
+from ..graph.recall import find_candidates, usage_of
 from ..graph.value import ValueFunctionConfig
-from ._base import BackendBase, RWLock, check_ids, check_metadata_updates, check_record
+from ._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record
 
 __all__ = ["InMemory"]
 
 
-class InMemory(BackendBase):
+class InMemory(DerivedBackend):
     """The full `GraphBackend` contract in process memory (thread-safe)."""
 
     def __init__(self, *, ann: AnnConfig | None = DEFAULT_ANN) -> None:
@@ -46,7 +45,7 @@ class InMemory(BackendBase):
         self._links: dict[str, dict[EdgeType, set[str]]] = {}
         self._meta: dict[str, NodeMetadata] = {}
         self._records: dict[str, IngestionRecord] = {}
-        self._index: dict[NodeType, TypeColumns] = {t: TypeColumns(ann, self._lock) for t in NodeType}
+        self._derived: DerivedColumns[NodeType] = DerivedColumns(NodeType, ann, self._lock)
         self._dim: int | None = None
 
     @property
@@ -64,13 +63,10 @@ class InMemory(BackendBase):
 
     def _apply(self, cs: Changeset, dim: int | None) -> None:
         for node in cs.additions:
-            old = self._nodes.get(node.id)
-            if old is not None:
+            if node.id in self._nodes:
                 self._unlink_all(node.id)
-                if old.node_type != node.node_type:
-                    self._index[old.node_type].remove(node.id)
             self._nodes[node.id] = node.with_links({})
-            self._index[node.node_type].upsert(node.id, node.embedding, usage_of(self._meta.get(node.id)))
+            self._derived.put(node.id, node.node_type, node.embedding, usage_of(self._meta.get(node.id)))
         for a, b, edge in normalised_links(cs):
             if a != b and a in self._nodes and b in self._nodes:
                 self._links.setdefault(a, {}).setdefault(edge, set()).add(b)
@@ -81,16 +77,14 @@ class InMemory(BackendBase):
     def _put_meta(self, updates: Mapping[str, NodeMetadata]) -> None:
         for node_id, meta in updates.items():
             self._meta[node_id] = meta
-            node = self._nodes.get(node_id)
-            if node is not None:
-                self._index[node.node_type].set_usage(node_id, usage_of(meta))
+            self._derived.set_usage(node_id, usage_of(meta))
 
     def _purge(self, ids: Iterable[str]) -> None:
         for node_id in ids:
             node = self._nodes.pop(node_id, None)
             if node is not None:
                 self._unlink_all(node_id)
-                self._index[node.node_type].remove(node_id)
+                self._derived.drop(node_id)
             self._meta.pop(node_id, None)
 
     def rewrite(self, cs: Changeset, delete_ids: Iterable[str], orphan_candidates: Iterable[str]) -> list[str]:
@@ -116,12 +110,6 @@ class InMemory(BackendBase):
             self._purge(orphans)
             return orphans
 
-    def snapshot(self, node_type: NodeType | str) -> ColumnsCopy:
-        """A copy of one type's ids, embeddings and usage columns (maintenance reads it)."""
-        self._check_open("snapshot")
-        with self._lock.read():
-            return self._index[as_node_type(node_type)].copy()
-
     def apply_changeset(self, cs: Changeset) -> None:
         self._check_open("apply_changeset")
         with self._lock.write():
@@ -135,7 +123,7 @@ class InMemory(BackendBase):
                 node = self._nodes.pop(node_id, None)
                 if node is not None:
                     self._unlink_all(node_id)
-                    self._index[node.node_type].remove(node_id)
+                    self._derived.drop(node_id)
 
     def update_metadata(self, updates: Mapping[str, NodeMetadata]) -> None:
         self._check_open("update_metadata")
@@ -164,12 +152,7 @@ class InMemory(BackendBase):
         with self._lock.write():
             for node_id in wanted:
                 if self._meta.pop(node_id, None) is not None:
-                    self._put_meta_column(node_id)
-
-    def _put_meta_column(self, node_id: str) -> None:
-        node = self._nodes.get(node_id)
-        if node is not None:
-            self._index[node.node_type].set_usage(node_id, None)
+                    self._derived.set_usage(node_id, None)
 
     def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
         self._check_open("commit_ingestion")
@@ -180,16 +163,7 @@ class InMemory(BackendBase):
                 self._apply(cs, check_changeset(cs, self._dim))
                 self._records[record.source_id] = record
                 return Outcome.INSERTED, record.receipt
-            if (
-                stored.payload_digest == record.payload_digest
-                and stored.fingerprint_version == record.fingerprint_version
-            ):
-                return Outcome.EXISTING, stored.receipt
-            raise IngestionError(
-                "source_conflict",
-                "a different payload (digest or fingerprint version) is already recorded",
-                source_id=record.source_id,
-            )
+            return Outcome.EXISTING, existing_receipt(stored, record.payload_digest, record.fingerprint_version)
 
     def delete_ingestion(self, source_id: str) -> bool:
         self._check_open("delete_ingestion")
@@ -214,7 +188,7 @@ class InMemory(BackendBase):
         return out
 
     def close(self) -> None:
-        stop_background_builds(self._index.values())
+        self._derived.close()
         super().close()
 
     def find_candidates(
@@ -230,29 +204,8 @@ class InMemory(BackendBase):
         self._check_open("find_candidates")
         with self._lock.read():
             return find_candidates(
-                self._index, types, query, tags, value_function, now, self._dim, self._hydrate, exact=exact
+                self._derived.columns, types, query, tags, value_function, now, self._dim, self._hydrate, exact=exact
             )
-
-    def vector_index_stats(self) -> dict[str, dict[str, Any]]:
-        """Per type: whether an HNSW index is built, vectors held, live nodes, reclaimable marks."""
-        self._check_open("vector_index_stats")
-        with self._lock.read():
-            return {t.value: self._index[t].vector_index_stats() for t in NodeType}
-
-    def build_vector_index(
-        self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
-    ) -> list[str]:
-        """Builds now, rather than at the first non-exact query, the HNSW index of each requested
-        type (None: all) large enough to use one; returns the types built."""
-        self._check_open("build_vector_index")
-        with self._lock.read():
-            return build_vector_indexes(self._index, types, progress)
-
-    def reclaim_vector_index(self) -> list[str]:
-        """Rebuilds HNSW indexes that carry deletion marks; returns the types rebuilt."""
-        self._check_open("reclaim_vector_index")
-        with self._lock.write():
-            return [t.value for t in NodeType if self._index[t].reclaim_vector_index()]
 
     def get_node(self, node_id: str) -> Node | None:
         self._check_open("get_node")
@@ -278,7 +231,7 @@ class InMemory(BackendBase):
         with self._lock.read():
             out: list[Node] = []
             for node_type in dict.fromkeys(wanted):
-                ids = sorted(self._index[node_type].ids)
+                ids = sorted(self._derived.columns[node_type].ids)
                 out += [n for n in map(self._node, ids) if n is not None]
             return out
 
@@ -300,7 +253,7 @@ class InMemory(BackendBase):
         with self._lock.read():
             links = sum(len(ids) for by_edge in self._links.values() for ids in by_edge.values()) // 2
             return {
-                "nodes": {t.value: len(self._index[t]) for t in NodeType},
+                "nodes": {t.value: len(self._derived.columns[t]) for t in NodeType},
                 "links": links,
                 "ingestion_records": len(self._records),
                 "metadata": len(self._meta),

@@ -67,7 +67,7 @@ class _UsageOrder:
     type, it sorts afresh.
     """
 
-    params: tuple[float, float, float, float]
+    params: _core.ValueParams
     rows: npt.NDArray[np.uint32]
     keys: npt.NDArray[np.float64]
     stale: list[int] = dataclasses.field(default_factory=list)
@@ -144,6 +144,7 @@ class TypeColumns:
         self._rank: npt.NDArray[np.uint32] | None = None
         self._sorted: list[str] | None = None
         self._order: _UsageOrder | None = None
+        self._usage: tuple[int, _core.UsageColumns] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -159,6 +160,7 @@ class TypeColumns:
         self._norms = np.resize(self._norms, new_cap)
         for name, col in self._cols.items():
             self._cols[name] = np.resize(col, new_cap)
+        self._usage = None
 
     def _ensure_dim(self, dim: int) -> None:
         if self.dim == dim:
@@ -431,17 +433,26 @@ class TypeColumns:
             self.column("cumulative_reward"),
         )
 
-    def usage_order(self, params: tuple[float, float, float, float]) -> _UsageOrder:
-        """The usage order for value-function `params` (lambda, k, base_floor, beta), sorted afresh when
-        missing, for other parameters, or too stale."""
+    def usage(self) -> _core.UsageColumns:
+        """The usage columns as the Rust core takes them: views of the live columns, so one bundle
+        serves every query until rows are added or removed or the columns grow."""
+        n = len(self.ids)
+        cached = self._usage  # readers may rebuild it concurrently; any of their bundles is current
+        if cached is None or cached[0] != n:
+            cached = self._usage = (n, _core.UsageColumns(*self.usage_arrays()))
+        return cached[1]
+
+    def usage_order(self, params: _core.ValueParams) -> _UsageOrder:
+        """The usage order for value-function `params`, sorted afresh when missing, for other
+        parameters, or too stale."""
         order = self._order
         # Readers may run this concurrently: each builds a new object, none is changed in place.
         if order is None or order.params != params or len(order.stale) > len(self.ids) // 16:
-            order = self._order = _UsageOrder(params, *_core.usage_order(*self.usage_arrays(), *params))
+            order = self._order = _UsageOrder(params, *_core.usage_order(self.usage(), params))
         elif len(order.stale) > _STALE_MAX:
             stale = np.array(order.stale, np.uint32)
             order = self._order = _UsageOrder(
-                params, *_core.merge_usage_order(order.rows, order.keys, stale, *self.usage_arrays(), *params)
+                params, *_core.merge_usage_order(order.rows, order.keys, stale, self.usage(), params)
             )
         return order
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -53,9 +54,15 @@ class ScanParams:
     base_floor: float
     beta: float
 
-    @property
-    def value_params(self) -> tuple[float, float, float, float]:
-        return (self.lam, self.k, self.base_floor, self.beta)
+    @cached_property
+    def core_params(self) -> _core.ValueParams:
+        """The value function's params as the Rust core takes them, built once per resolved config."""
+        return _core.ValueParams(self.lam, self.k, self.base_floor, self.beta)
+
+    @cached_property
+    def core_selection(self) -> _core.Selection:
+        """Threshold, gate and top_k as the Rust core takes them, built once per resolved config."""
+        return _core.Selection(self.threshold, self.gate, self.top_k)
 
 
 def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> F32:
@@ -153,18 +160,16 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
         return bounded
 
     def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
-        order = columns.usage_order(params.value_params)
+        order = columns.usage_order(params.core_params)
         got = _core.certified_walk(
             columns.matrix(),
             columns.norms(),
             queries,
-            *columns.usage_arrays(),
+            columns.usage(),
             columns.rank(),
             now,
-            *params.value_params,
-            params.threshold,
-            params.gate,
-            params.top_k,
+            params.core_params,
+            params.core_selection,
             pool,
             bound,
             order.rows,
@@ -194,25 +199,9 @@ def _score(
 
     mat, norms, rank = take(columns.matrix()), take(columns.norms()), take(columns.rank())
     if values is None:
-        has_meta, timestamp, access_count, reward_count, cumulative_reward = (take(c) for c in columns.usage_arrays())
+        usage = columns.usage() if rows is None else _core.UsageColumns(*(take(c) for c in columns.usage_arrays()))
         idx, scores = _core.scan_default(
-            mat,
-            norms,
-            queries,
-            has_meta=has_meta,
-            timestamp=timestamp,
-            access_count=access_count,
-            reward_count=reward_count,
-            cumulative_reward=cumulative_reward,
-            rank=rank,
-            now=now,
-            lambda_=params.lam,
-            k=params.k,
-            base_floor=params.base_floor,
-            beta=params.beta,
-            threshold=params.threshold,
-            gate=params.gate,
-            top_k=params.top_k,
+            mat, norms, queries, usage, rank, now, params.core_params, params.core_selection
         )
     else:
         ids = columns.ids if rows is None else [columns.ids[r] for r in rows.tolist()]

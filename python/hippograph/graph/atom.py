@@ -1,4 +1,4 @@
-"""Erlang atoms in trajectory metadata (DESIGN §5).
+"""Erlang atoms in trajectory metadata (docs/architecture.md, fingerprint).
 
 Python has no atom type, and a plain ``str`` already maps to an Erlang binary, so
 an atom needs a type of its own: ``Atom("ok")`` is encoded as the atom ``ok``

@@ -1,4 +1,4 @@
-"""Changesets: the unit a backend applies atomically (DESIGN §2, §3)."""
+"""Changesets: the unit a backend applies atomically (docs/architecture.md, data model)."""
 
 from __future__ import annotations
 

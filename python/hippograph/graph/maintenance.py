@@ -1,18 +1,11 @@
 """Memory maintenance: decay, graph repair and consolidation.
 
 All three work through the `GraphBackend` protocol, so they run on any
-backend. Two optional backend methods make them fast and atomic where present
-(both built-in backends have them):
-
-- ``snapshot(node_type)`` → a `ColumnsCopy` (ids, embeddings, usage
-  columns) read from the backend's derived scoring cache instead of decoding
-  every node;
-- ``rewrite(cs, delete_ids, orphan_candidates)`` → deletes nodes with their
-  metadata, applies `cs`, and deletes tag/intent nodes left without links, in
-  one transaction.
-
-Without `rewrite` the same steps run as separate protocol calls, each leaving
-a consistent graph. Ingestion records are never touched: re-ingesting a source
+backend. Two optional capabilities make them fast and atomic where present
+(both built-in backends have them): `CopiesColumns` (scoring columns from the
+backend's derived cache instead of decoding every node) and `Rewrites` (each
+step in one transaction). Without `Rewrites` the same steps run as separate
+protocol calls, each leaving a consistent graph. Ingestion records are never touched: re-ingesting a source
 whose nodes were decayed or merged returns its original receipt.
 """
 
@@ -32,7 +25,7 @@ from ..engine.columns import ColumnsCopy, TypeColumns
 from ..errors import ValidationError
 from .changeset import Changeset
 from .model import ORPHAN_TYPES, EdgeType, Node, NodeMetadata, NodeType, Semantic, as_node_types
-from .protocol import GraphBackend
+from .protocol import CopiesColumns, GraphBackend, Rewrites, VerifiesStorage
 from .recall import usage_of
 from .value import ResolvedConfig
 
@@ -43,11 +36,11 @@ __all__ = [
     "Progress",
     "RepairSummary",
     "VerifyReport",
+    "columns_of",
     "consolidate",
     "decay",
     "repair",
     "rewrite",
-    "snapshot",
     "verify",
 ]
 
@@ -92,11 +85,10 @@ class ConsolidateSummary:
     orphan_ids: tuple[str, ...]
 
 
-def snapshot(backend: GraphBackend, node_type: NodeType) -> ColumnsCopy:
-    """One type's ids, embeddings and usage columns, natively when the backend can."""
-    native = getattr(backend, "snapshot", None)
-    if native is not None:
-        return _by_id(native(node_type))
+def columns_of(backend: GraphBackend, node_type: NodeType) -> ColumnsCopy:
+    """One type's ids, embeddings and usage columns, from the backend's cache when it has one."""
+    if isinstance(backend, CopiesColumns):
+        return _by_id(backend.copy_columns(node_type))
     nodes = backend.get_nodes_by_type([node_type])
     metas = backend.get_metadata([n.id for n in nodes])
     columns = TypeColumns()
@@ -121,10 +113,8 @@ def rewrite(
 ) -> list[str]:
     """Delete nodes (and metadata), apply `cs`, delete new tag/intent orphans; atomic where supported."""
     doomed, candidates = list(delete_ids), sorted(set(orphan_candidates))
-    native = getattr(backend, "rewrite", None)
-    if native is not None:
-        orphans: list[str] = native(cs, doomed, candidates)
-        return orphans
+    if isinstance(backend, Rewrites):
+        return backend.rewrite(cs, doomed, candidates)
     if not cs.is_empty():  # first: it validates before writing, so a refused cs deletes nothing
         backend.apply_changeset(cs)
     if doomed:
@@ -143,22 +133,13 @@ def rewrite(
 
 def usage_scores(snap: ColumnsCopy, config: ResolvedConfig, node_type: NodeType, now: datetime) -> npt.NDArray[Any]:
     """The value function without relevance (recency × frequency × reward); 0.0 without metadata."""
-    tp = config.params[node_type]
-    has_meta = snap.columns["has_meta"]
-    scores = _core.default_values(
-        np.ones(len(snap.ids), np.float32),
-        has_meta,
-        snap.columns["timestamp"],
-        snap.columns["access_count"],
-        snap.columns["reward_count"],
-        snap.columns["cumulative_reward"],
-        now.timestamp(),
-        tp.lam,
-        tp.k,
-        tp.base_floor,
-        tp.beta,
+    cols = snap.columns
+    usage = _core.UsageColumns(
+        cols["has_meta"], cols["timestamp"], cols["access_count"], cols["reward_count"], cols["cumulative_reward"]
     )
-    scores[has_meta == 0] = 0.0
+    ones = np.ones(len(snap.ids), np.float32)
+    scores = _core.default_values(ones, usage, now.timestamp(), config.params[node_type].core_params)
+    scores[usage.has_meta == 0] = 0.0
     return scores
 
 
@@ -183,7 +164,7 @@ def decay(
     checked = 0
     doomed: list[str] = []
     for i, node_type in enumerate(wanted):
-        snap = snapshot(backend, node_type)
+        snap = columns_of(backend, node_type)
         checked += len(snap.ids)
         scores = usage_scores(snap, config, node_type, when)
         doomed += [snap.ids[r] for r in np.flatnonzero(scores < threshold).tolist()]
@@ -274,7 +255,7 @@ def consolidate(
     if not callable(decide):
         raise ValidationError(f"decide must be callable (a, b) -> Merge | None, got {type(decide).__name__}")
     when = utcnow() if now is None else as_datetime(now, "now")
-    snap = snapshot(backend, NodeType.SEMANTIC)
+    snap = columns_of(backend, NodeType.SEMANTIC)
     row_of = {node_id: r for r, node_id in enumerate(snap.ids)}
     members, offsets = _membership_groups(backend, row_of)
     a_rows, b_rows, _ = _core.consolidation_pairs(snap.matrix, snap.norms, members, offsets, float(threshold))
@@ -340,16 +321,14 @@ def verify(backend: GraphBackend, *, limit: int = 100) -> VerifyReport:
 
     Invariants: every link ends at an existing node and is recorded on both
     ends; every embedding has the store's one dimension; every ingestion
-    record's receipt names its own source. A backend may add storage-level
-    checks with a ``verify_storage() -> tuple[list[str], int]`` method returning
-    (problems, ingestion records checked); LMDB does. They run first, so a
-    backend can refuse a damaged store before anything else reads it.
+    record's receipt names its own source. A backend with storage-level checks
+    (`VerifiesStorage`; LMDB and PostgreSQL) runs them first, so it can refuse a
+    damaged store before anything else reads it.
     """
     problems: list[str] = []
-    native = getattr(backend, "verify_storage", None)
     records = 0
-    if native is not None:
-        problems, records = native()
+    if isinstance(backend, VerifiesStorage):
+        problems, records = backend.verify_storage()
     nodes = {n.id: n for n in backend.get_nodes_by_type(list(NodeType))}
     dims = sorted({n.embedding.shape[0] for n in nodes.values() if n.embedding is not None})
     if len(dims) > 1:

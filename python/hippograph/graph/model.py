@@ -1,4 +1,4 @@
-"""The data model (DESIGN §2): node and edge types, nodes, metadata, receipts.
+"""The data model (docs/architecture.md, data model): node and edge types, nodes, metadata, receipts.
 
 Nodes are frozen so that a node handed to a caller can never be changed behind
 a backend's back; a node with other links or another embedding is a new node.

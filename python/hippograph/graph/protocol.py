@@ -1,23 +1,54 @@
-"""The backend contract (DESIGN §3): the reference text for backend authors.
+"""The backend contract of graph memory: the reference text for backend authors.
 
 A backend stores nodes, undirected typed links, per-node metadata and
 ingestion records, and answers candidate queries. Every method raises the typed
 errors of `hippograph.errors`; a call that raises has written nothing. The
 public conformance suite (`hippograph.testing`) holds every backend to this text.
+Beyond `GraphBackend`, a backend may offer the optional capabilities below
+(`Rewrites`, `CopiesColumns`, ...): `Repo` and maintenance use them when present
+and plain protocol calls otherwise (docs/custom-backends.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
+from ..engine.checks import Progress
+from ..engine.columns import ColumnsCopy
+from ..errors import IngestionError
 from .changeset import Changeset
 from .model import EdgeType, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType, Outcome
 from .value import ValueFunctionConfig
 
-__all__ = ["GraphBackend"]
+__all__ = [
+    "CopiesColumns",
+    "GraphBackend",
+    "HasStats",
+    "ModifiesMetadata",
+    "Rewrites",
+    "VectorIndexed",
+    "VerifiesStorage",
+    "existing_receipt",
+]
+
+
+def existing_receipt(stored: IngestionRecord, payload_digest: bytes, fingerprint_version: int) -> IngestionReceipt:
+    """What committing a source that `stored` already records answers: the stored receipt, exactly,
+    when the payload is the same (digest and fingerprint version); else ``IngestionError(source_conflict)``.
+
+    The one rule every `commit_ingestion` and `Repo.ingest` apply (call it inside the transaction that read
+    `stored`).
+    """
+    if stored.payload_digest == payload_digest and stored.fingerprint_version == fingerprint_version:
+        return stored.receipt
+    raise IngestionError(
+        "source_conflict",
+        "a different payload (digest or fingerprint version) is already recorded",
+        source_id=stored.source_id,
+    )
 
 
 @runtime_checkable
@@ -116,3 +147,68 @@ class GraphBackend(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+MetadataFn = Callable[[str, NodeMetadata | None], NodeMetadata | None]
+
+
+@runtime_checkable
+class ModifiesMetadata(Protocol):
+    """Read-modify-write of metadata in one transaction, so updates from several processes add up."""
+
+    def modify_metadata(self, ids: Iterable[str], fn: MetadataFn) -> None:
+        """For each existing node: ``fn(id, current metadata or None)``; a returned record replaces it."""
+        ...
+
+
+@runtime_checkable
+class Rewrites(Protocol):
+    """Maintenance in one transaction."""
+
+    def rewrite(self, cs: Changeset, delete_ids: Iterable[str], orphan_candidates: Iterable[str]) -> list[str]:
+        """Delete nodes with their metadata, apply `cs`, then delete (with their metadata) the tag and
+        intent nodes among `orphan_candidates` left without links; returns those orphans' ids."""
+        ...
+
+
+@runtime_checkable
+class CopiesColumns(Protocol):
+    """Scoring columns read from a derived cache rather than by decoding every node."""
+
+    def copy_columns(self, node_type: NodeType | str) -> ColumnsCopy:
+        """One type's ids, embeddings and usage columns, as of now."""
+        ...
+
+
+@runtime_checkable
+class HasStats(Protocol):
+    def stats(self) -> Mapping[str, Any]:
+        """``nodes`` (per type), and when known ``links``, ``ingestion_records``, ``metadata``,
+        ``dimension``, ``disk_bytes``."""
+        ...
+
+
+@runtime_checkable
+class VerifiesStorage(Protocol):
+    def verify_storage(self) -> tuple[list[str], int]:
+        """Storage-level checks `Repo.verify` runs first: (problems found, ingestion records checked)."""
+        ...
+
+
+@runtime_checkable
+class VectorIndexed(Protocol):
+    """Approximate candidates from vector indexes (HNSW), certified exact by rescoring."""
+
+    def vector_index_stats(self) -> Mapping[str, Mapping[str, Any]]:
+        """Per type: the vector index's state."""
+        ...
+
+    def build_vector_index(
+        self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
+    ) -> list[str]:
+        """Readies the vector index of each requested type now; the types built."""
+        ...
+
+    def reclaim_vector_index(self) -> list[str]:
+        """Compacts vector indexes that carry deletion marks; the types rebuilt."""
+        ...

@@ -1,12 +1,10 @@
-"""`Repo`: the thin high-level API an agent uses (DESIGN §7).
+"""`Repo`: the thin high-level API an agent uses.
 
 Everything here goes through the `GraphBackend` protocol, so a custom backend
-gets every feature. Optional backend methods are used when present and
-replaced by plain protocol calls otherwise (docs/custom-backends.md lists
-them): ``modify_metadata`` (read-modify-write of metadata in one
-transaction, so access counts and rewards from several processes add up),
-``stats``, ``rewrite``, ``snapshot``, ``verify_storage``,
-``vector_index_stats``, ``build_vector_index`` and ``reclaim_vector_index``.
+gets every feature. The optional capabilities of `hippograph.graph.protocol`
+(`ModifiesMetadata`, so access counts and rewards from several processes add
+up; `HasStats`, `VectorIndexed`, and maintenance's) are used when present and
+replaced by plain protocol calls otherwise.
 
 Access bookkeeping is off the hot path: `recall` only notes which nodes it
 returned; the counts are written in batches (every `flush_interval` seconds,
@@ -33,7 +31,7 @@ from . import maintenance
 from .changeset import Changeset
 from .fingerprint import FINGERPRINT_VERSION, fingerprint
 from .model import ORPHAN_TYPES, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType, Semantic
-from .protocol import GraphBackend
+from .protocol import GraphBackend, HasStats, MetadataFn, ModifiesMetadata, VectorIndexed, existing_receipt
 from .trajectory import Trajectory
 from .value import ValueFunctionConfig, resolve_config
 
@@ -50,7 +48,6 @@ __all__ = [
 ]
 
 DEFAULT_RECALL_TYPES: tuple[NodeType, ...] = (NodeType.SEMANTIC, NodeType.PROCEDURAL, NodeType.EPISODIC)
-MetadataFn = Callable[[str, NodeMetadata | None], NodeMetadata | None]
 
 
 class Hit(NamedTuple):
@@ -92,9 +89,8 @@ class RepoStats:
 def modify_metadata(backend: GraphBackend, ids: Iterable[str], fn: MetadataFn) -> None:
     """Read-modify-write metadata of existing nodes, atomically where the backend can."""
     wanted = list(dict.fromkeys(ids))
-    native = getattr(backend, "modify_metadata", None)
-    if native is not None:
-        native(wanted, fn)
+    if isinstance(backend, ModifiesMetadata):
+        backend.modify_metadata(wanted, fn)
         return
     current = backend.get_metadata(wanted)
     updates: dict[str, NodeMetadata] = {}
@@ -244,7 +240,7 @@ class Repo:
         source_id = trajectory.source_id
         stored = self.backend.get_ingestion(source_id)
         if stored is not None:
-            return self._existing(stored, digest)
+            return existing_receipt(stored, digest, FINGERPRINT_VERSION)
         with self._lock:
             running = self._inflight.get(source_id)
             if running is None:
@@ -270,22 +266,13 @@ class Repo:
             with self._lock:
                 self._inflight.pop(source_id, None)
 
-    def _existing(self, stored: IngestionRecord, digest: bytes) -> IngestionReceipt:
-        if stored.payload_digest == digest and stored.fingerprint_version == FINGERPRINT_VERSION:
-            return stored.receipt
-        raise IngestionError(
-            "source_conflict",
-            "a different payload is already recorded for this source",
-            source_id=stored.source_id,
-        )
-
     def _ingest_new(
         self, trajectory: Trajectory, structure: Callable[[Trajectory], Changeset], digest: bytes
     ) -> IngestionReceipt:
         # A call that finished between our first lookup and our registration has stored it by now.
         stored = self.backend.get_ingestion(trajectory.source_id)
         if stored is not None:
-            return self._existing(stored, digest)
+            return existing_receipt(stored, digest, FINGERPRINT_VERSION)
         cs = structure(trajectory)
         if not isinstance(cs, Changeset):
             raise ValidationError(f"structure() must return a Changeset, got {type(cs).__name__}")
@@ -405,8 +392,9 @@ class Repo:
         """Per node type: available, building (in the background), vectors, live, nodes, reclaimable
         ({} when the backend has no index)."""
         self._check_open("vector_index_stats")
-        native = getattr(self.backend, "vector_index_stats", None)
-        return {} if native is None else dict(native())
+        if not isinstance(self.backend, VectorIndexed):
+            return {}
+        return {kind: dict(stats) for kind, stats in self.backend.vector_index_stats().items()}
 
     def build_vector_index(
         self, types: Iterable[NodeType | str] | None = None, *, progress: maintenance.Progress | None = None
@@ -416,14 +404,14 @@ class Repo:
         types built ([] when the backend has no index)."""
         self._check_open("build_vector_index")
         check_progress(progress)
-        native = getattr(self.backend, "build_vector_index", None)
-        return [] if native is None else list(native(types, progress))
+        if not isinstance(self.backend, VectorIndexed):
+            return []
+        return list(self.backend.build_vector_index(types, progress))
 
     def reclaim_vector_index(self) -> list[str]:
         """Compacts vector indexes that carry deletion marks; returns the types rebuilt."""
         self._check_open("reclaim_vector_index")
-        native = getattr(self.backend, "reclaim_vector_index", None)
-        return [] if native is None else list(native())
+        return list(self.backend.reclaim_vector_index()) if isinstance(self.backend, VectorIndexed) else []
 
     def verify(self) -> maintenance.VerifyReport:
         """Check the store's invariants (links, dimensions, records); changes nothing."""
@@ -434,10 +422,9 @@ class Repo:
     def stats(self) -> RepoStats:
         """Node counts per type, links, ingestion records, dimension, bytes on disk."""
         self._check_open("stats")
-        native = getattr(self.backend, "stats", None)
         pending = sum(self._pending.counts.values())
-        if native is not None:
-            s = native()
+        if isinstance(self.backend, HasStats):
+            s = self.backend.stats()
             return RepoStats(
                 nodes=dict(s["nodes"]),
                 links=s.get("links"),

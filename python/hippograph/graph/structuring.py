@@ -1,37 +1,12 @@
 """Structuring functions: turn a `Trajectory` into the `Changeset` to store.
 
 `Repo.ingest` takes any ``structure(trajectory) -> Changeset``; this module
-ships the plain one, `episodic`, that keeps every step as it happened:
-
-================  ===============================  ==================================
-node              id                               content
-================  ===============================  ==================================
-`Subgoal`         ``<key>:goal``                   the trajectory's goal
-`Episodic` (i)    ``<key>:step:<i>``               observation, action, the goal
-`Source` (i)      ``<key>:source:<i>``             where step i came from, its text
-`Procedural` (i)  ``<key>:procedure:<i>``          with ``procedures=True``: when step i's
-                                                   observation holds, take its action
-================  ===============================  ==================================
-
-``i`` counts from 0. An episodic node's ``subgoal`` is the goal text, its
-``trajectory_id`` the source id, its ``reward`` 0.0 (rewards arrive later,
-through `Repo.reward`) and its ``state`` empty, since a `Step` records no
-state apart from its observation. Links: every episodic node is ``hierarchical`` to the
-subgoal and ``provenance`` to its source, and consecutive episodic nodes are
-``sibling``. A procedural node's condition is the step's observation (and
-its vector that observation's alone, so a situation recalls what was done in
-it), its instruction the action, its expected outcome the next step's
-observation (the goal after the last step); it is ``hierarchical`` to the
-subgoal and ``provenance`` to the step's source. Every node gets a fresh `NodeMetadata`; nodes and metadata share
-one ``created_at``, the moment the function ran. Additions are ordered goal,
-then step 0's episodic, source (and procedural) nodes, then step 1's, … so an ingestion
-receipt lists them in that order.
-
-``<key>`` is the source id itself, so ids stay readable and are stable: the
-same trajectory always yields the same ids. Ids are limited to 512 UTF-8 bytes,
-so a source id longer than `MAX_KEY_BYTES` is replaced by its first 400 bytes
-(cut at a character boundary) + ``~`` + 32 hex digits of its BLAKE2b-128 hash;
-two long source ids sharing those 400 bytes still get different keys.
+ships the plain one, `episodic`, that keeps every step as it happened: a
+`Subgoal` (``<key>:goal``), per step an `Episodic` (``<key>:step:<i>``) and a
+`Source` (``<key>:source:<i>``), and with ``procedures=True`` a `Procedural`
+(``<key>:procedure:<i>``: when the step's observation holds, take its action).
+Ids are stable and readable (``<key>`` is the source id, hashed when too long).
+docs/graph-memory.md gives every field and link.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Trajectories: what an agent did towards a goal, the unit of ingestion (DESIGN §5).
+"""Trajectories: what an agent did towards a goal, the unit of ingestion (docs/architecture.md, fingerprint).
 
 The dataclasses are frozen but accept any values at construction, so that a
 malformed trajectory can still be represented and then refused by

@@ -1,4 +1,4 @@
-"""Value functions: how relevance and usage combine into a score (DESIGN §4).
+"""Value functions: how relevance and usage combine into a score (docs/architecture.md, scoring).
 
 The default one runs in Rust over every candidate at once; any object with a
 matching ``score`` method works too, called once per node (the slow path).
@@ -154,7 +154,7 @@ class DefaultValueFunction:
 def default_value(relevance: float, metadata: NodeMetadata, tp: TypeParams, now: datetime) -> float:
     """The default value function for one node, computed by the Rust core like every scan."""
     usage = (metadata.reference_time.timestamp(), metadata.access_count, metadata.reward_count)
-    return _core.default_value(relevance, *usage, metadata.cumulative_reward, now.timestamp(), *tp.value_params)
+    return _core.default_value(relevance, *usage, metadata.cumulative_reward, now.timestamp(), tp.core_params)
 
 
 @dataclass(frozen=True)

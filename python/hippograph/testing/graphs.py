@@ -302,7 +302,7 @@ def random_graph(seed: int, *, n: int = 80, dim: int = 8, queries: int = 4, now:
 def resolved_params(
     overrides: Mapping[NodeType | str, Mapping[str, Any]] | None = None,
 ) -> dict[NodeType, dict[str, Any]]:
-    """DESIGN §4 defaults per type with `overrides` applied (a plain-dict copy)."""
+    """The default params per type (docs/architecture.md, scoring) with `overrides` applied (a plain-dict copy)."""
     out = {t: dict(p) for t, p in DEFAULT_PARAMS.items()}
     for key, value in (overrides or {}).items():
         out[NodeType(key)].update(value)
@@ -325,7 +325,7 @@ def _default_value(relevance: float, meta: NodeMetadata | None, params: Mapping[
 
 
 class ReferenceValueFunction:
-    """The DESIGN §4 default value function as a plain Python `ValueFunction`.
+    """The default value function (docs/architecture.md, scoring) as a plain Python `ValueFunction`.
 
     Written from the formula, not from hippograph's scorer; reads ``lambda``,
     ``k``, ``base_floor``, ``beta`` and ``now`` from `params`.

@@ -3,7 +3,7 @@
 //! hippograph's ingestion records must be byte-compatible with the Elixir library it
 //! mirrors, whose fingerprint is SHA-256 over
 //! `term_to_binary(Term, [deterministic, {minor_version, 2}])`. This module reproduces
-//! that encoding without an Erlang runtime (DESIGN §5):
+//! that encoding without an Erlang runtime (docs/architecture.md, fingerprint):
 //!
 //! * integers: `SMALL_INTEGER_EXT` (0..=255), `INTEGER_EXT` (32-bit signed), otherwise
 //!   `SMALL_BIG_EXT` / `LARGE_BIG_EXT` with a minimal little-endian magnitude;
@@ -63,6 +63,17 @@ const ATOM_UTF8_EXT: u8 = 118;
 const SMALL_ATOM_UTF8_EXT: u8 = 119;
 /// `STRING_EXT` carries a 16-bit length.
 const MAX_STRING_EXT_LEN: usize = 0xffff;
+
+/// Encoded size of a float (`NEW_FLOAT_EXT`).
+pub const FLOAT_SIZE: usize = 9;
+/// Encoded size of the empty list (`NIL_EXT`), the least any list takes.
+pub const NIL_SIZE: usize = 1;
+/// Encoded size of a map's header (`MAP_EXT` and its pair count); the pairs follow it.
+pub const MAP_HEADER_SIZE: usize = 5;
+/// `LIST_EXT` with its 32-bit length, and the `NIL_EXT` tail.
+const LIST_FRAME_SIZE: usize = 6;
+/// `STRING_EXT` with its 16-bit length; one byte per element follows.
+const STRING_HEADER_SIZE: usize = 3;
 
 /// An Erlang term, as far as hippograph's metadata mapping needs one.
 ///
@@ -221,10 +232,15 @@ pub fn trajectory_term(goal: &str, steps: &[(String, String)], metadata: Term) -
 pub fn encode_trajectory_v1(goal: &str, steps: &[(String, String)], metadata: &Term) -> Result<Vec<u8>, EtfError> {
     let limits = Limits::default();
     check_len("step list", steps.len())?;
-    // Tuple header, tag atom, version, goal, list header and tail.
-    let mut size = 3 + atom_size(TRAJECTORY_TAG) + 2 + binary_size(goal.len())? + 6;
+    // Version byte, tuple header, tag atom, version, goal, list header and tail.
+    let mut size = 1
+        + tuple_header_size(5)
+        + atom_size(TRAJECTORY_TAG)
+        + int_size(i64::from(FINGERPRINT_VERSION))
+        + checked_binary_size(goal.len())?
+        + LIST_FRAME_SIZE;
     for (obs, act) in steps {
-        let step = 2 + binary_size(obs.len())? + binary_size(act.len())?;
+        let step = tuple_header_size(2) + checked_binary_size(obs.len())? + checked_binary_size(act.len())?;
         size = size.checked_add(step).ok_or(EtfError::TooLarge { limit: limits.max_bytes })?;
     }
     // The metadata sits one level inside the outer tuple; `measure` also checks `size`.
@@ -307,20 +323,10 @@ fn small_parts(v: i64) -> (bool, [u8; 8], usize) {
     (v < 0, le, used)
 }
 
-fn int_size(view: IntView<'_>) -> usize {
+fn view_size(view: IntView<'_>) -> usize {
     match view {
-        IntView::Small(v) if (0..=255).contains(&v) => 2,
-        IntView::Small(v) if i32::try_from(v).is_ok() => 5,
-        IntView::Small(v) => big_size(small_parts(v).2),
+        IntView::Small(v) => int_size(v),
         IntView::Big { magnitude, .. } => big_size(magnitude.len()),
-    }
-}
-
-fn big_size(digits: usize) -> usize {
-    if digits <= 255 {
-        3 + digits
-    } else {
-        6 + digits
     }
 }
 
@@ -369,8 +375,13 @@ fn cmp_ints(a: IntView<'_>, b: IntView<'_>) -> Ordering {
 
 // ---------------------------------------------------------------------------
 // Sizes and the bounded pre-pass
+//
+// The encoded size of each kind of term (the version byte aside). The pre-pass
+// bounds a term with them; a caller that builds a `Term` from foreign data uses
+// the same table to stop before an oversized term is built.
 
-fn atom_size(name: &str) -> usize {
+/// Encoded size of an atom named `name`.
+pub fn atom_size(name: &str) -> usize {
     if name.len() <= 255 {
         2 + name.len()
     } else {
@@ -378,9 +389,56 @@ fn atom_size(name: &str) -> usize {
     }
 }
 
-fn binary_size(len: usize) -> Result<usize, EtfError> {
+/// Encoded size of a binary of `len` bytes (the pre-pass refuses lengths beyond 32 bits).
+pub fn binary_size(len: usize) -> usize {
+    len.saturating_add(5)
+}
+
+/// Encoded size of an integer that fits in 64 bits.
+pub fn int_size(v: i64) -> usize {
+    if (0..=255).contains(&v) {
+        2
+    } else if i32::try_from(v).is_ok() {
+        5
+    } else {
+        big_size(small_parts(v).2)
+    }
+}
+
+/// Encoded size of an integer with `digits` bytes of magnitude (no high zero bytes)
+/// that does not fit in 64 bits.
+pub fn big_size(digits: usize) -> usize {
+    if digits <= 255 {
+        3 + digits
+    } else {
+        6 + digits
+    }
+}
+
+/// Encoded size of a tuple's header; the elements follow it.
+pub fn tuple_header_size(arity: usize) -> usize {
+    if arity <= 255 {
+        2
+    } else {
+        5
+    }
+}
+
+/// Encoded size of the list `items`, whose elements encode to `elements` bytes on their
+/// own: `[]`, a string of one byte per element, or a `LIST_EXT` holding the elements.
+pub fn list_size(items: &[Term], elements: usize) -> usize {
+    if items.is_empty() {
+        NIL_SIZE
+    } else if is_byte_string(items) {
+        STRING_HEADER_SIZE + items.len()
+    } else {
+        elements.saturating_add(LIST_FRAME_SIZE)
+    }
+}
+
+fn checked_binary_size(len: usize) -> Result<usize, EtfError> {
     check_len("binary", len)?;
-    Ok(5 + len)
+    Ok(binary_size(len))
 }
 
 fn check_len(what: &'static str, len: usize) -> Result<(), EtfError> {
@@ -408,20 +466,20 @@ fn measure(term: &Term, depth: usize, already: usize, limits: Limits) -> Result<
             return Err(EtfError::TooDeep { limit: limits.max_depth });
         }
         let own = match t {
-            Term::Binary(b) => binary_size(b.len())?,
-            Term::Int(v) => int_size(IntView::Small(*v)),
+            Term::Binary(b) => checked_binary_size(b.len())?,
+            Term::Int(v) => int_size(*v),
             Term::Big { negative, magnitude } => {
                 let view = big_view(*negative, magnitude);
                 if let IntView::Big { magnitude, .. } = view {
                     check_len("integer magnitude", magnitude.len())?;
                 }
-                int_size(view)
+                view_size(view)
             }
             Term::Float(f) => {
                 if !f.is_finite() {
                     return Err(EtfError::NonFiniteFloat);
                 }
-                9
+                FLOAT_SIZE
             }
             Term::Atom(name) => {
                 let chars = name.chars().count();
@@ -433,22 +491,18 @@ fn measure(term: &Term, depth: usize, already: usize, limits: Limits) -> Result<
             Term::List(items) => {
                 check_len("list", items.len())?;
                 if items.is_empty() {
-                    1
+                    NIL_SIZE
                 } else if is_byte_string(items) {
-                    3 + items.len()
+                    STRING_HEADER_SIZE + items.len()
                 } else {
                     stack.extend(items.iter().map(|c| (c, d + 1)));
-                    6
+                    LIST_FRAME_SIZE
                 }
             }
             Term::Tuple(items) => {
                 check_len("tuple", items.len())?;
                 stack.extend(items.iter().map(|c| (c, d + 1)));
-                if items.len() <= 255 {
-                    2
-                } else {
-                    5
-                }
+                tuple_header_size(items.len())
             }
             Term::Map(pairs) => {
                 check_len("map", pairs.len())?;
@@ -456,7 +510,7 @@ fn measure(term: &Term, depth: usize, already: usize, limits: Limits) -> Result<
                     stack.push((k, d + 1));
                     stack.push((v, d + 1));
                 }
-                5
+                MAP_HEADER_SIZE
             }
         };
         total = total.checked_add(own).ok_or_else(too_large)?;
@@ -866,6 +920,26 @@ mod tests {
         assert_eq!(encode(&m), Err(EtfError::DuplicateMapKey));
         let zeros = map(vec![(Term::Float(0.0), Term::Int(0)), (Term::Float(-0.0), Term::Int(1))]);
         assert_eq!(encode(&zeros), Err(EtfError::DuplicateMapKey));
+    }
+
+    #[test]
+    fn size_table_matches_the_encoding() {
+        let len = |t: Term| encode(&t).unwrap().len() - 1;
+        assert_eq!(len(Term::atom("nil")), atom_size("nil"));
+        assert_eq!(len(Term::Atom("é".repeat(200))), atom_size(&"é".repeat(200)));
+        assert_eq!(len(Term::Binary(vec![1; 7])), binary_size(7));
+        assert_eq!(len(Term::Float(0.5)), FLOAT_SIZE);
+        for v in [0, 255, 256, -1, i64::from(i32::MAX) + 1, i64::MIN] {
+            assert_eq!(len(Term::Int(v)), int_size(v), "{v}");
+        }
+        assert_eq!(len(Term::Big { negative: false, magnitude: vec![1; 300] }), big_size(300));
+        assert_eq!(len(Term::Tuple(vec![])), tuple_header_size(0));
+        assert_eq!(len(Term::Tuple(vec![Term::Int(0); 256])), tuple_header_size(256) + 256 * int_size(0));
+        assert_eq!(len(map(vec![(Term::Int(1), Term::Int(2))])), MAP_HEADER_SIZE + 2 * int_size(1));
+        for items in [vec![], vec![Term::Int(104), Term::Int(105)], vec![Term::Int(1), Term::Int(256)]] {
+            let elements: usize = items.iter().map(|t| encode(t).unwrap().len() - 1).sum();
+            assert_eq!(list_size(&items, elements), len(Term::List(items.clone())));
+        }
     }
 
     #[test]

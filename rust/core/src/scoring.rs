@@ -30,7 +30,7 @@ impl std::fmt::Display for ShapeError {
 
 impl std::error::Error for ShapeError {}
 
-/// Parameters of the default value function (DESIGN §4), per node type.
+/// Parameters of the default value function (docs/architecture.md, scoring), per node type.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ValueParams {
     /// Decay rate per hour.
@@ -422,7 +422,7 @@ pub fn relevance(stored: Stored<'_>, queries: &[f32]) -> Result<Vec<f32>, ShapeE
     Ok(out)
 }
 
-/// The default value function for one candidate (DESIGN §4).
+/// The default value function for one candidate (docs/architecture.md, scoring).
 ///
 /// Never exceeds `relevance` for relevance ≥ 0: elapsed time is clamped at
 /// zero and every factor is at most one.

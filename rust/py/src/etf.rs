@@ -1,5 +1,5 @@
 //! Python bindings of `hippograph_core::etf`: the Python → Erlang term mapping of
-//! DESIGN §5, the ETF encoder and the version-1 trajectory fingerprint.
+//! The fingerprint of docs/architecture.md: the ETF encoder and the version-1 trajectory fingerprint.
 //!
 //! The mapping accepts *exactly* these built-in types, never their subclasses:
 //! `str` → binary (UTF-8), `bytes` → binary, `bool` → atom `true`/`false`, `None` →
@@ -12,7 +12,8 @@
 //!
 //! Conversion runs under the GIL and is bounded like the encoder: nesting deeper than
 //! the core's depth limit, more than [`MAX_NODES`] values, or more than the core's size
-//! limit is refused before memory or the stack can run out. Encoding and hashing of
+//! limit (counted with the core's term-size table as values are converted) is refused
+//! before memory or the stack can run out. Encoding and hashing of
 //! large terms run with the GIL released. Every refusal is
 //! `IngestionError(reason="invalid_metadata")` (or `invalid_goal` / `invalid_step` for
 //! the fingerprint's text arguments), with the path of the offending value.
@@ -91,7 +92,9 @@ struct Converter<'py> {
     atom_class: Option<Bound<'py, PyAny>>,
     max_depth: usize,
     nodes_left: usize,
-    /// Lower bound of the encoded size so far (the core checks the exact size).
+    /// Encoded size of what was converted so far, exact once each container is closed
+    /// (inside an open list of small integers each counts a byte more until the list
+    /// closes as a string); the core checks the final size again.
     bytes: usize,
     max_bytes: usize,
 }
@@ -109,14 +112,19 @@ impl<'py> Converter<'py> {
         }
     }
 
+    /// Counts one more value of encoded size `bytes`.
     fn charge(&mut self, bytes: usize) -> Result<(), Fail> {
         if self.nodes_left == 0 {
             return Err(Fail::invalid(format!("term holds more than {MAX_NODES} values")));
         }
         self.nodes_left -= 1;
-        self.bytes = self.bytes.saturating_add(bytes);
+        self.size_to(self.bytes.saturating_add(bytes))
+    }
+
+    fn size_to(&mut self, bytes: usize) -> Result<(), Fail> {
+        self.bytes = bytes;
         if self.bytes > self.max_bytes {
-            return Err(Fail::invalid(format!("term encodes to more than {} bytes", self.max_bytes)));
+            return Err(Fail::invalid(EtfError::TooLarge { limit: self.max_bytes }.to_string()));
         }
         Ok(())
     }
@@ -133,15 +141,13 @@ impl<'py> Converter<'py> {
     /// recursion, so the Rust stack is bounded by the depth limit).
     fn convert(&mut self, obj: &Bound<'py, PyAny>, depth: usize) -> Result<Term, Fail> {
         if depth > self.max_depth {
-            return Err(Fail::invalid(format!("term is nested deeper than {} levels", self.max_depth)));
+            return Err(Fail::invalid(EtfError::TooDeep { limit: self.max_depth }.to_string()));
         }
         if obj.is_none() {
-            self.charge(5)?;
-            return Ok(Term::atom("nil"));
+            return self.named_atom("nil");
         }
         if let Ok(b) = obj.cast_exact::<PyBool>() {
-            self.charge(6)?;
-            return Ok(Term::atom(if b.is_true() { "true" } else { "false" }));
+            return self.named_atom(if b.is_true() { "true" } else { "false" });
         }
         if let Ok(i) = obj.cast_exact::<PyInt>() {
             return self.int(i);
@@ -149,31 +155,34 @@ impl<'py> Converter<'py> {
         if let Ok(f) = obj.cast_exact::<PyFloat>() {
             let value = f.value();
             if !value.is_finite() {
-                return Err(Fail::invalid(format!("float {value} has no Erlang representation")));
+                return Err(Fail::invalid(EtfError::NonFiniteFloat.to_string()));
             }
-            self.charge(9)?;
+            self.charge(etf::FLOAT_SIZE)?;
             return Ok(Term::Float(value));
         }
         if let Ok(s) = obj.cast_exact::<PyString>() {
             let text = s.to_str().map_err(|_| Fail::invalid("str is not encodable as UTF-8 (lone surrogate)"))?;
-            self.charge(5 + text.len())?;
+            self.charge(etf::binary_size(text.len()))?;
             return Ok(Term::Binary(text.as_bytes().to_vec()));
         }
         if let Ok(b) = obj.cast_exact::<PyBytes>() {
             let bytes = b.as_bytes();
-            self.charge(5 + bytes.len())?;
+            self.charge(etf::binary_size(bytes.len()))?;
             return Ok(Term::Binary(bytes.to_vec()));
         }
         if let Ok(list) = obj.cast_exact::<PyList>() {
-            self.charge(1)?;
+            let before = self.bytes;
+            self.charge(etf::NIL_SIZE)?;
+            let start = self.bytes;
             let mut items = Vec::with_capacity(list.len().min(self.nodes_left));
             for (i, item) in list.iter().enumerate() {
                 items.push(self.convert(&item, depth + 1).map_err(|f| f.at(|| format!("[{i}]")))?);
             }
+            self.size_to(before.saturating_add(etf::list_size(&items, self.bytes.saturating_sub(start))))?;
             return Ok(Term::List(items));
         }
         if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
-            self.charge(2)?;
+            self.charge(etf::tuple_header_size(tuple.len()))?;
             let mut items = Vec::with_capacity(tuple.len().min(self.nodes_left));
             for (i, item) in tuple.iter().enumerate() {
                 items.push(self.convert(&item, depth + 1).map_err(|f| f.at(|| format!("[{i}]")))?);
@@ -181,7 +190,7 @@ impl<'py> Converter<'py> {
             return Ok(Term::Tuple(items));
         }
         if let Ok(dict) = obj.cast_exact::<PyDict>() {
-            self.charge(5)?;
+            self.charge(etf::MAP_HEADER_SIZE)?;
             let mut pairs = Vec::with_capacity(dict.len().min(self.nodes_left));
             for (key, value) in dict.iter() {
                 let k = self.convert(&key, depth + 1).map_err(|f| f.at(|| format!("<key {}>", key_repr(&key))))?;
@@ -203,7 +212,7 @@ impl<'py> Converter<'py> {
     fn int(&mut self, i: &Bound<'py, PyInt>) -> Result<Term, Fail> {
         match i.extract::<i64>() {
             Ok(v) => {
-                self.charge(2)?;
+                self.charge(etf::int_size(v))?;
                 Ok(Term::Int(v))
             }
             Err(e) if e.is_instance_of::<PyOverflowError>(self.py) => {
@@ -211,7 +220,7 @@ impl<'py> Converter<'py> {
                 let abs = i.call_method0("__abs__").map_err(Fail::Python)?;
                 let bits: usize = abs.call_method0("bit_length").and_then(|b| b.extract()).map_err(Fail::Python)?;
                 let len = bits.div_ceil(8);
-                self.charge(3usize.saturating_add(len))?;
+                self.charge(etf::big_size(len))?;
                 let raw = abs.call_method1("to_bytes", (len, "little")).map_err(Fail::Python)?;
                 let bytes = raw.cast::<PyBytes>().map_err(|e| Fail::Python(e.into()))?;
                 Ok(Term::Big { negative, magnitude: bytes.as_bytes().to_vec() })
@@ -227,10 +236,14 @@ impl<'py> Converter<'py> {
         let text = name.to_str().map_err(|_| broken())?;
         let chars = text.chars().count();
         if chars > etf::MAX_ATOM_CHARS {
-            return Err(Fail::invalid(format!("atom of {chars} characters exceeds {}", etf::MAX_ATOM_CHARS)));
+            return Err(Fail::invalid(EtfError::AtomTooLong { chars }.to_string()));
         }
-        self.charge(2 + text.len())?;
-        Ok(Term::Atom(text.to_string()))
+        self.named_atom(text)
+    }
+
+    fn named_atom(&mut self, name: &str) -> Result<Term, Fail> {
+        self.charge(etf::atom_size(name))?;
+        Ok(Term::atom(name))
     }
 }
 

@@ -1,16 +1,21 @@
 //! Thin PyO3 binding of `hippograph-core`: argument conversion, GIL release and
-//! error mapping only. Every function is documented in `python/hippograph/_core.pyi`.
+//! error mapping only. One module per core module it wraps; every class and
+//! function is documented in `python/hippograph/_core.pyi`.
 
 use pyo3::prelude::*;
 
+mod certified;
 mod errors;
 mod etf;
 mod lmdbcheck;
+mod pairs;
 mod scoring;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scoring::register(m)?;
+    certified::register(m)?;
+    pairs::register(m)?;
     etf::register(m)?;
     lmdbcheck::register(m)?;
     Ok(())

@@ -1,74 +1,317 @@
 //! Bindings of `hippograph_core::scoring`: zero-copy numpy input, GIL released
 //! while scanning so several Python threads can recall at once.
+//!
+//! The core's structs cross the boundary as three frozen classes instead of
+//! flat arguments, each built once by the caller and reused on every call:
+//!
+//! * [`ValueParams`] mirrors `scoring::ValueParams` (one per resolved type config);
+//! * [`Selection`] holds threshold, [`Gate`] and top-k, with the gate checked
+//!   when it is built rather than on every scan;
+//! * [`UsageColumns`] bundles the five usage columns of `scoring::MetaColumns`.
+//!   It holds references to the numpy arrays, never a borrow: each call borrows
+//!   them read-only for its own duration (as a numpy argument would be), so
+//!   the owner may keep writing rows between calls and one bundle serves every
+//!   query until the arrays are replaced. It checks dtype, dimension,
+//!   contiguity and equal lengths when built; a call checks dtype and
+//!   contiguity again, since numpy lets both change in place.
 
 use crate::errors;
-use hippograph_core::scoring::{self, Gate, MetaColumns, ScanRequest, ShapeError, Stored, ValueParams};
-use hippograph_core::{certified, pairs};
-use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use hippograph_core::scoring::{self, Gate, MetaColumns, ScanRequest, ShapeError, Stored};
+use numpy::{Element, IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::types::PyType;
+use std::hash::{Hash, Hasher};
 
-type Scan<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f64>>);
-type Order<'py> = (Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<f64>>);
-type Pairs<'py> = (Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<f32>>);
+/// Indices and scores of the rows a scan selects, best first.
+pub(crate) type Scan<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f64>>);
 
-fn contiguous<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
+/// The slice of a C-contiguous array (`as_slice` also accepts Fortran order, which would be read transposed).
+pub(crate) fn contiguous<'a, T: Element, D: numpy::ndarray::Dimension>(
     py: Python<'_>,
     what: &str,
     arr: &'a numpy::PyReadonlyArray<'_, T, D>,
 ) -> PyResult<&'a [T]> {
-    // as_slice() also accepts Fortran order, which would be read transposed.
     if !arr.is_c_contiguous() {
         return Err(errors::validation(py, format!("{what} must be a C-contiguous array")));
     }
     arr.as_slice().map_err(|_| errors::validation(py, format!("{what} must be a C-contiguous array")))
 }
 
-fn shape(py: Python<'_>, err: ShapeError) -> PyErr {
+pub(crate) fn shape(py: Python<'_>, err: ShapeError) -> PyErr {
     errors::validation(py, err.0)
 }
 
-fn matrix_dim(
+/// The stored matrix and its norms.
+pub(crate) fn stored<'a>(
+    py: Python<'_>,
+    matrix: &'a PyReadonlyArray2<'_, f32>,
+    norms: &'a PyReadonlyArray1<'_, f32>,
+) -> PyResult<Stored<'a>> {
+    let dim = matrix.shape()[1];
+    Ok(Stored { data: contiguous(py, "matrix", matrix)?, norms: contiguous(py, "norms", norms)?, dim })
+}
+
+fn check_query_dim(
     py: Python<'_>,
     matrix: &PyReadonlyArray2<'_, f32>,
     queries: &PyReadonlyArray2<'_, f32>,
-) -> PyResult<usize> {
+) -> PyResult<()> {
     let dim = matrix.shape()[1];
     let qdim = queries.shape()[1];
     if queries.shape()[0] > 0 && dim > 0 && qdim != dim {
         return Err(errors::validation(py, format!("query dimension {qdim} does not match stored dimension {dim}")));
     }
-    Ok(dim)
+    Ok(())
 }
 
-/// The metadata columns of the default value function, borrowed from numpy.
-fn meta_columns<'a>(
-    py: Python<'_>,
-    has_meta: &'a PyReadonlyArray1<'_, u8>,
-    timestamp: &'a PyReadonlyArray1<'_, f64>,
-    access_count: &'a PyReadonlyArray1<'_, f64>,
-    reward_count: &'a PyReadonlyArray1<'_, f64>,
-    cumulative_reward: &'a PyReadonlyArray1<'_, f64>,
-) -> PyResult<MetaColumns<'a>> {
-    Ok(MetaColumns {
-        has_meta: contiguous(py, "has_meta", has_meta)?,
-        timestamp: contiguous(py, "timestamp", timestamp)?,
-        access_count: contiguous(py, "access_count", access_count)?,
-        reward_count: contiguous(py, "reward_count", reward_count)?,
-        cumulative_reward: contiguous(py, "cumulative_reward", cumulative_reward)?,
-    })
+pub(crate) fn hits_to_arrays(py: Python<'_>, hits: Vec<(usize, f64)>) -> Scan<'_> {
+    let (idx, scores): (Vec<i64>, Vec<f64>) = hits.into_iter().map(|(i, s)| (i as i64, s)).unzip();
+    (idx.into_pyarray(py), scores.into_pyarray(py))
 }
 
-/// `"score"` or `"relevance"`: what a type's threshold is compared with.
-fn gate(py: Python<'_>, name: &str) -> PyResult<Gate> {
-    match name {
-        "score" => Ok(Gate::Score),
-        "relevance" => Ok(Gate::Relevance),
-        other => Err(errors::validation(py, format!("gate must be 'score' or 'relevance', got {other:?}"))),
+/// Parameters of the default value function (`hippograph_core::scoring::ValueParams`).
+#[pyclass(frozen, eq, hash, module = "hippograph._core")]
+#[derive(Clone, Copy, PartialEq)]
+pub struct ValueParams(pub(crate) scoring::ValueParams);
+
+impl Hash for ValueParams {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let p = &self.0;
+        for v in [p.lambda, p.k, p.base_floor, p.beta] {
+            // Adding +0.0 turns -0.0 into 0.0, which compares equal.
+            (v + 0.0).to_bits().hash(state);
+        }
     }
 }
 
-fn indices(picked: Vec<usize>) -> Vec<i64> {
-    picked.into_iter().map(|i| i as i64).collect()
+#[pymethods]
+impl ValueParams {
+    #[new]
+    #[pyo3(signature = (lambda_, k, base_floor, beta))]
+    fn new(lambda_: f64, k: f64, base_floor: f64, beta: f64) -> Self {
+        ValueParams(scoring::ValueParams { lambda: lambda_, k, base_floor, beta })
+    }
+
+    #[getter]
+    fn lambda_(&self) -> f64 {
+        self.0.lambda
+    }
+
+    #[getter]
+    fn k(&self) -> f64 {
+        self.0.k
+    }
+
+    #[getter]
+    fn base_floor(&self) -> f64 {
+        self.0.base_floor
+    }
+
+    #[getter]
+    fn beta(&self) -> f64 {
+        self.0.beta
+    }
+
+    fn __repr__(&self) -> String {
+        let p = &self.0;
+        format!("ValueParams(lambda_={:?}, k={:?}, base_floor={:?}, beta={:?})", p.lambda, p.k, p.base_floor, p.beta)
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, (f64, f64, f64, f64)) {
+        let p = slf.get().0;
+        (slf.get_type(), (p.lambda, p.k, p.base_floor, p.beta))
+    }
+}
+
+fn gate_name(gate: Gate) -> &'static str {
+    match gate {
+        Gate::Score => "score",
+        Gate::Relevance => "relevance",
+    }
+}
+
+/// What a scan keeps: at most `top_k` rows whose score (or relevance, per `gate`) reaches `threshold`.
+#[pyclass(frozen, eq, hash, module = "hippograph._core")]
+#[derive(Clone, Copy, PartialEq)]
+pub struct Selection {
+    pub(crate) threshold: f64,
+    pub(crate) gate: Gate,
+    pub(crate) top_k: usize,
+}
+
+impl Hash for Selection {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.threshold + 0.0).to_bits().hash(state);
+        gate_name(self.gate).hash(state);
+        self.top_k.hash(state);
+    }
+}
+
+#[pymethods]
+impl Selection {
+    /// `gate` is `"score"` or `"relevance"`; anything else is a `ValidationError`.
+    #[new]
+    fn new(py: Python<'_>, threshold: f64, gate: &str, top_k: usize) -> PyResult<Self> {
+        let gate = match gate {
+            "score" => Gate::Score,
+            "relevance" => Gate::Relevance,
+            other => return Err(errors::validation(py, format!("gate must be 'score' or 'relevance', got {other:?}"))),
+        };
+        Ok(Selection { threshold, gate, top_k })
+    }
+
+    #[getter]
+    fn threshold(&self) -> f64 {
+        self.threshold
+    }
+
+    #[getter]
+    fn gate(&self) -> &'static str {
+        gate_name(self.gate)
+    }
+
+    #[getter]
+    fn top_k(&self) -> usize {
+        self.top_k
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Selection(threshold={:?}, gate='{}', top_k={})", self.threshold, gate_name(self.gate), self.top_k)
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, (f64, &'static str, usize)) {
+        let s = slf.get();
+        (slf.get_type(), (s.threshold, gate_name(s.gate), s.top_k))
+    }
+}
+
+/// The usage columns of the default value function (`hippograph_core::scoring::MetaColumns`),
+/// one entry per stored row.
+#[pyclass(frozen, module = "hippograph._core")]
+pub struct UsageColumns {
+    #[pyo3(get)]
+    has_meta: Py<PyArray1<u8>>,
+    #[pyo3(get)]
+    timestamp: Py<PyArray1<f64>>,
+    #[pyo3(get)]
+    access_count: Py<PyArray1<f64>>,
+    #[pyo3(get)]
+    reward_count: Py<PyArray1<f64>>,
+    #[pyo3(get)]
+    cumulative_reward: Py<PyArray1<f64>>,
+}
+
+#[pymethods]
+impl UsageColumns {
+    #[new]
+    fn new(
+        has_meta: Bound<'_, PyArray1<u8>>,
+        timestamp: Bound<'_, PyArray1<f64>>,
+        access_count: Bound<'_, PyArray1<f64>>,
+        reward_count: Bound<'_, PyArray1<f64>>,
+        cumulative_reward: Bound<'_, PyArray1<f64>>,
+    ) -> PyResult<Self> {
+        let py = has_meta.py();
+        let usage = UsageColumns {
+            has_meta: has_meta.unbind(),
+            timestamp: timestamp.unbind(),
+            access_count: access_count.unbind(),
+            reward_count: reward_count.unbind(),
+            cumulative_reward: cumulative_reward.unbind(),
+        };
+        let view = usage.borrow(py)?;
+        let columns = view.columns(py)?;
+        let lens = [
+            columns.has_meta.len(),
+            columns.timestamp.len(),
+            columns.access_count.len(),
+            columns.reward_count.len(),
+            columns.cumulative_reward.len(),
+        ];
+        if lens.iter().any(|&l| l != lens[0]) {
+            return Err(errors::validation(py, format!("usage columns have lengths {lens:?}; they must be equal")));
+        }
+        Ok(usage)
+    }
+
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.has_meta.bind(py).len()
+    }
+}
+
+fn borrow_column<'py, T: Element>(py: Python<'py>, column: &Py<PyArray1<T>>) -> PyResult<PyReadonlyArray1<'py, T>> {
+    // Extracting again re-checks the dtype, which numpy allows to be reassigned in place.
+    column.bind(py).as_any().extract()
+}
+
+impl UsageColumns {
+    /// The five columns, borrowed read-only until the returned view drops.
+    pub(crate) fn borrow<'py>(&self, py: Python<'py>) -> PyResult<UsageView<'py>> {
+        Ok(UsageView {
+            has_meta: borrow_column(py, &self.has_meta)?,
+            timestamp: borrow_column(py, &self.timestamp)?,
+            access_count: borrow_column(py, &self.access_count)?,
+            reward_count: borrow_column(py, &self.reward_count)?,
+            cumulative_reward: borrow_column(py, &self.cumulative_reward)?,
+        })
+    }
+}
+
+/// The columns of a [`UsageColumns`] borrowed for one call.
+pub(crate) struct UsageView<'py> {
+    has_meta: PyReadonlyArray1<'py, u8>,
+    timestamp: PyReadonlyArray1<'py, f64>,
+    access_count: PyReadonlyArray1<'py, f64>,
+    reward_count: PyReadonlyArray1<'py, f64>,
+    cumulative_reward: PyReadonlyArray1<'py, f64>,
+}
+
+impl UsageView<'_> {
+    pub(crate) fn columns(&self, py: Python<'_>) -> PyResult<MetaColumns<'_>> {
+        Ok(MetaColumns {
+            has_meta: contiguous(py, "has_meta", &self.has_meta)?,
+            timestamp: contiguous(py, "timestamp", &self.timestamp)?,
+            access_count: contiguous(py, "access_count", &self.access_count)?,
+            reward_count: contiguous(py, "reward_count", &self.reward_count)?,
+            cumulative_reward: contiguous(py, "cumulative_reward", &self.cumulative_reward)?,
+        })
+    }
+}
+
+/// The arrays one scan reads, borrowed for the call.
+pub(crate) struct ScanArrays<'py> {
+    pub matrix: PyReadonlyArray2<'py, f32>,
+    pub norms: PyReadonlyArray1<'py, f32>,
+    pub queries: PyReadonlyArray2<'py, f32>,
+    pub usage: UsageView<'py>,
+    pub rank: Option<PyReadonlyArray1<'py, u32>>,
+}
+
+impl ScanArrays<'_> {
+    /// The core's request over these arrays, after the checks the core leaves to its callers.
+    pub(crate) fn request(
+        &self,
+        py: Python<'_>,
+        now: f64,
+        params: &ValueParams,
+        selection: &Selection,
+    ) -> PyResult<ScanRequest<'_>> {
+        check_query_dim(py, &self.matrix, &self.queries)?;
+        Ok(ScanRequest {
+            stored: stored(py, &self.matrix, &self.norms)?,
+            queries: contiguous(py, "queries", &self.queries)?,
+            meta: self.usage.columns(py)?,
+            rank: match &self.rank {
+                Some(r) => Some(contiguous(py, "rank", r)?),
+                None => None,
+            },
+            now,
+            params: params.0,
+            threshold: selection.threshold,
+            gate: selection.gate,
+            top_k: selection.top_k,
+        })
+    }
 }
 
 /// Row norms of a float32 matrix.
@@ -88,8 +331,8 @@ fn relevance<'py>(
     norms: PyReadonlyArray1<'py, f32>,
     queries: PyReadonlyArray2<'py, f32>,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-    let dim = matrix_dim(py, &matrix, &queries)?;
-    let stored = Stored { data: contiguous(py, "matrix", &matrix)?, norms: contiguous(py, "norms", &norms)?, dim };
+    check_query_dim(py, &matrix, &queries)?;
+    let stored = stored(py, &matrix, &norms)?;
     let q = contiguous(py, "queries", &queries)?;
     let rel = errors::detached(py, "relevance", || scoring::relevance(stored, q))?.map_err(|e| shape(py, e))?;
     Ok(rel.into_pyarray(py))
@@ -112,90 +355,50 @@ fn select_top<'py>(
     };
     let picked = errors::detached(py, "select_top", || scoring::select_top(s, threshold, top_k, r))?
         .map_err(|e| shape(py, e))?;
-    Ok(indices(picked).into_pyarray(py))
+    let picked: Vec<i64> = picked.into_iter().map(|i| i as i64).collect();
+    Ok(picked.into_pyarray(py))
 }
 
 /// One exact scan of a node type with the default value function.
 #[pyfunction]
-#[pyo3(signature = (
-    matrix, norms, queries, has_meta, timestamp, access_count, reward_count, cumulative_reward,
-    rank, now, lambda_, k, base_floor, beta, threshold, gate, top_k
-))]
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
 fn scan_default<'py>(
     py: Python<'py>,
     matrix: PyReadonlyArray2<'py, f32>,
     norms: PyReadonlyArray1<'py, f32>,
     queries: PyReadonlyArray2<'py, f32>,
-    has_meta: PyReadonlyArray1<'py, u8>,
-    timestamp: PyReadonlyArray1<'py, f64>,
-    access_count: PyReadonlyArray1<'py, f64>,
-    reward_count: PyReadonlyArray1<'py, f64>,
-    cumulative_reward: PyReadonlyArray1<'py, f64>,
+    usage: &Bound<'py, UsageColumns>,
     rank: Option<PyReadonlyArray1<'py, u32>>,
     now: f64,
-    lambda_: f64,
-    k: f64,
-    base_floor: f64,
-    beta: f64,
-    threshold: f64,
-    gate: &str,
-    top_k: usize,
+    params: &Bound<'py, ValueParams>,
+    selection: &Bound<'py, Selection>,
 ) -> PyResult<Scan<'py>> {
-    let dim = matrix_dim(py, &matrix, &queries)?;
-    let req = ScanRequest {
-        stored: Stored { data: contiguous(py, "matrix", &matrix)?, norms: contiguous(py, "norms", &norms)?, dim },
-        queries: contiguous(py, "queries", &queries)?,
-        meta: meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?,
-        rank: match &rank {
-            Some(r) => Some(contiguous(py, "rank", r)?),
-            None => None,
-        },
-        now,
-        params: ValueParams { lambda: lambda_, k, base_floor, beta },
-        threshold,
-        gate: self::gate(py, gate)?,
-        top_k,
-    };
+    let arrays = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
+    let req = arrays.request(py, now, params.get(), selection.get())?;
     let hits = errors::detached(py, "scan_default", || scoring::scan_default(&req))?.map_err(|e| shape(py, e))?;
-    let (idx, scores): (Vec<i64>, Vec<f64>) = hits.into_iter().map(|(i, s)| (i as i64, s)).unzip();
-    Ok((idx.into_pyarray(py), scores.into_pyarray(py)))
+    Ok(hits_to_arrays(py, hits))
 }
 
-/// The default value function over precomputed relevances (used by tests and
-/// by maintenance, which scores without relevance).
+/// The default value function over precomputed relevances (maintenance scores usage alone this way).
 #[pyfunction]
-#[pyo3(signature = (
-    relevance, has_meta, timestamp, access_count, reward_count, cumulative_reward,
-    now, lambda_, k, base_floor, beta
-))]
-#[allow(clippy::too_many_arguments)]
 fn default_values<'py>(
     py: Python<'py>,
     relevance: PyReadonlyArray1<'py, f32>,
-    has_meta: PyReadonlyArray1<'py, u8>,
-    timestamp: PyReadonlyArray1<'py, f64>,
-    access_count: PyReadonlyArray1<'py, f64>,
-    reward_count: PyReadonlyArray1<'py, f64>,
-    cumulative_reward: PyReadonlyArray1<'py, f64>,
+    usage: &Bound<'py, UsageColumns>,
     now: f64,
-    lambda_: f64,
-    k: f64,
-    base_floor: f64,
-    beta: f64,
+    params: &Bound<'py, ValueParams>,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
     let rel = contiguous(py, "relevance", &relevance)?;
-    let meta = meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?;
-    let params = ValueParams { lambda: lambda_, k, base_floor, beta };
-    let out = errors::detached(py, "default_values", || scoring::default_values(rel, meta, now, &params))?
+    let view = usage.get().borrow(py)?;
+    let meta = view.columns(py)?;
+    let p = params.get().0;
+    let out = errors::detached(py, "default_values", || scoring::default_values(rel, meta, now, &p))?
         .map_err(|e| shape(py, e))?;
     Ok(out.into_pyarray(py))
 }
 
 /// The default value function for one row with usage metadata (the per-node form of `default_values`).
 #[pyfunction]
-#[pyo3(signature = (relevance, timestamp, access_count, reward_count, cumulative_reward, now, lambda_, k, base_floor, beta))]
-#[allow(clippy::too_many_arguments)]
 fn default_value(
     relevance: f64,
     timestamp: f64,
@@ -203,168 +406,21 @@ fn default_value(
     reward_count: f64,
     cumulative_reward: f64,
     now: f64,
-    lambda_: f64,
-    k: f64,
-    base_floor: f64,
-    beta: f64,
+    params: &Bound<'_, ValueParams>,
 ) -> f64 {
-    let params = ValueParams { lambda: lambda_, k, base_floor, beta };
-    scoring::default_value(relevance, Some((timestamp, access_count, reward_count, cumulative_reward)), now, &params)
-}
-
-/// Rows sorted by their time-independent usage bound, for `certified_walk`.
-#[pyfunction]
-#[pyo3(signature = (has_meta, timestamp, access_count, reward_count, cumulative_reward, lambda_, k, base_floor, beta))]
-#[allow(clippy::too_many_arguments)]
-fn usage_order<'py>(
-    py: Python<'py>,
-    has_meta: PyReadonlyArray1<'py, u8>,
-    timestamp: PyReadonlyArray1<'py, f64>,
-    access_count: PyReadonlyArray1<'py, f64>,
-    reward_count: PyReadonlyArray1<'py, f64>,
-    cumulative_reward: PyReadonlyArray1<'py, f64>,
-    lambda_: f64,
-    k: f64,
-    base_floor: f64,
-    beta: f64,
-) -> PyResult<Order<'py>> {
-    let meta = meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?;
-    let params = ValueParams { lambda: lambda_, k, base_floor, beta };
-    let order =
-        errors::detached(py, "usage_order", || certified::usage_order(meta, &params))?.map_err(|e| shape(py, e))?;
-    Ok((order.rows.into_pyarray(py), order.keys.into_pyarray(py)))
-}
-
-/// A usage order with its stale rows merged in (see `hippograph_core::certified::merge_usage_order`).
-#[pyfunction]
-#[pyo3(signature = (
-    rows, keys, stale, has_meta, timestamp, access_count, reward_count, cumulative_reward, lambda_, k, base_floor, beta
-))]
-#[allow(clippy::too_many_arguments)]
-fn merge_usage_order<'py>(
-    py: Python<'py>,
-    rows: PyReadonlyArray1<'py, u32>,
-    keys: PyReadonlyArray1<'py, f64>,
-    stale: PyReadonlyArray1<'py, u32>,
-    has_meta: PyReadonlyArray1<'py, u8>,
-    timestamp: PyReadonlyArray1<'py, f64>,
-    access_count: PyReadonlyArray1<'py, f64>,
-    reward_count: PyReadonlyArray1<'py, f64>,
-    cumulative_reward: PyReadonlyArray1<'py, f64>,
-    lambda_: f64,
-    k: f64,
-    base_floor: f64,
-    beta: f64,
-) -> PyResult<Order<'py>> {
-    let meta = meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?;
-    let params = ValueParams { lambda: lambda_, k, base_floor, beta };
-    let (rows, keys) = (contiguous(py, "rows", &rows)?, contiguous(py, "keys", &keys)?);
-    let stale = contiguous(py, "stale", &stale)?;
-    let order =
-        errors::detached(py, "merge_usage_order", || certified::merge_usage_order(rows, keys, stale, meta, &params))?
-            .map_err(|e| shape(py, e))?;
-    Ok((order.rows.into_pyarray(py), order.keys.into_pyarray(py)))
-}
-
-/// The certified top-k from a candidate pool with the default value function, or None past the budget.
-#[pyfunction]
-#[pyo3(signature = (
-    matrix, norms, queries, has_meta, timestamp, access_count, reward_count, cumulative_reward,
-    rank, now, lambda_, k, base_floor, beta, threshold, gate, top_k, pool, bound, order, order_keys, stale, budget
-))]
-#[allow(clippy::too_many_arguments)]
-fn certified_walk<'py>(
-    py: Python<'py>,
-    matrix: PyReadonlyArray2<'py, f32>,
-    norms: PyReadonlyArray1<'py, f32>,
-    queries: PyReadonlyArray2<'py, f32>,
-    has_meta: PyReadonlyArray1<'py, u8>,
-    timestamp: PyReadonlyArray1<'py, f64>,
-    access_count: PyReadonlyArray1<'py, f64>,
-    reward_count: PyReadonlyArray1<'py, f64>,
-    cumulative_reward: PyReadonlyArray1<'py, f64>,
-    rank: Option<PyReadonlyArray1<'py, u32>>,
-    now: f64,
-    lambda_: f64,
-    k: f64,
-    base_floor: f64,
-    beta: f64,
-    threshold: f64,
-    gate: &str,
-    top_k: usize,
-    pool: PyReadonlyArray1<'py, u32>,
-    bound: f64,
-    order: PyReadonlyArray1<'py, u32>,
-    order_keys: PyReadonlyArray1<'py, f64>,
-    stale: PyReadonlyArray1<'py, u32>,
-    budget: usize,
-) -> PyResult<Option<Scan<'py>>> {
-    let dim = matrix_dim(py, &matrix, &queries)?;
-    let req = certified::WalkRequest {
-        scan: ScanRequest {
-            stored: Stored { data: contiguous(py, "matrix", &matrix)?, norms: contiguous(py, "norms", &norms)?, dim },
-            queries: contiguous(py, "queries", &queries)?,
-            meta: meta_columns(py, &has_meta, &timestamp, &access_count, &reward_count, &cumulative_reward)?,
-            rank: match &rank {
-                Some(r) => Some(contiguous(py, "rank", r)?),
-                None => None,
-            },
-            now,
-            params: ValueParams { lambda: lambda_, k, base_floor, beta },
-            threshold,
-            gate: self::gate(py, gate)?,
-            top_k,
-        },
-        pool: contiguous(py, "pool", &pool)?,
-        bound,
-        order: contiguous(py, "order", &order)?,
-        order_keys: contiguous(py, "order_keys", &order_keys)?,
-        stale: contiguous(py, "stale", &stale)?,
-        budget,
-    };
-    let hits = errors::detached(py, "certified_walk", || certified::walk(&req))?.map_err(|e| shape(py, e))?;
-    Ok(hits.map(|hits| {
-        let (idx, scores): (Vec<i64>, Vec<f64>) = hits.into_iter().map(|(i, s)| (i as i64, s)).unzip();
-        (idx.into_pyarray(py), scores.into_pyarray(py))
-    }))
-}
-
-/// Consolidation candidates: greedy best-partner pairs of rows sharing a group
-/// with cosine above `threshold`, as `(a, b, cosine)` arrays.
-#[pyfunction]
-fn consolidation_pairs<'py>(
-    py: Python<'py>,
-    matrix: PyReadonlyArray2<'py, f32>,
-    norms: PyReadonlyArray1<'py, f32>,
-    members: PyReadonlyArray1<'py, u32>,
-    offsets: PyReadonlyArray1<'py, u64>,
-    threshold: f32,
-) -> PyResult<Pairs<'py>> {
-    let dim = matrix.shape()[1];
-    let stored = Stored { data: contiguous(py, "matrix", &matrix)?, norms: contiguous(py, "norms", &norms)?, dim };
-    let members = contiguous(py, "members", &members)?;
-    let offsets: Vec<usize> = contiguous(py, "offsets", &offsets)?.iter().map(|&o| o as usize).collect();
-    let rows = norms.len();
-    let matched = errors::detached(py, "consolidation_pairs", || {
-        pairs::group_pairs(stored, members, &offsets, threshold).map(|p| pairs::greedy_matching(p, rows))
-    })?
-    .map_err(|e| shape(py, e))?;
-    let a: Vec<u32> = matched.iter().map(|p| p.a).collect();
-    let b: Vec<u32> = matched.iter().map(|p| p.b).collect();
-    let c: Vec<f32> = matched.iter().map(|p| p.cosine).collect();
-    Ok((a.into_pyarray(py), b.into_pyarray(py), c.into_pyarray(py)))
+    let meta = (timestamp, access_count, reward_count, cumulative_reward);
+    scoring::default_value(relevance, Some(meta), now, &params.get().0)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(consolidation_pairs, m)?)?;
+    m.add_class::<ValueParams>()?;
+    m.add_class::<Selection>()?;
+    m.add_class::<UsageColumns>()?;
     m.add_function(wrap_pyfunction!(row_norms, m)?)?;
     m.add_function(wrap_pyfunction!(relevance, m)?)?;
     m.add_function(wrap_pyfunction!(select_top, m)?)?;
     m.add_function(wrap_pyfunction!(scan_default, m)?)?;
     m.add_function(wrap_pyfunction!(default_values, m)?)?;
     m.add_function(wrap_pyfunction!(default_value, m)?)?;
-    m.add_function(wrap_pyfunction!(usage_order, m)?)?;
-    m.add_function(wrap_pyfunction!(merge_usage_order, m)?)?;
-    m.add_function(wrap_pyfunction!(certified_walk, m)?)?;
     Ok(())
 }

@@ -1,0 +1,509 @@
+"""The `LMDB` backend class: opening a store, one LMDB transaction per call, and the queries.
+
+Each mutating call is one write transaction through a `_Writer`; each read is
+one read transaction, and `find_candidates` hydrates from the same snapshot its
+`_Cache` was caught up to. The format lives in `layout`, the refusals at open
+and the storage walk in `checks`, the derived columns in `cache`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import struct
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import lmdb
+
+from ...engine.checks import check_id
+from ...engine.vector_index import DEFAULT_ANN, AnnConfig
+from ...errors import HippographError, StorageError, ValidationError
+from ...graph import codec
+from ...graph.changeset import Changeset, check_changeset, normalised_links, resulting_dim
+from ...graph.model import (
+    EdgeType,
+    IngestionReceipt,
+    IngestionRecord,
+    Node,
+    NodeMetadata,
+    NodeType,
+    Outcome,
+    as_edge_type,
+    as_node_types,
+)
+from ...graph.protocol import existing_receipt
+from ...graph.recall import find_candidates
+from ...graph.value import ValueFunctionConfig
+from .._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record
+from . import checks
+from .cache import _Cache
+from .checks import _private_dir
+from .layout import _DBS, DEFAULT_MAP_SIZE, MAGIC, STORAGE_FORMAT, _key
+from .txn import _Txn, _Writer
+
+__all__ = ["LMDB"]
+
+T = TypeVar("T")
+
+
+class LMDB(DerivedBackend):
+    """The embedded default backend; ``docs/lmdb.md`` describes its layout and rules."""
+
+    _fork_label = "LMDB store"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Literal["sync", "fast"] = "sync",
+        map_size: int = DEFAULT_MAP_SIZE,
+        readonly: bool = False,
+        ann: AnnConfig | None = DEFAULT_ANN,
+    ) -> None:
+        if durability not in ("sync", "fast"):
+            raise ValidationError(f"durability must be 'sync' or 'fast', got {durability!r}")
+        if isinstance(map_size, bool) or not isinstance(map_size, int) or not 1 << 16 <= map_size <= 1 << 46:
+            raise ValidationError(f"map_size must be an int between 64 KiB and 64 TiB, got {map_size!r}")
+        if not isinstance(path, (str, os.PathLike)) or "\0" in os.fspath(path):
+            raise ValidationError(f"path must be a str or os.PathLike without NUL, got {path!r:.80}")
+        self.path = Path(path)
+        self.readonly = readonly
+        self.durability = durability
+        self._readonly = readonly
+        self._pid = os.getpid()
+        self._gate = RWLock()
+        self._cache_lock = RWLock()
+        self._cache = self._derived = _Cache(ann, self.path / "ann", self._cache_lock, self._read)
+        self._write_lock = threading.Lock()
+        # lock.mdb alone is what a kill during the very first open leaves behind: a new store.
+        try:
+            entries = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
+        except OSError as exc:
+            raise StorageError(f"cannot read store directory {str(self.path)!r}: {exc}", operation="open") from None
+        existed = bool(entries - {"lock.mdb"}) if self.path.is_dir() else self.path.exists()
+        if existed and not (self.path / "data.mdb").is_file():
+            raise StorageError(f"{str(self.path)!r} exists and is not a hippograph store", operation="open")
+        if not existed:
+            _private_dir(self.path)
+        try:
+            self._env = lmdb.open(
+                str(self.path),
+                map_size=map_size,
+                max_dbs=len(_DBS) + 1,
+                sync=durability == "sync",
+                metasync=durability == "sync",
+                readonly=readonly,
+                mode=0o600,
+                max_readers=256,
+            )
+            checks.refuse_truncated(self._env, self.path)
+            checks.refuse_damaged(self._env, self.path)
+            checks.refuse_foreign(self._env, self.path)
+            self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in _DBS}
+        except lmdb.Error as exc:
+            raise StorageError(f"cannot open {str(self.path)!r} as an LMDB store: {exc}", operation="open") from None
+        if not existed:  # LMDB applies the umask to `mode`; files of an existing store keep the owner's choice
+            for name in ("data.mdb", "lock.mdb"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(self.path / name, stat.S_IRUSR | stat.S_IWUSR)
+        self._init_info(readonly)
+
+    def _init_info(self, readonly: bool) -> None:
+        if self._read(lambda t: checks.check_info(t, self.path)) or readonly:
+            return
+
+        def init(t: _Txn) -> None:
+            if t.get("info", b"magic") is None:
+                t.put("info", b"magic", MAGIC)
+                t.put("info", b"format", struct.pack(">I", STORAGE_FORMAT))
+
+        self._write("open", init)
+
+    # -- transactions --------------------------------------------------------
+
+    def _grow(self, adopt_only: bool) -> None:
+        with self._gate.write():
+            size = self._env.info()["map_size"]
+            self._env.set_mapsize(0 if adopt_only else size * 2)
+
+    @contextmanager
+    def _txn(self, write: bool) -> Iterator[_Txn]:
+        with self._gate.read():
+            if not write:
+                with self._env.begin() as txn:
+                    yield _Txn(txn, self._dbs)
+                return
+            # LMDB allows one write transaction per environment at a time; threads queue here.
+            with self._write_lock, self._env.begin(write=True) as txn:
+                yield _Txn(txn, self._dbs)
+
+    def _retrying(self, operation: str, fn: Callable[[], T]) -> T:
+        while True:
+            try:
+                return fn()
+            except lmdb.MapFullError:
+                self._grow(adopt_only=False)
+            except lmdb.MapResizedError:
+                self._grow(adopt_only=True)
+            except lmdb.Error as exc:
+                raise StorageError(f"{type(exc).__name__}: {exc}", operation=operation) from None
+
+    def _read(self, fn: Callable[[_Txn], T], operation: str = "read") -> T:
+        def run() -> T:
+            with self._txn(write=False) as t:
+                return fn(t)
+
+        return self._retrying(operation, run)
+
+    def _write(self, operation: str, fn: Callable[[_Txn], T]) -> T:
+        def run() -> T:
+            with self._txn(write=True) as t:
+                return fn(t)
+
+        self._guard(operation)
+        return self._retrying(operation, run)
+
+    # -- writes --------------------------------------------------------------
+
+    @staticmethod
+    def _apply(w: _Writer, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> int | None:
+        """Additions, then links, then metadata; returns the store's dimension afterwards."""
+        dim = resulting_dim(cs, w.t.dim())
+        for node in cs.additions:
+            w.put_node(node)
+        for a, b, edge in normalised_links(cs):
+            w.link(a, b, edge)
+        w.put_meta(encoded_meta)
+        return dim
+
+    def _commit(self, t: _Txn, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> None:
+        w = _Writer(t)
+        w.finish(self._apply(w, cs, encoded_meta))
+
+    def rewrite(self, cs: Changeset, delete_ids: Iterable[str], orphan_candidates: Iterable[str]) -> list[str]:
+        """Maintenance in one write transaction: delete nodes with their metadata,
+        apply `cs`, then delete the tag and intent nodes among `orphan_candidates`
+        left without links (with their metadata). Returns the orphans deleted.
+        """
+        self._guard("rewrite")
+        doomed = check_ids(delete_ids)
+        candidates = sorted(set(check_ids(orphan_candidates)))
+        check_changeset(cs, None)
+        encoded = self._encode_meta(cs.metadata)
+
+        def run(t: _Txn) -> list[str]:
+            w = _Writer(t)
+            for node_id in doomed:
+                w.delete_node(node_id)
+                w.delete_meta(node_id)
+            dim = self._apply(w, cs, encoded)
+            orphans = [c for c in candidates if w.is_orphan(c)]
+            for node_id in orphans:
+                w.delete_node(node_id)
+                w.delete_meta(node_id)
+            w.finish(dim)
+            return orphans
+
+        return self._write("rewrite", run)
+
+    @staticmethod
+    def _encode_meta(updates: Mapping[str, NodeMetadata]) -> dict[str, bytes]:
+        return {node_id: codec.encode_meta(meta) for node_id, meta in updates.items()}
+
+    def apply_changeset(self, cs: Changeset) -> None:
+        self._guard("apply_changeset")
+        check_changeset(cs, None)
+        encoded = self._encode_meta(cs.metadata)
+        self._write("apply_changeset", lambda t: self._commit(t, cs, encoded))
+
+    def delete_nodes(self, ids: Iterable[str]) -> None:
+        self._guard("delete_nodes")
+        wanted = check_ids(ids)
+
+        def run(t: _Txn) -> None:
+            w = _Writer(t)
+            for node_id in wanted:
+                w.delete_node(node_id)
+            w.finish(None)
+
+        self._write("delete_nodes", run)
+
+    def update_metadata(self, updates: Mapping[str, NodeMetadata]) -> None:
+        self._guard("update_metadata")
+        encoded = self._encode_meta(check_metadata_updates(updates))
+
+        def run(t: _Txn) -> None:
+            w = _Writer(t)
+            w.put_meta(encoded)
+            w.finish(None)
+
+        self._write("update_metadata", run)
+
+    def modify_metadata(
+        self, ids: Iterable[str], fn: Callable[[str, NodeMetadata | None], NodeMetadata | None]
+    ) -> None:
+        """Read-modify-write the metadata of existing nodes in one write transaction.
+
+        `Repo` uses it for access counts and rewards, so increments from
+        several processes add up instead of overwriting each other.
+        """
+        self._guard("modify_metadata")
+        wanted = check_ids(ids)
+
+        def run(t: _Txn) -> None:
+            w = _Writer(t)
+            updates = {}
+            for node_id in wanted:
+                if w.exists(node_id):
+                    new = fn(node_id, t.meta(node_id))
+                    if new is not None:
+                        updates[node_id] = new
+            w.put_meta(self._encode_meta(check_metadata_updates(updates)))
+            w.finish(None)
+
+        self._write("modify_metadata", run)
+
+    def delete_metadata(self, ids: Iterable[str]) -> None:
+        self._guard("delete_metadata")
+        wanted = check_ids(ids)
+
+        def run(t: _Txn) -> None:
+            w = _Writer(t)
+            for node_id in wanted:
+                w.delete_meta(node_id)
+            w.finish(None)
+
+        self._write("delete_metadata", run)
+
+    def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
+        self._guard("commit_ingestion")
+        check_record(record, cs, None)
+        encoded_meta = self._encode_meta(cs.metadata)
+        encoded_record = codec.encode_record(record)
+        key = _key(record.source_id)
+
+        def run(t: _Txn) -> tuple[Outcome, IngestionReceipt]:
+            raw = t.get("ingest", key)
+            if raw is None:
+                self._commit(t, cs, encoded_meta)
+                t.put("ingest", t.remember(record.source_id), encoded_record)
+                return Outcome.INSERTED, record.receipt
+            stored = codec.decode_record(record.source_id, raw)
+            return Outcome.EXISTING, existing_receipt(stored, record.payload_digest, record.fingerprint_version)
+
+        return self._write("commit_ingestion", run)
+
+    def delete_ingestion(self, source_id: str) -> bool:
+        self._guard("delete_ingestion")
+        key = _key(check_id(source_id, "source_id"))
+
+        def run(t: _Txn) -> bool:
+            if t.get("ingest", key) is None:
+                return False
+            t.delete("ingest", key)
+            return True
+
+        return self._write("delete_ingestion", run)
+
+    # -- reads ---------------------------------------------------------------
+
+    def find_candidates(
+        self,
+        types: Sequence[NodeType | str],
+        query: object,
+        tags: Iterable[object],
+        value_function: ValueFunctionConfig | Mapping[str, Any] | None,
+        *,
+        now: datetime | None = None,
+        exact: bool = False,
+    ) -> list[tuple[Node, float]]:
+        self._guard("find_candidates")
+
+        def run(t: _Txn) -> list[tuple[Node, float]]:
+            def hydrate(ids: list[str]) -> dict[str, tuple[Node, NodeMetadata | None]]:
+                out: dict[str, tuple[Node, NodeMetadata | None]] = {}
+                for node_id in ids:
+                    node = t.node(node_id)
+                    if node is not None:
+                        out[node_id] = (node, t.meta(node_id))
+                return out
+
+            if t.seq() != self._cache.seq:
+                with self._cache_lock.write():
+                    self._cache.refresh(t)
+            background = self._cache.ann is not None and self._cache.ann.background
+            saved = [] if exact or background else self._cache.wants_saved(types)
+            if saved:  # a process's first non-exact query of a large type: adopt its saved HNSW graph
+                with self._cache_lock.write():
+                    self._cache.refresh(t)
+                    self._cache.load_saved(t, saved)
+            with self._cache_lock.read():
+                return find_candidates(
+                    self._cache.columns, types, query, tags, value_function, now, t.dim(), hydrate, exact=exact
+                )
+
+        return self._read(run, "find_candidates")
+
+    def save_vector_index(self) -> list[str]:
+        """Saves each built HNSW graph under ``<store>/ann/`` (as `close()` does); returns the types written.
+
+        A graph whose files already hold it is not written again (at most its
+        sidecar's change counter moves forward).
+        """
+        self._guard("save_vector_index")
+        if self._readonly:
+            raise StorageError("the store was opened read-only", operation="save_vector_index")
+        return self._save_vector_index()
+
+    def _save_vector_index(self) -> list[str]:
+        if not any(index.ann is not None for index in self._cache.columns.values()):
+            return []  # nothing built: no need to bring the cache up to date
+
+        def fresh(t: _Txn) -> None:
+            with self._cache_lock.write():
+                self._cache.refresh(t)
+
+        self._read(fresh, "save_vector_index")
+        with self._cache_lock.read():
+            try:
+                return self._cache.save()
+            except (OSError, RuntimeError, ValueError) as exc:
+                raise StorageError(f"cannot save the vector index: {exc}", operation="save_vector_index") from None
+
+    def _refresh(self, operation: str) -> None:
+        def run(t: _Txn) -> None:
+            if t.seq() != self._cache.seq:
+                with self._cache_lock.write():
+                    self._cache.refresh(t)
+
+        self._read(run, operation)
+
+    def _before_build(self, wanted: list[NodeType]) -> None:
+        """Adopts each wanted type's saved HNSW graph that passes every check, instead of building it."""
+
+        def adopt(t: _Txn) -> None:
+            with self._cache_lock.write():
+                self._cache.refresh(t)
+                self._cache.load_saved(t, self._cache.wants_saved(wanted))
+
+        self._read(adopt, "build_vector_index")
+
+    def _after_build(self, built: list[str]) -> None:
+        if built and not self._readonly:
+            self._save_vector_index()
+
+    def get_node(self, node_id: str) -> Node | None:
+        self._guard("get_node")
+        check_id(node_id)
+        return self._read(lambda t: t.node(node_id), "get_node")
+
+    def get_linked_nodes(self, ids: Iterable[str], edge_type: EdgeType | str | None = None) -> list[Node]:
+        self._guard("get_linked_nodes")
+        wanted = check_ids(ids)
+        edge = None if edge_type is None else as_edge_type(edge_type)
+
+        def run(t: _Txn) -> list[Node]:
+            found: set[str] = set()
+            for node_id in wanted:
+                for e, others in t.links(node_id).items():
+                    if edge is None or e == edge:
+                        found |= others
+            return [n for n in map(t.node, sorted(found)) if n is not None]
+
+        return self._read(run, "get_linked_nodes")
+
+    def get_nodes_by_type(self, types: Iterable[NodeType | str]) -> list[Node]:
+        self._guard("get_nodes_by_type")
+        wanted = list(dict.fromkeys(as_node_types(types)))
+
+        def run(t: _Txn) -> list[Node]:
+            by_type: dict[NodeType, list[str]] = {nt: [] for nt in wanted}
+            for key, data in t.items("nodes"):
+                node_type = codec.node_type_of(data)
+                if node_type in by_type:
+                    by_type[node_type].append(t.id_of(key))
+            return [n for nt in wanted for n in map(t.node, by_type[nt]) if n is not None]
+
+        return self._read(run, "get_nodes_by_type")
+
+    def get_metadata(self, ids: Iterable[str]) -> dict[str, NodeMetadata]:
+        self._guard("get_metadata")
+        wanted = check_ids(ids)
+
+        def run(t: _Txn) -> dict[str, NodeMetadata]:
+            out = {i: t.meta(i) for i in wanted}
+            return {i: m for i, m in out.items() if m is not None}
+
+        return self._read(run, "get_metadata")
+
+    def get_ingestion(self, source_id: str) -> IngestionRecord | None:
+        self._guard("get_ingestion")
+        key = _key(check_id(source_id, "source_id"))
+
+        def run(t: _Txn) -> IngestionRecord | None:
+            raw = t.get("ingest", key)
+            return None if raw is None else codec.decode_record(source_id, raw)
+
+        return self._read(run, "get_ingestion")
+
+    @property
+    def dimension(self) -> int | None:
+        self._guard("dimension")
+        return self._read(lambda t: t.dim())
+
+    def stats(self) -> dict[str, Any]:
+        """Counts for `Repo.stats`: nodes per type, links, records, dimension, bytes on disk."""
+        self._guard("stats")
+
+        def run(t: _Txn) -> dict[str, Any]:
+            counts = {nt.value: 0 for nt in NodeType}
+            for _, data in t.items("nodes"):
+                counts[codec.node_type_of(data).value] += 1
+            links = sum(len(ids) for _, raw in t.items("links") for ids in codec.decode_links(raw).values())
+            return {
+                "nodes": counts,
+                "links": links // 2,
+                "ingestion_records": t.txn.stat(self._dbs["ingest"])["entries"],
+                "metadata": t.txn.stat(self._dbs["meta"])["entries"],
+                "dimension": t.dim(),
+                "disk_bytes": sum(f.stat().st_blocks * 512 for f in self.path.iterdir() if f.name.endswith(".mdb")),
+            }
+
+        return self._read(run, "stats")
+
+    def verify_storage(self) -> tuple[list[str], int]:
+        """Storage-level checks for `Repo.verify`: every B-tree page is sound (as
+        at open; damage raises `StorageError`, since reading on would crash the
+        process), every record decodes, embeddings have the recorded dimension,
+        no embedding, links or log entry is left behind by a node that is gone.
+        Returns (problems, ingestion records checked).
+        """
+        self._guard("verify")
+
+        def structure() -> None:
+            with self._gate.read():
+                checks.check_structure(self._env, self.path, "verify")
+
+        self._retrying("verify", structure)
+        return self._read(checks.storage_problems, "verify")
+
+    def close(self) -> None:
+        """Saves the built HNSW graphs (best effort: a failure only warns), then closes the environment."""
+        if not self._closed:
+            self._cache.close()
+            if os.getpid() == self._pid and not self._readonly:
+                try:
+                    self._save_vector_index()
+                except HippographError as exc:
+                    warnings.warn(f"hippograph: vector index not saved: {exc}", RuntimeWarning, stacklevel=2)
+            self._closed = True
+            if os.getpid() == self._pid:
+                with self._gate.write():
+                    self._env.close()

@@ -1,0 +1,196 @@
+"""This process's derived columns of an LMDB store, and the saved vector indexes they adopt.
+
+`_Cache` is valid as of one change counter and catches up from the change log
+(or rebuilds when the log no longer reaches back). It also decides when a
+type's saved HNSW graph under ``<store>/ann/`` is tried, adopts it (in the
+foreground or as a background build's first step) and saves built graphs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from ...engine import vector_files
+from ...engine.columns import TypeColumns
+from ...engine.derived import DerivedColumns
+from ...engine.vector_index import AnnConfig
+from ...errors import HippographError
+from ...graph import codec
+from ...graph.model import NodeType
+from ...graph.recall import usage_of
+from .._base import RWLock
+from .layout import _key, _logged_ids, _seq_key
+from .txn import _Txn
+
+T = TypeVar("T")
+
+
+class _Reader(Protocol):
+    """The backend's `_read`: `fn` in one read transaction, retried while the map grows."""
+
+    def __call__(self, fn: Callable[[_Txn], T], operation: str = ...) -> T: ...
+
+
+_ADOPT_TRIES = 5
+"""Snapshots a background adoption tries before giving up on a cache that writers keep moving."""
+
+
+class _Cache(DerivedColumns[NodeType]):
+    """This process's derived columns, valid as of change `seq`, caught up from the change log.
+
+    `ann_dir` (None: no persistence) holds the saved HNSW graphs; each type's
+    is tried once (`load_saved`, or `adopt_in_background` for a background
+    build) when a non-exact query first needs it. `read` is the backend's
+    read-transaction runner: a background adoption takes its own snapshots.
+    """
+
+    def __init__(self, ann: AnnConfig | None, ann_dir: Path | None, lock: RWLock, read: _Reader) -> None:
+        self._read = read
+        super().__init__(NodeType, ann, lock, self.adopt_in_background)
+        self.seq = -1
+        self.ann_dir = ann_dir if ann is not None else None
+        self.ann_tried: set[NodeType] = set()
+
+    def refresh(self, t: _Txn) -> None:
+        target = t.seq()
+        if target <= self.seq:
+            return
+        changed = self._changed_since(t, self.seq, target) if self.seq >= 0 else None
+        if changed is None:
+            self._rebuild(t)
+        else:
+            for node_id in changed:
+                self._reload(t, node_id)
+        self.seq = target
+
+    @staticmethod
+    def _changed_since(t: _Txn, since: int, target: int) -> set[str] | None:
+        """Ids the changes `since`+1 … `target` touched, or None when the log no longer reaches back."""
+        if since < 0:
+            return None
+        changed: set[str] = set()
+        for seq in range(since + 1, target + 1):
+            raw = t.get("log", _seq_key(seq))
+            if raw is None:
+                return None
+            changed.update(_logged_ids(raw))
+        return changed
+
+    def _reload(self, t: _Txn, node_id: str) -> None:
+        key = _key(node_id)
+        data = t.get("nodes", key)
+        if data is None:
+            self.drop(node_id)
+            return
+        emb, meta = t.get("emb", key), t.get("meta", key)
+        embedding = None if emb is None else codec.decode_embedding(emb, t.dim())
+        self.put(
+            node_id, codec.node_type_of(data), embedding, None if meta is None else usage_of(codec.decode_meta(meta))
+        )
+
+    def _rebuild(self, t: _Txn) -> None:
+        self.ann_tried = set()
+        embeddings, metas, dim = dict(t.items("emb")), dict(t.items("meta")), t.dim()
+        rows = []
+        for key, data in t.items("nodes"):
+            emb, meta = embeddings.get(key), metas.get(key)
+            rows.append(
+                (
+                    t.id_of(key),
+                    codec.node_type_of(data),
+                    None if emb is None else codec.decode_embedding(emb, dim),
+                    None if meta is None else usage_of(codec.decode_meta(meta)),
+                )
+            )
+        self.replace(rows)
+
+    def wants_saved(self, types: object) -> list[NodeType]:
+        """The requested types whose saved HNSW graph has not been tried yet and would be used now."""
+        if self.ann_dir is None or self.ann is None:
+            return []
+        wanted: list[NodeType] = []
+        for item in [types] if isinstance(types, str) else types if isinstance(types, Iterable) else []:
+            try:
+                node_type = NodeType(item)
+            except ValueError:
+                continue  # find_candidates reports it
+            index = self.columns[node_type]
+            if node_type not in self.ann_tried and index.ann is None and len(index) > self.ann.min_nodes:
+                wanted.append(node_type)
+        return wanted
+
+    def load_saved(self, t: _Txn, types: Iterable[NodeType]) -> None:
+        """Adopts each type's saved HNSW graph if it passes every check (call with the cache fresh as of `t`)."""
+        if self.ann_dir is None or self.ann is None or t.seq() != self.seq:
+            return
+        for node_type in types:
+            index = self.columns[node_type]
+            if node_type in self.ann_tried or index.ann is not None or len(index) <= self.ann.min_nodes:
+                continue
+            self.ann_tried.add(node_type)
+            index.ann = vector_files.load(
+                index,
+                self.ann,
+                self.ann_dir,
+                node_type.value,
+                self.seq,
+                lambda since: self._changed_since(t, since, self.seq),
+            )
+            if index.ann is not None:
+                index.cancel_background_build()
+
+    def save(self) -> list[str]:
+        """Saves every built HNSW graph that differs from its files (call under the cache's read lock)."""
+        if self.ann_dir is None:
+            return []
+        return [
+            nt.value
+            for nt, index in self.columns.items()
+            if index.ann is not None and vector_files.save(index.ann, self.ann_dir, nt.value, self.seq)
+        ]
+
+    def adopt_in_background(self, owner: TypeColumns, cancel: threading.Event) -> bool:
+        """A background build's first step: adopt `owner`'s saved HNSW graph if it passes every check.
+
+        The files are hashed and read by hnswlib without any lock; only the
+        catch-up from the change log holds the cache's lock (as a refresh does).
+        Any failure here only means the build goes on from the rows.
+        """
+        with self.lock.write():
+            node_type = next((nt for nt, index in self.columns.items() if index is owner), None)
+            if node_type is None or self.ann_dir is None or self.ann is None or node_type in self.ann_tried:
+                return False
+            self.ann_tried.add(node_type)
+            config, directory = self.ann, self.ann_dir
+        try:
+            # Files saved at a change the store has not reached (a restored older store) are not even read.
+            latest = self._read(lambda t: t.seq(), "load_vector_index")
+            saved = vector_files.read_saved(directory, node_type.value, owner.dim, config, latest, cancel.is_set)
+        except Exception:  # closed meanwhile, no temp file for the verified copy, ...: build instead
+            return False
+        if saved is None:
+            return False
+
+        def adopt(t: _Txn) -> bool | None:
+            with self.lock.write():
+                self.refresh(t)
+                if self.columns[node_type] is not owner or owner.ann is not None or cancel.is_set():
+                    return False
+                if self.seq != t.seq():
+                    return None  # another thread moved the cache past this snapshot: its log is not in `t`
+                owner.ann = vector_files.adopt_saved(
+                    owner, config, saved, self.seq, lambda since: self._changed_since(t, since, self.seq)
+                )
+                return owner.ann is not None
+
+        try:
+            for _ in range(_ADOPT_TRIES):
+                adopted = self._read(adopt, "load_vector_index")
+                if adopted is not None:
+                    return adopted
+        except HippographError:  # closed or damaged meanwhile: the build (or its caller) sees it
+            pass
+        return False

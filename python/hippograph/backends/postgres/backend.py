@@ -1,0 +1,483 @@
+"""`Postgres`: the `GraphBackend` contract on PostgreSQL, shared by any number of processes and hosts.
+
+The class checks its options (`config`), migrates the schema (`schema`) and opens the connection
+pool, runs every call as one transaction through `tx._Runner`, and answers queries from its
+`cache._Cache`, brought up to date from the change log in the query's own snapshot.
+``docs/postgres.md`` is the operator's guide and the design.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+
+from ...engine.checks import check_id
+from ...engine.vector_index import DEFAULT_ANN, AnnConfig
+from ...errors import ConfigError, StorageError
+from ...graph import codec
+from ...graph.changeset import Changeset, check_changeset
+from ...graph.model import (
+    ORPHAN_TYPES,
+    EdgeType,
+    IngestionReceipt,
+    IngestionRecord,
+    Node,
+    NodeMetadata,
+    NodeType,
+    Outcome,
+    as_edge_type,
+    as_node_types,
+)
+from ...graph.protocol import existing_receipt
+from ...graph.recall import find_candidates
+from ...graph.value import ValueFunctionConfig
+from .._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record
+from .cache import _Cache
+from .config import _check_repo, _positive_int, _resolve_dsn, _seconds, _where
+from .reports import _counts, _problems
+from .schema import _check_schema, _migrate, _sql_map
+from .tx import Conn, _id, _key, _Retry, _Runner, _Tx, _Write
+
+__all__ = ["Postgres"]
+
+T = TypeVar("T")
+
+_TRIM_EVERY = 1024
+"""A writer whose log seq is a multiple of this trims the log afterwards."""
+
+
+class Postgres(DerivedBackend):
+    """The `GraphBackend` contract on PostgreSQL, shared by any number of processes and hosts.
+
+    `dsn`: a libpq connection string or URI; when None, ``$HIPPOGRAPH_PG_DSN``
+    (neither → `ConfigError`). `repo`: the memory to use in that database
+    (several live side by side). `schema`: where the tables live (created when
+    missing). `pool_size`/`min_connections`: the connection pool's bounds;
+    `timeout`: seconds to wait for a pooled connection. `connect_timeout` and
+    `statement_timeout` (seconds; None leaves the server's setting) bound a
+    dead server and a stuck statement. `retries`: attempts after a
+    serialization failure, deadlock or safe-to-retry connection loss.
+    `gap_timeout`: how long a change-log seq may stay invisible before the
+    cache stops waiting for it (see ``docs/postgres.md``). `log_keep`: log
+    entries kept by trimming. `ann`: HNSW settings of the in-process index,
+    as for `LMDB`. `application_name` labels the connections in
+    ``pg_stat_activity``; `connect_kwargs` go to libpq as they are.
+    """
+
+    _fork_label = "PostgreSQL backend"
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        repo: str = "default",
+        schema: str = "hippograph",
+        pool_size: int = 10,
+        min_connections: int = 1,
+        timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        statement_timeout: float | None = 60.0,
+        retries: int = 10,
+        gap_timeout: float = 30.0,
+        log_keep: int = 100_000,
+        ann: AnnConfig | None = DEFAULT_ANN,
+        application_name: str = "hippograph",
+        connect_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.dsn = _resolve_dsn(dsn)
+        self.repo = _check_repo(repo)
+        self.schema = _check_schema(schema)
+        self._pool_size = _positive_int("pool_size", pool_size)
+        min_size = _positive_int("min_connections", min_connections)
+        if min_size > self._pool_size:
+            raise ConfigError(f"min_connections ({min_size}) exceeds pool_size ({self._pool_size})")
+        self._timeout = _seconds("timeout", timeout, allow_none=False) or 30.0
+        connect = _seconds("connect_timeout", connect_timeout, allow_none=False) or 10.0
+        stmt = _seconds("statement_timeout", statement_timeout, allow_none=True)
+        self._gap_timeout = _seconds("gap_timeout", gap_timeout, allow_none=False) or 30.0
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
+        self._log_keep = _positive_int("log_keep", log_keep)
+        self._sql = _sql_map(self.schema)
+        self._pid = os.getpid()
+        self._cache_lock = RWLock()
+        self._cache = self._derived = _Cache(ann, self._gap_timeout, self._cache_lock)
+        self._trim_lock = threading.Lock()
+        self._where = _where(self.dsn)
+        kwargs: dict[str, Any] = {
+            "connect_timeout": max(2, math.ceil(connect)),
+            "application_name": application_name,
+            **(connect_kwargs or {}),
+            "autocommit": True,  # transactions are explicit: BEGIN ... COMMIT
+        }
+        settings = []
+        if stmt is not None:
+            settings.append(f"SET statement_timeout = '{math.ceil(stmt * 1000)}ms'")
+        write_begin = f"BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{math.ceil(self._gap_timeout * 500)}ms'"
+
+        def configure(conn: Conn) -> None:
+            for statement in settings:
+                conn.execute(statement)
+
+        self._open_and_migrate(kwargs, configure)
+        self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
+            self.dsn,
+            kwargs=kwargs,
+            min_size=min_size,
+            max_size=self._pool_size,
+            open=False,
+            configure=configure,
+            timeout=self._timeout,
+            name=f"hippograph:{self.repo}",
+        )
+        self._runner = _Runner(
+            self._pool,
+            self.repo,
+            self._sql,
+            timeout=self._timeout,
+            retries=retries,
+            where=self._where,
+            write_begin=write_begin,
+        )
+        try:
+            self._pool.open(wait=True, timeout=max(self._timeout, connect))
+        except psycopg_pool.PoolTimeout as exc:
+            self._pool.close()
+            raise StorageError(f"cannot connect to PostgreSQL at {self._where}: {exc}", operation="open") from None
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _open_and_migrate(self, kwargs: Mapping[str, Any], configure: Callable[[Conn], None]) -> None:
+        """Connects once (for a clear error when the server is unreachable), migrates, registers the repo."""
+        try:
+            conn: Conn = psycopg.connect(self.dsn, **kwargs)
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot connect to PostgreSQL at {self._where}: {exc}", operation="open") from None
+        try:
+            with conn:
+                configure(conn)
+                _migrate(conn, self.schema)
+                conn.execute(self._sql["register"], (self.repo,))
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot prepare schema {self.schema!r}: {exc}", operation="open") from None
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def _transaction(
+        self,
+        operation: str,
+        fn: Callable[[_Tx], T],
+        *,
+        write: bool,
+        snapshot: bool = True,
+        resolves_doubt: bool = False,
+    ) -> T:
+        """Runs `fn` in one transaction, retrying what is safe to retry (see `_Runner.run`)."""
+        self._guard(operation)
+        return self._runner.run(operation, fn, write=write, snapshot=snapshot, resolves_doubt=resolves_doubt)
+
+    def _read(self, operation: str, fn: Callable[[_Tx], T], *, snapshot: bool = True) -> T:
+        return self._transaction(operation, fn, write=False, snapshot=snapshot)
+
+    def _write(self, operation: str, fn: Callable[[_Write], T], *, resolves_doubt: bool = False) -> T:
+        seq: list[int | None] = [None]
+
+        def run(tx: _Tx) -> T:
+            w = _Write(tx)
+            result = fn(w)
+            w.finish()
+            seq[0] = w.seq
+            return result
+
+        result = self._transaction(operation, run, write=True, resolves_doubt=resolves_doubt)
+        if seq[0] is not None and seq[0] % _TRIM_EVERY == 0:
+            with contextlib.suppress(StorageError):  # housekeeping: the next trigger tries again
+                self.trim_log()
+        return result
+
+    # -- writes ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _encode_meta(updates: Mapping[str, NodeMetadata]) -> dict[str, bytes]:
+        return {node_id: codec.encode_meta(meta) for node_id, meta in updates.items()}
+
+    def apply_changeset(self, cs: Changeset) -> None:
+        self._guard("apply_changeset")
+        check_changeset(cs, None)
+        encoded = self._encode_meta(cs.metadata)
+        self._write("apply_changeset", lambda w: w.apply(cs, encoded))
+
+    def delete_nodes(self, ids: Iterable[str]) -> None:
+        self._guard("delete_nodes")
+        wanted = check_ids(ids)
+        self._write("delete_nodes", lambda w: w.delete_nodes(wanted))
+
+    def update_metadata(self, updates: Mapping[str, NodeMetadata]) -> None:
+        self._guard("update_metadata")
+        encoded = self._encode_meta(check_metadata_updates(updates))
+        self._write("update_metadata", lambda w: w.put_meta(encoded))
+
+    def delete_metadata(self, ids: Iterable[str]) -> None:
+        self._guard("delete_metadata")
+        wanted = check_ids(ids)
+        self._write("delete_metadata", lambda w: w.delete_meta(wanted))
+
+    def modify_metadata(
+        self, ids: Iterable[str], fn: Callable[[str, NodeMetadata | None], NodeMetadata | None]
+    ) -> None:
+        """Read-modify-write the metadata of existing nodes in one transaction.
+
+        The nodes' rows are locked first (in id order), so concurrent callers
+        on any host queue per node and their increments add up; `fn` may run
+        again when the transaction is retried.
+        """
+        self._guard("modify_metadata")
+        wanted = check_ids(ids)
+
+        def run(w: _Write) -> None:
+            keys = sorted({_key(i) for i in wanted})
+            if not keys:
+                return
+            live = {_id(r[0]) for r in w.tx.all("lock_nodes", (w.tx.repo, keys))}
+            current = {_id(k): codec.decode_meta(bytes(v)) for k, v in w.tx.all("get_meta", (w.tx.repo, keys))}
+            updates: dict[str, NodeMetadata] = {}
+            for node_id in wanted:
+                if node_id in live and node_id not in updates:
+                    new = fn(node_id, current.get(node_id))
+                    if new is not None:
+                        updates[node_id] = new
+            w.put_meta(self._encode_meta(check_metadata_updates(updates)))
+
+        self._write("modify_metadata", run)
+
+    def rewrite(self, cs: Changeset, delete_ids: Iterable[str], orphan_candidates: Iterable[str]) -> list[str]:
+        """Maintenance in one transaction: delete nodes with their metadata, apply
+        `cs`, then delete the tag and intent nodes among `orphan_candidates`
+        left without links (with their metadata). Returns the orphans deleted.
+
+        Candidates are locked before their links are counted, so a concurrent
+        writer cannot link to an orphan that is about to go.
+        """
+        self._guard("rewrite")
+        doomed = check_ids(delete_ids)
+        candidates = sorted(set(check_ids(orphan_candidates)))
+        check_changeset(cs, None)
+        encoded = self._encode_meta(cs.metadata)
+
+        def run(w: _Write) -> list[str]:
+            w.delete_nodes(doomed)
+            w.delete_meta(doomed)
+            w.apply(cs, encoded)
+            if not candidates:
+                return []
+            keys = [_key(c) for c in candidates]
+            kinds = {_id(k): NodeType(t) for k, t in w.tx.all("lock_nodes", (w.tx.repo, keys))}
+            linked = {_id(r[0]) for r in w.tx.all("linked_any", (w.tx.repo, keys))}
+            orphans = [c for c in candidates if kinds.get(c) in ORPHAN_TYPES and c not in linked]
+            w.delete_nodes(orphans)
+            w.delete_meta(orphans)
+            return orphans
+
+        return self._write("rewrite", run)
+
+    def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
+        self._guard("commit_ingestion")
+        check_record(record, cs, None)
+        encoded_meta = self._encode_meta(cs.metadata)
+        encoded_record = codec.encode_record(record)
+        key = _key(record.source_id)
+        token = secrets.token_bytes(16)
+
+        def run(w: _Write) -> tuple[Outcome, IngestionReceipt]:
+            claimed = w.tx.one("claim", (w.tx.repo, key, encoded_record, token, record.receipt.stored_at))
+            if claimed is not None:
+                w.apply(cs, encoded_meta)
+                return Outcome.INSERTED, record.receipt
+            row = w.tx.one("get_record", (w.tx.repo, key))
+            if row is None:  # forgotten between our claim and this read: claim again
+                raise _Retry
+            stored = codec.decode_record(record.source_id, bytes(row[0]))
+            if bytes(row[1]) == token:  # an earlier attempt of this call committed, unanswered
+                return Outcome.INSERTED, stored.receipt
+            return Outcome.EXISTING, existing_receipt(stored, record.payload_digest, record.fingerprint_version)
+
+        return self._write("commit_ingestion", run, resolves_doubt=True)
+
+    def delete_ingestion(self, source_id: str) -> bool:
+        self._guard("delete_ingestion")
+        key = _key(check_id(source_id, "source_id"))
+        return self._write("delete_ingestion", lambda w: w.tx.one("del_record", (w.tx.repo, key)) is not None)
+
+    def trim_log(self, *, older_than: float | None = None) -> int:
+        """Deletes change-log entries beyond the newest `log_keep` that are older
+        than `older_than` seconds (default: twice `gap_timeout`); returns the log
+        floor afterwards.
+
+        Writers call it now and then by themselves; readers that were further
+        behind rebuild their cache. The log is shared by every repo of the
+        schema. An `older_than` below every process's `gap_timeout` may trim the
+        entry of a transaction still committing, which a reader would then miss.
+        """
+        self._guard("trim_log")
+        age = 2 * self._gap_timeout if older_than is None else older_than
+        if isinstance(age, bool) or not isinstance(age, (int, float)) or not age >= 0:
+            raise ConfigError(f"older_than must be a number of seconds >= 0, got {older_than!r}")
+
+        def run(tx: _Tx) -> int:
+            state = tx.one("state", (tx.repo,))
+            floor = 0 if state is None else int(state[0])
+            top_row = tx.one("log_top")
+            top = 0 if top_row is None or top_row[0] is None else int(top_row[0])
+            if top - self._log_keep <= floor:
+                return floor
+            row = tx.one("trim_cut", (top - self._log_keep, float(age)))
+            if row is None or row[0] is None or int(row[0]) <= floor:
+                return floor
+            cut = int(row[0])
+            if tx.one("trim_floor", (cut, cut)) is None:  # someone else trimmed further
+                state = tx.one("state", (tx.repo,))
+                return floor if state is None else int(state[0])
+            tx.run("trim_delete", (cut,))
+            return cut
+
+        with self._trim_lock:
+            return self._transaction("trim_log", run, write=True)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _refreshed(self, tx: _Tx) -> int | None:
+        """Brings the cache up to the transaction's snapshot; returns the repo's dimension."""
+        state = tx.one("state", (tx.repo,))
+        floor, dim, created = (0, None, None) if state is None else state
+        with self._cache_lock.write():
+            self._cache.refresh(tx, int(floor), created)
+        return None if dim is None else int(dim)
+
+    def find_candidates(
+        self,
+        types: Sequence[NodeType | str],
+        query: object,
+        tags: Iterable[object],
+        value_function: ValueFunctionConfig | Mapping[str, Any] | None,
+        *,
+        now: datetime | None = None,
+        exact: bool = False,
+    ) -> list[tuple[Node, float]]:
+        self._guard("find_candidates")
+
+        def run(tx: _Tx) -> list[tuple[Node, float]]:
+            dim = self._refreshed(tx)
+
+            def hydrate(ids: list[str]) -> dict[str, tuple[Node, NodeMetadata | None]]:
+                return tx.nodes(ids, with_meta=True)
+
+            with self._cache_lock.read():
+                return find_candidates(
+                    self._cache.columns, types, query, tags, value_function, now, dim, hydrate, exact=exact
+                )
+
+        return self._read("find_candidates", run)
+
+    def _refresh(self, operation: str) -> None:
+        self._read(operation, self._refreshed)
+
+    def get_node(self, node_id: str) -> Node | None:
+        self._guard("get_node")
+        check_id(node_id)
+
+        def run(tx: _Tx) -> Node | None:
+            got = tx.nodes([node_id]).get(node_id)
+            return None if got is None else got[0]
+
+        return self._read("get_node", run)
+
+    def get_linked_nodes(self, ids: Iterable[str], edge_type: EdgeType | str | None = None) -> list[Node]:
+        self._guard("get_linked_nodes")
+        wanted = sorted({_key(i) for i in check_ids(ids)})
+        edge = None if edge_type is None else as_edge_type(edge_type)
+
+        def run(tx: _Tx) -> list[Node]:
+            if not wanted:
+                return []
+            if edge is None:
+                rows = tx.all("neighbours", (tx.repo, wanted))
+            else:
+                rows = tx.all("neighbours_by_edge", (tx.repo, wanted, edge.value))
+            found = tx.nodes(_id(r[0]) for r in rows)
+            return [found[i][0] for i in sorted(found)]
+
+        return self._read("get_linked_nodes", run)
+
+    def get_nodes_by_type(self, types: Iterable[NodeType | str]) -> list[Node]:
+        self._guard("get_nodes_by_type")
+        wanted = list(dict.fromkeys(as_node_types(types)))
+
+        def run(tx: _Tx) -> list[Node]:
+            if not wanted:
+                return []
+            ids = [_id(r[0]) for r in tx.all("ids_of_types", (tx.repo, [t.value for t in wanted]))]
+            by_type: dict[NodeType, list[Node]] = {t: [] for t in wanted}
+            for node, _ in tx.nodes(ids).values():
+                by_type[node.node_type].append(node)
+            return [n for t in wanted for n in sorted(by_type[t], key=lambda n: n.id)]
+
+        return self._read("get_nodes_by_type", run)
+
+    def get_metadata(self, ids: Iterable[str]) -> dict[str, NodeMetadata]:
+        self._guard("get_metadata")
+        keys = sorted({_key(i) for i in check_ids(ids)})
+
+        def run(tx: _Tx) -> dict[str, NodeMetadata]:
+            if not keys:
+                return {}
+            return {_id(k): codec.decode_meta(bytes(v)) for k, v in tx.all("get_meta", (tx.repo, keys))}
+
+        return self._read("get_metadata", run, snapshot=False)
+
+    def get_ingestion(self, source_id: str) -> IngestionRecord | None:
+        self._guard("get_ingestion")
+        key = _key(check_id(source_id, "source_id"))
+
+        def run(tx: _Tx) -> IngestionRecord | None:
+            row = tx.one("get_record", (tx.repo, key))
+            return None if row is None else codec.decode_record(source_id, bytes(row[0]))
+
+        return self._read("get_ingestion", run, snapshot=False)
+
+    @property
+    def dimension(self) -> int | None:
+        self._guard("dimension")
+        return self._read("dimension", lambda tx: tx.dim(), snapshot=False)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts for `Repo.stats`: nodes per type, links, records, metadata, dimension.
+
+        ``disk_bytes`` is None: the tables are shared by every repo of the schema.
+        """
+        self._guard("stats")
+        return self._read("stats", _counts)
+
+    def verify_storage(self) -> tuple[list[str], int]:
+        """Storage-level checks for `Repo.verify`: every record decodes, every
+        embedding has the recorded dimension and every link has its mirror.
+        (Foreign keys already rule out embeddings and links of missing nodes.)
+        Returns (problems, ingestion records checked).
+        """
+        self._guard("verify")
+        return self._read("verify", _problems)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._cache.close()
+            if os.getpid() == self._pid:
+                self._pool.close()

@@ -1,0 +1,74 @@
+"""What `Postgres.stats` and `Postgres.verify_storage` read, in the caller's snapshot: one repo's
+counts, and its storage-level checks (every record decodes, every embedding has the repo's dimension,
+every link has its mirror). Both read every row of the repo each time they run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import StorageError, ValidationError
+from ...graph import codec
+from ...graph.model import EdgeType, NodeType
+from .tx import _id, _Tx
+
+
+def _counts(tx: _Tx) -> dict[str, Any]:
+    """Nodes per type, links, ingestion records, metadata and dimension of `tx`'s repo."""
+    counts = {nt.value: 0 for nt in NodeType}
+    for node_type, n in tx.all("count_types", (tx.repo,)):
+        counts[str(node_type)] = int(n)
+
+    def count(name: str) -> int:
+        row = tx.one(name, (tx.repo,))
+        return 0 if row is None else int(row[0])
+
+    return {
+        "nodes": counts,
+        "links": count("count_links") // 2,
+        "ingestion_records": count("count_records"),
+        "metadata": count("count_meta"),
+        "dimension": tx.dim(),
+        "disk_bytes": None,
+    }
+
+
+def _problems(tx: _Tx) -> tuple[list[str], int]:
+    """What is wrong with `tx`'s repo at the storage level, and how many ingestion records were checked."""
+    problems: list[str] = []
+    dim = tx.dim()
+    vecs = {bytes(k): bytes(v) for k, v in tx.all("repo_embeddings", (tx.repo,))}
+    nodes = tx.all("repo_nodes", (tx.repo,))
+    for key, node_type, record in nodes:
+        vec = vecs.get(bytes(key))
+        shown = bytes(key).decode("utf-8", "replace")
+        try:
+            node = codec.decode_node(bytes(record), _id(key), None, {})
+            if node.node_type.value != node_type:
+                problems.append(f"node {shown!r} is stored as {node_type!r} but is a {node.node_type.value}")
+        except (StorageError, UnicodeDecodeError) as exc:
+            problems.append(f"node {shown!r}: {exc}")
+        if vec is not None and (dim is None or len(vec) != 4 * dim):
+            problems.append(f"embedding of {shown!r} has {len(vec)} bytes, dim {dim}")
+    links = {(bytes(a), e, bytes(b)) for a, e, b in tx.all("repo_links", (tx.repo,))}
+    for a, e, b in sorted(links):
+        if (b, e, a) not in links:
+            problems.append(
+                f"{e} link {a.decode('utf-8', 'replace')!r} -> {b.decode('utf-8', 'replace')!r} has no mirror"
+            )
+        try:
+            EdgeType(e)
+        except ValueError:
+            problems.append(f"link with unknown edge type {e!r}")
+    for key, data in tx.all("repo_metadata", (tx.repo,)):
+        try:
+            codec.decode_meta(bytes(data))
+        except StorageError as exc:
+            problems.append(f"metadata of {bytes(key).decode('utf-8', 'replace')!r}: {exc}")
+    records = tx.all("repo_records", (tx.repo,))
+    for key, data in records:
+        try:
+            codec.decode_record(_id(key), bytes(data))
+        except (StorageError, ValidationError, UnicodeDecodeError) as exc:
+            problems.append(f"ingestion record {bytes(key).decode('utf-8', 'replace')!r}: {exc}")
+    return problems, len(records)

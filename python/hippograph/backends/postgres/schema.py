@@ -1,0 +1,293 @@
+"""The schema: its numbered migrations and `SCHEMA_VERSION`, every statement the backend runs (by
+name, in `_SQL`), the migration run at open, and `drop_repo`.
+
+The backend creates and migrates its own tables on first open, safely when many processes open
+at once; ``docs/postgres.md`` (Design: Layout) describes the tables and the migration protocol.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from typing import Final
+
+import psycopg
+import psycopg.errors
+
+from ...errors import ConfigError, StorageError
+from .config import _check_repo, _resolve_dsn
+from .tx import _CONFLICT_STATES, _RACE_STATES, Conn, _rollback
+
+__all__ = ["SCHEMA_VERSION", "drop_repo"]
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_MIGRATION_ATTEMPTS = 20
+
+# `{s}` is the quoted schema name (validated against _SCHEMA_NAME before use).
+
+_MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
+    (
+        1,
+        "repos, nodes, embeddings, links, metadata, ingestion records, change log",
+        (
+            """CREATE TABLE {s}.repos (
+                repo text PRIMARY KEY,
+                dim integer CHECK (dim > 0),
+                created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+            )""",
+            """CREATE TABLE {s}.nodes (
+                repo text NOT NULL,
+                id bytea NOT NULL,
+                type text NOT NULL,
+                record bytea NOT NULL,
+                created_at timestamptz NOT NULL,
+                PRIMARY KEY (repo, id)
+            )""",
+            """CREATE TABLE {s}.embeddings (
+                repo text NOT NULL,
+                id bytea NOT NULL,
+                vec bytea NOT NULL,
+                PRIMARY KEY (repo, id),
+                FOREIGN KEY (repo, id) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE
+            )""",
+            """CREATE TABLE {s}.links (
+                repo text NOT NULL,
+                a bytea NOT NULL,
+                edge text NOT NULL,
+                b bytea NOT NULL,
+                PRIMARY KEY (repo, a, edge, b),
+                FOREIGN KEY (repo, a) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE,
+                FOREIGN KEY (repo, b) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE
+            )""",
+            "CREATE INDEX links_by_b ON {s}.links (b, repo)",
+            """CREATE TABLE {s}.metadata (
+                repo text NOT NULL,
+                id bytea NOT NULL,
+                record bytea NOT NULL,
+                PRIMARY KEY (repo, id)
+            )""",
+            """CREATE TABLE {s}.ingestion (
+                repo text NOT NULL,
+                source_id bytea NOT NULL,
+                record bytea NOT NULL,
+                token bytea NOT NULL,
+                stored_at timestamptz NOT NULL,
+                PRIMARY KEY (repo, source_id)
+            )""",
+            """CREATE TABLE {s}.changes (
+                seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                repo text NOT NULL,
+                ids bytea[] NOT NULL,
+                at timestamptz NOT NULL DEFAULT clock_timestamp()
+            )""",
+            "CREATE TABLE {s}.log_floor (id integer PRIMARY KEY CHECK (id = 1), seq bigint NOT NULL)",
+            "INSERT INTO {s}.log_floor (id, seq) VALUES (1, 0)",
+        ),
+    ),
+)
+
+SCHEMA_VERSION: Final = _MIGRATIONS[-1][0]
+"""The schema version this release creates and understands."""
+
+_SQL: Final[dict[str, str]] = {
+    # repo state
+    "register": "INSERT INTO {s}.repos (repo) VALUES (%s) ON CONFLICT (repo) DO NOTHING",
+    "dim": "SELECT dim FROM {s}.repos WHERE repo = %s",
+    "fix_dim": (
+        "INSERT INTO {s}.repos (repo, dim) VALUES (%s, %s) ON CONFLICT (repo) "
+        "DO UPDATE SET dim = COALESCE({s}.repos.dim, EXCLUDED.dim) RETURNING dim"
+    ),
+    "state": (
+        "SELECT f.seq, r.dim, r.created_at FROM {s}.log_floor f LEFT JOIN {s}.repos r ON r.repo = %s WHERE f.id = 1"
+    ),
+    # nodes
+    "unlink": "DELETE FROM {s}.links WHERE repo = %s AND (a = ANY(%s) OR b = ANY(%s))",
+    "put_node": (
+        "INSERT INTO {s}.nodes (repo, id, type, record, created_at) VALUES (%s, %s, %s, %s, %s) "
+        "ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, record = EXCLUDED.record, "
+        "created_at = EXCLUDED.created_at"
+    ),
+    "put_emb": (
+        "INSERT INTO {s}.embeddings (repo, id, vec) VALUES (%s, %s, %s) "
+        "ON CONFLICT (repo, id) DO UPDATE SET vec = EXCLUDED.vec"
+    ),
+    "del_emb": "DELETE FROM {s}.embeddings WHERE repo = %s AND id = ANY(%s)",
+    "existing": "SELECT id FROM {s}.nodes WHERE repo = %s AND id = ANY(%s)",
+    "put_link": "INSERT INTO {s}.links (repo, a, edge, b) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+    "del_nodes": "DELETE FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) RETURNING id",
+    "lock_nodes": "SELECT id, type FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) ORDER BY id FOR UPDATE",
+    "linked_any": "SELECT DISTINCT a FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
+    # Reads by id look the embedding and metadata up per node (a correlated subquery on the primary
+    # key) rather than joining: no planner estimate, however stale, turns that into a scan of the repo.
+    "nodes_by_id": (
+        "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id) "
+        "FROM {s}.nodes n WHERE n.repo = %s AND n.id = ANY(%s)"
+    ),
+    "nodes_with_meta": (
+        "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
+        "(SELECT m.record FROM {s}.metadata m WHERE m.repo = n.repo AND m.id = n.id) "
+        "FROM {s}.nodes n WHERE n.repo = %s AND n.id = ANY(%s)"
+    ),
+    "links_of": "SELECT a, edge, b FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
+    "neighbours": "SELECT DISTINCT b FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
+    "neighbours_by_edge": "SELECT DISTINCT b FROM {s}.links WHERE repo = %s AND a = ANY(%s) AND edge = %s",
+    "ids_of_types": "SELECT id FROM {s}.nodes WHERE repo = %s AND type = ANY(%s::text[])",
+    # scoring inputs (the cache)
+    "scoring_rows": (
+        "SELECT n.id, n.type, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
+        "(SELECT m.record FROM {s}.metadata m WHERE m.repo = n.repo AND m.id = n.id) "
+        "FROM {s}.nodes n WHERE n.repo = %s AND n.id = ANY(%s)"
+    ),
+    # whole-repo scans: one table each, joined in Python, so no join plan can go wrong on a big repo
+    "repo_types": "SELECT id, type FROM {s}.nodes WHERE repo = %s",
+    "repo_nodes": "SELECT id, type, record FROM {s}.nodes WHERE repo = %s",
+    "repo_embeddings": "SELECT id, vec FROM {s}.embeddings WHERE repo = %s",
+    "repo_metadata": "SELECT id, record FROM {s}.metadata WHERE repo = %s",
+    "repo_links": "SELECT a, edge, b FROM {s}.links WHERE repo = %s",
+    "repo_records": "SELECT source_id, record FROM {s}.ingestion WHERE repo = %s",
+    # metadata
+    "put_meta": (
+        "INSERT INTO {s}.metadata (repo, id, record) VALUES (%s, %s, %s) "
+        "ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record"
+    ),
+    "del_meta": "DELETE FROM {s}.metadata WHERE repo = %s AND id = ANY(%s) RETURNING id",
+    "get_meta": "SELECT id, record FROM {s}.metadata WHERE repo = %s AND id = ANY(%s)",
+    # ingestion
+    "claim": (
+        "INSERT INTO {s}.ingestion (repo, source_id, record, token, stored_at) VALUES (%s, %s, %s, %s, %s) "
+        "ON CONFLICT (repo, source_id) DO NOTHING RETURNING token"
+    ),
+    "get_record": "SELECT record, token FROM {s}.ingestion WHERE repo = %s AND source_id = %s",
+    "del_record": "DELETE FROM {s}.ingestion WHERE repo = %s AND source_id = %s RETURNING source_id",
+    # change log
+    "log": "INSERT INTO {s}.changes (repo, ids) VALUES (%s, %s) RETURNING seq",
+    "log_new": "SELECT seq, CASE WHEN repo = %s THEN ids END FROM {s}.changes WHERE seq > %s ORDER BY seq",
+    "log_new_and_gaps": (
+        "SELECT seq, CASE WHEN repo = %s THEN ids END FROM {s}.changes WHERE seq > %s OR seq = ANY(%s) ORDER BY seq"
+    ),
+    "log_top": "SELECT max(seq) FROM {s}.changes",
+    "log_seqs_above": "SELECT seq FROM {s}.changes WHERE seq > %s",
+    "trim_cut": (
+        "SELECT max(seq) FROM {s}.changes WHERE seq <= %s AND at < clock_timestamp() - %s * interval '1 second'"
+    ),
+    "trim_floor": "UPDATE {s}.log_floor SET seq = %s WHERE id = 1 AND seq < %s RETURNING seq",
+    "trim_delete": "DELETE FROM {s}.changes WHERE seq <= %s",
+    # stats and checks
+    "count_types": "SELECT type, count(*) FROM {s}.nodes WHERE repo = %s GROUP BY type",
+    "count_links": "SELECT count(*) FROM {s}.links WHERE repo = %s",
+    "count_records": "SELECT count(*) FROM {s}.ingestion WHERE repo = %s",
+    "count_meta": "SELECT count(*) FROM {s}.metadata WHERE repo = %s",
+}
+
+_DROP_REPO: Final = (
+    "DELETE FROM {s}.nodes WHERE repo = %s",
+    "DELETE FROM {s}.metadata WHERE repo = %s",
+    "DELETE FROM {s}.ingestion WHERE repo = %s",
+    "DELETE FROM {s}.repos WHERE repo = %s",
+)
+
+
+def _check_schema(schema: object) -> str:
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ConfigError(f"schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, ≤ 63 chars), got {schema!r}")
+    if schema.startswith("pg_") or schema == "information_schema":
+        raise ConfigError(f"schema {schema!r} is reserved by PostgreSQL")
+    return schema
+
+
+def _sql_map(schema: str) -> dict[str, str]:
+    quoted = f'"{schema}"'
+    return {name: text.replace("{s}", quoted) for name, text in _SQL.items()}
+
+
+def _migrate(conn: Conn, schema: str) -> None:
+    """Brings `schema` to `SCHEMA_VERSION`; safe when many processes open at once.
+
+    The schema and the migrations table are created with ``IF NOT EXISTS``
+    (a lost creation race is retried). Pending migrations then run in one
+    transaction, each claimed by inserting its version with ``ON CONFLICT DO
+    NOTHING``: a concurrent migrator blocks on the first claimed row until the
+    winner commits, then finds every version present and applies nothing.
+    """
+    quoted = f'"{schema}"'
+    for attempt in range(1, _MIGRATION_ATTEMPTS + 1):
+        try:
+            version = _schema_version(conn, quoted)
+            if version is not None and version > SCHEMA_VERSION:
+                raise StorageError(
+                    f"schema {schema!r} is at version {version}; this hippograph understands up to "
+                    f"{SCHEMA_VERSION} (upgrade hippograph)",
+                    operation="open",
+                )
+            if version == SCHEMA_VERSION:
+                return
+            if version is None:
+                _bootstrap(conn, schema, quoted)
+                continue
+            conn.execute("BEGIN")
+            try:
+                for number, description, statements in _MIGRATIONS:
+                    claimed = conn.execute(
+                        f"INSERT INTO {quoted}.migrations (version, description) VALUES (%s, %s) "
+                        "ON CONFLICT (version) DO NOTHING RETURNING version",
+                        (number, description),
+                    ).fetchone()
+                    if claimed is not None:
+                        for statement in statements:
+                            conn.execute(statement.replace("{s}", quoted))
+            except BaseException:
+                _rollback(conn)
+                raise
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            if exc.sqlstate not in _CONFLICT_STATES | _RACE_STATES | {"42P06", "42P07", "42710"}:
+                raise
+            time.sleep(0.01 * attempt * random.uniform(0.5, 1.5))
+    raise StorageError(f"could not migrate schema {schema!r}: too many concurrent attempts", operation="open")
+
+
+def _schema_version(conn: Conn, quoted: str) -> int | None:
+    """The highest applied migration, or None when the migrations table does not exist yet."""
+    try:
+        row = conn.execute(f"SELECT max(version) FROM {quoted}.migrations").fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        return None
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def _bootstrap(conn: Conn, schema: str, quoted: str) -> None:
+    exists = conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)).fetchone()
+    if exists is None:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {quoted}.migrations ("
+        "version integer PRIMARY KEY, description text NOT NULL, "
+        "applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    )
+
+
+def drop_repo(dsn: str | None = None, *, repo: str, schema: str = "hippograph") -> bool:
+    """Deletes every node, link, embedding, metadata and ingestion record of one
+    repo, in one transaction; returns whether the repo existed.
+
+    Processes that have the repo open see it empty from their next call (their
+    caches notice the repo was dropped and rebuild). Other repos are untouched.
+    """
+    dsn = _resolve_dsn(dsn)
+    repo = _check_repo(repo)
+    quoted = f'"{_check_schema(schema)}"'
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            if _schema_version(conn, quoted) is None:
+                return False
+            with conn.transaction():
+                existed = conn.execute(
+                    f"SELECT 1 FROM {quoted}.repos WHERE repo = %s",
+                    (repo,),
+                ).fetchone()
+                for statement in _DROP_REPO:
+                    conn.execute(statement.replace("{s}", quoted), (repo,))
+            return existed is not None
+    except psycopg.Error as exc:
+        raise StorageError(f"cannot drop repo {repo!r}: {exc}", operation="drop_repo") from None

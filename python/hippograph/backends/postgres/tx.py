@@ -1,0 +1,316 @@
+"""Transactions: `_Tx` (one transaction's connection with the repo's statements), `_Write` (the
+steps of a write, ending with its change-log row) and `_Runner` (the connection pool and the loop
+that runs each call's transaction, retrying what is safe to retry).
+
+Which errors are retried, and when a connection lost during ``COMMIT`` may be, is told in
+``docs/postgres.md`` (Design: Transactions, Retries and lost connections). The SQLSTATE sets here
+sort psycopg's errors for that loop (`_kind`) and for the migrations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+
+from ...errors import HippographError, StorageError
+from ...graph import codec
+from ...graph.changeset import Changeset, check_changeset, normalised_links
+from ...graph.model import EdgeType, Node, NodeMetadata
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+Conn = psycopg.Connection[Row]
+
+# SQLSTATEs
+_CONFLICT_STATES = frozenset({"40001", "40P01"})
+_RACE_STATES = frozenset({"23503", "23505"})  # FK / unique violation: a concurrent writer won a race
+_TIMEOUT_STATES = frozenset({"57014", "55P03"})
+_AMBIGUOUS_STATES = frozenset({"40003"})  # CockroachDB: statement completion unknown
+_CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})  # shutdowns, idle timeouts
+
+
+def _key(node_id: str) -> bytes:
+    return node_id.encode("utf-8")
+
+
+def _id(key: bytes | memoryview) -> str:
+    return bytes(key).decode("utf-8")
+
+
+class _Retry(Exception):
+    """Raised inside a transaction to roll it back and run it again."""
+
+
+class _Tx:
+    """One transaction's connection, with the repo's statements at hand."""
+
+    def __init__(self, conn: Conn, repo: str, sql: Mapping[str, str]) -> None:
+        self.conn = conn
+        self.repo = repo
+        self.sql = sql
+
+    def all(self, name: str, params: Sequence[Any] = ()) -> list[Row]:
+        with self.conn.cursor(binary=True) as cur:
+            cur.execute(self.sql[name], params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def one(self, name: str, params: Sequence[Any] = ()) -> Row | None:
+        with self.conn.cursor(binary=True) as cur:
+            cur.execute(self.sql[name], params)
+            return cur.fetchone() if cur.description is not None else None
+
+    def run(self, name: str, params: Sequence[Any] = ()) -> int:
+        with self.conn.cursor(binary=True) as cur:
+            cur.execute(self.sql[name], params)
+            return cur.rowcount
+
+    def many(self, name: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            with self.conn.cursor(binary=True) as cur:
+                cur.executemany(self.sql[name], rows)
+
+    # -- shared reads ------------------------------------------------------------------
+
+    def dim(self) -> int | None:
+        row = self.one("dim", (self.repo,))
+        return None if row is None or row[0] is None else int(row[0])
+
+    def links_of(self, keys: list[bytes]) -> dict[str, dict[EdgeType, set[str]]]:
+        out: dict[str, dict[EdgeType, set[str]]] = {}
+        for a, edge, b in self.all("links_of", (self.repo, keys)):
+            out.setdefault(_id(a), {}).setdefault(EdgeType(edge), set()).add(_id(b))
+        return out
+
+    def nodes(self, ids: Iterable[str], *, with_meta: bool = False) -> dict[str, tuple[Node, NodeMetadata | None]]:
+        """The nodes (with their current links, and metadata when asked) among `ids`."""
+        keys = sorted({_key(i) for i in ids})
+        if not keys:
+            return {}
+        rows = self.all("nodes_with_meta" if with_meta else "nodes_by_id", (self.repo, keys))
+        links = self.links_of([bytes(r[0]) for r in rows])
+        out: dict[str, tuple[Node, NodeMetadata | None]] = {}
+        for row in rows:
+            node_id = _id(row[0])
+            out[node_id] = (
+                _decode_node(node_id, row[1], row[2], links.get(node_id, {})),
+                codec.decode_meta(bytes(row[3])) if with_meta and row[3] is not None else None,
+            )
+        return out
+
+
+def _decode_node(node_id: str, record: bytes, vec: bytes | None, links: Mapping[EdgeType, set[str]]) -> Node:
+    embedding = None if vec is None else codec.decode_embedding(bytes(vec))
+    return codec.decode_node(bytes(record), node_id, embedding, {e: frozenset(i) for e, i in links.items()})
+
+
+class _Write:
+    """One write transaction: the changeset steps, then one change-log row naming what it touched."""
+
+    def __init__(self, tx: _Tx) -> None:
+        self.tx = tx
+        self.touched: set[str] = set()
+        self.seq: int | None = None
+
+    def apply(self, cs: Changeset, meta_rows: Mapping[str, bytes]) -> None:
+        """Additions, then links, then metadata (the `apply_changeset` order)."""
+        tx, repo = self.tx, self.tx.repo
+        stored = tx.dim()
+        dim = check_changeset(cs, stored)
+        if dim is not None and stored is None:
+            row = tx.one("fix_dim", (repo, dim))
+            fixed = None if row is None else row[0]
+            if fixed != dim:  # a concurrent writer fixed another dimension first
+                check_changeset(cs, fixed)
+        last = {n.id: n for n in cs.additions}
+        if last:
+            keys = sorted(_key(i) for i in last)
+            tx.run("unlink", (repo, keys, keys))
+            nodes = sorted(((_key(i), n) for i, n in last.items()), key=lambda kn: kn[0])
+            tx.many(
+                "put_node",
+                [(repo, k, n.node_type.value, codec.encode_node(n), n.created_at) for k, n in nodes],
+            )
+            bare = [k for k, n in nodes if n.embedding is None]
+            if bare:
+                tx.run("del_emb", (repo, bare))
+            tx.many(
+                "put_emb",
+                [(repo, k, codec.encode_embedding(n.embedding)) for k, n in nodes if n.embedding is not None],
+            )
+            self.touched.update(last)
+        self.link([(a, b, e) for a, b, e in normalised_links(cs)])
+        self.put_meta(meta_rows)
+
+    def link(self, links: list[tuple[str, str, EdgeType]]) -> None:
+        """Both directions of every link whose two ends exist; others are no-ops."""
+        links = [(a, b, e) for a, b, e in links if a != b]
+        if not links:
+            return
+        ends = sorted({_key(x) for a, b, _ in links for x in (a, b)})
+        existing = {bytes(r[0]) for r in self.tx.all("existing", (self.tx.repo, ends))}
+        rows: set[tuple[bytes, str, bytes]] = set()
+        for a, b, edge in links:
+            ka, kb = _key(a), _key(b)
+            if ka in existing and kb in existing:
+                rows.add((ka, edge.value, kb))
+                rows.add((kb, edge.value, ka))
+        self.tx.many("put_link", [(self.tx.repo, a, e, b) for a, e, b in sorted(rows)])
+
+    def put_meta(self, meta_rows: Mapping[str, bytes]) -> None:
+        rows = sorted((_key(i), data) for i, data in meta_rows.items())
+        self.tx.many("put_meta", [(self.tx.repo, k, data) for k, data in rows])
+        self.touched.update(meta_rows)
+
+    def delete_nodes(self, ids: Iterable[str]) -> list[str]:
+        keys = sorted({_key(i) for i in ids})
+        if not keys:
+            return []
+        gone = [_id(r[0]) for r in self.tx.all("del_nodes", (self.tx.repo, keys))]
+        self.touched.update(gone)
+        return gone
+
+    def delete_meta(self, ids: Iterable[str]) -> None:
+        keys = sorted({_key(i) for i in ids})
+        if keys:
+            self.touched.update(_id(r[0]) for r in self.tx.all("del_meta", (self.tx.repo, keys)))
+
+    def finish(self) -> None:
+        """Logs the touched ids: the transaction's last statement, so its seq is in flight only until COMMIT."""
+        if self.touched:
+            row = self.tx.one("log", (self.tx.repo, sorted(_key(i) for i in self.touched)))
+            self.seq = None if row is None else int(row[0])
+
+
+class _Runner:
+    """The connection pool of one `Postgres`, and the loop that runs each call's transaction on it."""
+
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool[Conn],
+        repo: str,
+        sql: Mapping[str, str],
+        *,
+        timeout: float,
+        retries: int,
+        where: str,
+        write_begin: str,
+    ) -> None:
+        self.pool = pool
+        self.repo = repo
+        self.sql = sql
+        self.timeout = timeout
+        self.retries = retries
+        self.where = where
+        self.write_begin = write_begin
+
+    def backoff(self, attempt: int) -> None:
+        time.sleep(min(1.0, 0.005 * 2 ** min(attempt, 8)) * random.uniform(0.5, 1.5))
+
+    def run(
+        self,
+        operation: str,
+        fn: Callable[[_Tx], T],
+        *,
+        write: bool,
+        snapshot: bool = True,
+        resolves_doubt: bool = False,
+    ) -> T:
+        """Runs `fn` in one transaction, retrying what is safe to retry.
+
+        `snapshot` (reads): one REPEATABLE READ READ ONLY transaction; without
+        it the statements run in autocommit (use for single-statement reads).
+        `resolves_doubt` (writes): `fn` can tell on a rerun whether an attempt
+        whose COMMIT got no answer took effect, so that case is retried too.
+        """
+        attempt = 0
+        while True:
+            attempt += 1
+            committing = False
+            try:
+                with self.pool.connection(timeout=self.timeout) as conn:
+                    transactional = write or snapshot
+                    if write:
+                        conn.execute(self.write_begin)
+                    elif snapshot:
+                        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    try:
+                        result = fn(_Tx(conn, self.repo, self.sql))
+                    except BaseException:
+                        if transactional:
+                            _rollback(conn)
+                        raise
+                    if transactional:
+                        committing = True
+                        conn.execute("COMMIT")
+                return result
+            except HippographError:
+                raise
+            except _Retry:
+                if attempt > self.retries:
+                    raise StorageError("gave up after repeated concurrent changes", operation=operation) from None
+                self.backoff(attempt)
+            except psycopg_pool.PoolTimeout:
+                raise StorageError(
+                    f"no PostgreSQL connection available within {self.timeout:g} s ({self.where})",
+                    operation=operation,
+                ) from None
+            except psycopg_pool.PoolClosed:
+                raise StorageError("the backend is closed", operation=operation) from None
+            except psycopg.Error as exc:
+                kind = _kind(exc, write)
+                if kind == "connection":
+                    self.check_pool()
+                    if write and committing and not resolves_doubt:
+                        raise StorageError(
+                            f"connection to {self.where} lost while committing; the change may or may not "
+                            f"have been applied: {exc}",
+                            operation=operation,
+                        ) from None
+                elif kind == "ambiguous" and write and not resolves_doubt:
+                    raise StorageError(
+                        f"the database could not tell whether the change was applied: {exc}", operation=operation
+                    ) from None
+                elif kind == "timeout":
+                    raise StorageError(f"timed out: {exc}", operation=operation) from None
+                elif kind == "fatal":
+                    raise StorageError(f"{type(exc).__name__}: {exc}", operation=operation) from None
+                if attempt > self.retries:
+                    raise StorageError(
+                        f"gave up after {attempt} attempts; last error {type(exc).__name__}: {exc}",
+                        operation=operation,
+                    ) from None
+                self.backoff(attempt)
+
+    def check_pool(self) -> None:
+        """After a lost connection, drop the pool's other dead connections before retrying."""
+        with contextlib.suppress(psycopg.Error, psycopg_pool.PoolClosed):
+            self.pool.check()
+
+
+def _rollback(conn: Conn) -> None:
+    with contextlib.suppress(psycopg.Error):  # a lost connection is rolled back by the server
+        conn.execute("ROLLBACK")
+
+
+def _kind(exc: psycopg.Error, write: bool) -> str:
+    """conflict | race | ambiguous | timeout | connection | fatal, from a psycopg error."""
+    state = exc.sqlstate
+    if state in _CONFLICT_STATES:
+        return "conflict"
+    if write and state in _RACE_STATES:
+        return "race"
+    if state in _AMBIGUOUS_STATES:
+        return "ambiguous"
+    if state in _TIMEOUT_STATES:
+        return "timeout"
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and (
+        state is None or state.startswith("08") or state in _CONNECTION_STATES
+    ):
+        return "connection"
+    return "fatal"

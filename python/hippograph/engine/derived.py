@@ -1,0 +1,101 @@
+"""One store's derived scoring state in this process: a `TypeColumns` per kind, and each id's kind.
+
+Every backend keeps one `DerivedColumns` (InMemory writes it with the store,
+LMDB and PostgreSQL catch it up from their change logs). It is derived data:
+`replace` rebuilds it whole from the store, and the vector-index helpers here
+(`stats`, `build`, `reclaim`, `close`) serve every backend. Callers hold
+`lock` (readers shared, writers alone) around each call, as `TypeColumns` needs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import Any, Generic, Protocol, TypeVar
+
+from .checks import Embedding
+from .columns import SharedLock, TypeColumns, Usage, retire, stop_background_builds
+from .vector_index import AnnConfig
+
+__all__ = ["DerivedColumns", "ReadWriteLock", "Row"]
+
+K = TypeVar("K", bound=str)
+
+Row = tuple[str, K, Embedding | None, Usage | None]
+"""(id, kind, embedding, usage) of one stored item, as `replace` takes them."""
+
+
+class ReadWriteLock(SharedLock, Protocol):
+    """The backend's lock over its derived columns: readers share it, writers hold it alone."""
+
+    def write(self) -> AbstractContextManager[None]: ...
+
+
+class DerivedColumns(Generic[K]):
+    """The columns of every kind (`kinds`), kept in step with a store by its backend."""
+
+    def __init__(
+        self,
+        kinds: Iterable[K],
+        ann: AnnConfig | None,
+        lock: ReadWriteLock,
+        load_saved: Callable[[TypeColumns, threading.Event], bool] | None = None,
+    ) -> None:
+        self.kinds = tuple(kinds)
+        self.ann = ann
+        self.lock = lock
+        self._load_saved = load_saved
+        self.columns: dict[K, TypeColumns] = self._fresh()
+        self.kind_of: dict[str, K] = {}
+        self.retired: list[threading.Thread] = []
+        """Builder threads of columns a `replace` retired, joined on close."""
+
+    def _fresh(self) -> dict[K, TypeColumns]:
+        return {kind: TypeColumns(self.ann, self.lock, self._load_saved) for kind in self.kinds}
+
+    def put(self, item_id: str, kind: K, embedding: Embedding | None, usage: Usage | None) -> None:
+        """The item's current row (moved out of another kind's columns if its kind changed)."""
+        old = self.kind_of.get(item_id)
+        if old is not None and old != kind:
+            self.columns[old].remove(item_id)
+        self.columns[kind].upsert(item_id, embedding, usage)
+        self.kind_of[item_id] = kind
+
+    def set_usage(self, item_id: str, usage: Usage | None) -> None:
+        kind = self.kind_of.get(item_id)
+        if kind is not None:
+            self.columns[kind].set_usage(item_id, usage)
+
+    def drop(self, item_id: str) -> None:
+        kind = self.kind_of.pop(item_id, None)
+        if kind is not None:
+            self.columns[kind].remove(item_id)
+
+    def replace(self, rows: Iterable[Row[K]]) -> None:
+        """Everything afresh from the store's rows (decode them first: nothing changes if that fails)."""
+        columns = self._fresh()
+        kind_of: dict[str, K] = {}
+        for item_id, kind, embedding, usage in rows:
+            columns[kind].upsert(item_id, embedding, usage)
+            kind_of[item_id] = kind
+        self.retired = retire(self.columns.values(), self.retired)
+        self.columns, self.kind_of = columns, kind_of
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per kind: the vector index's state (`TypeColumns.vector_index_stats`) and ``loaded``:
+        whether this process read it from saved files instead of building it."""
+        out: dict[str, dict[str, Any]] = {}
+        for kind in self.kinds:
+            columns = self.columns[kind]
+            loaded = columns.ann is not None and columns.ann.loaded
+            out[str(kind)] = {**columns.vector_index_stats(), "loaded": loaded}
+        return out
+
+    def reclaim(self) -> list[str]:
+        """Rebuilds the vector indexes that carry deletion marks (hold `lock` for writing); the kinds rebuilt."""
+        return [str(kind) for kind in self.kinds if self.columns[kind].reclaim_vector_index()]
+
+    def close(self) -> None:
+        """Stops background builds for good and waits for them (hold none of the backend's locks)."""
+        stop_background_builds(self.columns.values(), self.retired)

@@ -1,0 +1,92 @@
+//! Bindings of `hippograph_core::certified`: the usage order and the certified
+//! walk of the approximate path, over the same structured arguments as
+//! [`crate::scoring`].
+
+use crate::errors;
+use crate::scoring::{contiguous, hits_to_arrays, shape, Scan, ScanArrays, Selection, UsageColumns, ValueParams};
+use hippograph_core::certified::{self, UsageOrder};
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+
+/// Rows sorted by their usage key, largest first, and the keys.
+type Order<'py> = (Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<f64>>);
+
+fn order_to_arrays(py: Python<'_>, order: UsageOrder) -> Order<'_> {
+    (order.rows.into_pyarray(py), order.keys.into_pyarray(py))
+}
+
+/// Rows sorted by their time-independent usage bound, for `certified_walk`.
+#[pyfunction]
+fn usage_order<'py>(
+    py: Python<'py>,
+    usage: &Bound<'py, UsageColumns>,
+    params: &Bound<'py, ValueParams>,
+) -> PyResult<Order<'py>> {
+    let view = usage.get().borrow(py)?;
+    let meta = view.columns(py)?;
+    let p = params.get().0;
+    let order = errors::detached(py, "usage_order", || certified::usage_order(meta, &p))?.map_err(|e| shape(py, e))?;
+    Ok(order_to_arrays(py, order))
+}
+
+/// A usage order with its stale rows merged in (see `hippograph_core::certified::merge_usage_order`).
+#[pyfunction]
+fn merge_usage_order<'py>(
+    py: Python<'py>,
+    rows: PyReadonlyArray1<'py, u32>,
+    keys: PyReadonlyArray1<'py, f64>,
+    stale: PyReadonlyArray1<'py, u32>,
+    usage: &Bound<'py, UsageColumns>,
+    params: &Bound<'py, ValueParams>,
+) -> PyResult<Order<'py>> {
+    let view = usage.get().borrow(py)?;
+    let meta = view.columns(py)?;
+    let p = params.get().0;
+    let (rows, keys) = (contiguous(py, "rows", &rows)?, contiguous(py, "keys", &keys)?);
+    let stale = contiguous(py, "stale", &stale)?;
+    let order =
+        errors::detached(py, "merge_usage_order", || certified::merge_usage_order(rows, keys, stale, meta, &p))?
+            .map_err(|e| shape(py, e))?;
+    Ok(order_to_arrays(py, order))
+}
+
+/// The certified top-k from a candidate pool with the default value function, or None past the budget.
+#[pyfunction]
+#[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
+fn certified_walk<'py>(
+    py: Python<'py>,
+    matrix: PyReadonlyArray2<'py, f32>,
+    norms: PyReadonlyArray1<'py, f32>,
+    queries: PyReadonlyArray2<'py, f32>,
+    usage: &Bound<'py, UsageColumns>,
+    rank: Option<PyReadonlyArray1<'py, u32>>,
+    now: f64,
+    params: &Bound<'py, ValueParams>,
+    selection: &Bound<'py, Selection>,
+    pool: PyReadonlyArray1<'py, u32>,
+    bound: f64,
+    order: PyReadonlyArray1<'py, u32>,
+    order_keys: PyReadonlyArray1<'py, f64>,
+    stale: PyReadonlyArray1<'py, u32>,
+    budget: usize,
+) -> PyResult<Option<Scan<'py>>> {
+    let arrays = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
+    let req = certified::WalkRequest {
+        scan: arrays.request(py, now, params.get(), selection.get())?,
+        pool: contiguous(py, "pool", &pool)?,
+        bound,
+        order: contiguous(py, "order", &order)?,
+        order_keys: contiguous(py, "order_keys", &order_keys)?,
+        stale: contiguous(py, "stale", &stale)?,
+        budget,
+    };
+    let hits = errors::detached(py, "certified_walk", || certified::walk(&req))?.map_err(|e| shape(py, e))?;
+    Ok(hits.map(|hits| hits_to_arrays(py, hits)))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(usage_order, m)?)?;
+    m.add_function(wrap_pyfunction!(merge_usage_order, m)?)?;
+    m.add_function(wrap_pyfunction!(certified_walk, m)?)?;
+    Ok(())
+}
