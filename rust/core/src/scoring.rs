@@ -196,36 +196,51 @@ fn dots<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> [f32; Q] {
     out
 }
 
-/// Max of the dots of one row against all queries, in blocks of up to 8.
+/// Relevance of every row of `data` against the unit queries: the best of `$max_dot::<Q>` over
+/// blocks of up to eight queries (`Q` a constant, so a kernel keeps its accumulators in
+/// registers), divided by the row's norm and clamped to [0, 1]; a zero row scores 0. The one
+/// body every kernel (portable, AVX2, AVX-512) instantiates with its own `max_dot`.
+macro_rules! relevance_rows {
+    ($max_dot:ident, $data:expr, $norms:expr, $dim:expr, $unit:expr, $out:expr) => {{
+        let (dim, unit): (usize, &[f32]) = ($dim, $unit);
+        let m = unit.len() / dim;
+        for ((row, &norm), o) in $data.chunks_exact(dim).zip($norms).zip($out.iter_mut()) {
+            if norm <= 0.0 {
+                *o = 0.0;
+                continue;
+            }
+            let mut best = f32::NEG_INFINITY;
+            let mut start = 0;
+            while start < m {
+                let block = &unit[start * dim..];
+                let take = (m - start).min(8);
+                let local = match take {
+                    1 => $max_dot::<1>(row, block, dim),
+                    2 => $max_dot::<2>(row, block, dim),
+                    3 => $max_dot::<3>(row, block, dim),
+                    4 => $max_dot::<4>(row, block, dim),
+                    5 => $max_dot::<5>(row, block, dim),
+                    6 => $max_dot::<6>(row, block, dim),
+                    7 => $max_dot::<7>(row, block, dim),
+                    _ => $max_dot::<8>(row, block, dim),
+                };
+                best = best.max(local);
+                start += take;
+            }
+            *o = (best / norm).clamp(0.0, 1.0);
+        }
+    }};
+}
+
+/// Max over `Q` unit queries of the dot product with `row` (portable kernel).
 #[inline(always)]
-fn max_dot(row: &[f32], queries: &[f32], dim: usize) -> f32 {
-    let m = queries.len() / dim;
-    let mut best = f32::NEG_INFINITY;
-    let mut start = 0;
-    while start < m {
-        let block = &queries[start * dim..];
-        let take = (m - start).min(8);
-        let local = match take {
-            1 => dots::<1>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
-            2 => dots::<2>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
-            3 => dots::<3>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
-            4 => dots::<4>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
-            5 => dots::<5>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
-            6 => dots::<6>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
-            7 => dots::<7>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
-            _ => dots::<8>(row, block, dim).into_iter().fold(f32::NEG_INFINITY, f32::max),
-        };
-        best = best.max(local);
-        start += take;
-    }
-    best
+fn max_dot_q<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
+    dots::<Q>(row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
 }
 
 #[inline(always)]
 fn relevance_block_impl(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
-    for ((row, &norm), o) in data.chunks_exact(dim).zip(norms).zip(out.iter_mut()) {
-        *o = if norm > 0.0 { (max_dot(row, unit, dim) / norm).clamp(0.0, 1.0) } else { 0.0 };
-    }
+    relevance_rows!(max_dot_q, data, norms, dim, unit, out)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -282,32 +297,7 @@ mod avx2 {
 
     #[inline(always)]
     unsafe fn relevance_rows(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
-        let m = unit.len() / dim;
-        for ((row, &norm), o) in data.chunks_exact(dim).zip(norms).zip(out.iter_mut()) {
-            if norm <= 0.0 {
-                *o = 0.0;
-                continue;
-            }
-            let mut best = f32::NEG_INFINITY;
-            let mut start = 0;
-            while start < m {
-                let block = &unit[start * dim..];
-                let take = (m - start).min(8);
-                let local = match take {
-                    1 => max_dot_q::<1>(row, block, dim),
-                    2 => max_dot_q::<2>(row, block, dim),
-                    3 => max_dot_q::<3>(row, block, dim),
-                    4 => max_dot_q::<4>(row, block, dim),
-                    5 => max_dot_q::<5>(row, block, dim),
-                    6 => max_dot_q::<6>(row, block, dim),
-                    7 => max_dot_q::<7>(row, block, dim),
-                    _ => max_dot_q::<8>(row, block, dim),
-                };
-                best = best.max(local);
-                start += take;
-            }
-            *o = (best / norm).clamp(0.0, 1.0);
-        }
+        relevance_rows!(max_dot_q, data, norms, dim, unit, out)
     }
 }
 
@@ -346,32 +336,7 @@ mod avx512 {
     /// Relevance of a block of rows (the caller checked the CPU features).
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
-        let m = unit.len() / dim;
-        for ((row, &norm), o) in data.chunks_exact(dim).zip(norms).zip(out.iter_mut()) {
-            if norm <= 0.0 {
-                *o = 0.0;
-                continue;
-            }
-            let mut best = f32::NEG_INFINITY;
-            let mut start = 0;
-            while start < m {
-                let block = &unit[start * dim..];
-                let take = (m - start).min(8);
-                let local = match take {
-                    1 => max_dot_q::<1>(row, block, dim),
-                    2 => max_dot_q::<2>(row, block, dim),
-                    3 => max_dot_q::<3>(row, block, dim),
-                    4 => max_dot_q::<4>(row, block, dim),
-                    5 => max_dot_q::<5>(row, block, dim),
-                    6 => max_dot_q::<6>(row, block, dim),
-                    7 => max_dot_q::<7>(row, block, dim),
-                    _ => max_dot_q::<8>(row, block, dim),
-                };
-                best = best.max(local);
-                start += take;
-            }
-            *o = (best / norm).clamp(0.0, 1.0);
-        }
+        relevance_rows!(max_dot_q, data, norms, dim, unit, out)
     }
 }
 
