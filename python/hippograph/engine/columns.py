@@ -104,7 +104,7 @@ class TypeColumns:
     non-exact queries from an HNSW candidate pool (built on first use, kept in
     step with every write, certified by `ann.certified_scan`).
 
-    `lock` is the backend's lock under which it calls this index (reads
+    `lock` is the backend's lock under which it calls these columns (reads
     shared, writes exclusive). Given one, the first non-exact query of a large
     type starts a background build (`AnnConfig.background`): the thread first
     lets `load_saved` adopt a saved index (LMDB), else copies the rows under
@@ -166,7 +166,7 @@ class TypeColumns:
         if self.dim == dim:
             return
         if self.dim != 0:
-            raise ValidationError(f"embedding dimension {dim} does not match the index dimension {self.dim}")
+            raise ValidationError(f"embedding dimension {dim} does not match the columns' dimension {self.dim}")
         self.dim = dim
         self._mat = np.zeros((self._norms.shape[0], dim), np.float32)
 
@@ -458,20 +458,20 @@ class TypeColumns:
 
 
 def stop_background_builds(
-    indexes: Iterable[TypeColumns], retired: Iterable[threading.Thread] = (), timeout: float = 60.0
+    columns: Iterable[TypeColumns], retired: Iterable[threading.Thread] = (), timeout: float = 60.0
 ) -> None:
     """Stops background builds for good and waits for them and for `retired` ones (cancelled earlier).
 
     Call holding none of the backend's locks: a builder may be waiting for one to publish.
     """
-    for thread in retire(indexes, retired):
+    for thread in retire(columns, retired):
         thread.join(timeout)
 
 
-def retire(indexes: Iterable[TypeColumns], retired: Iterable[threading.Thread] = ()) -> list[threading.Thread]:
-    """Stops the builds of type indexes a cache replaces; their threads plus those of `retired` still
+def retire(columns: Iterable[TypeColumns], retired: Iterable[threading.Thread] = ()) -> list[threading.Thread]:
+    """Stops the builds of columns a cache replaces; their threads plus those of `retired` still
     running, for the backend's close to join."""
-    stopped = [t for t in (index.close_background_builds() for index in indexes) if t is not None]
+    stopped = [t for t in (c.close_background_builds() for c in columns) if t is not None]
     return [t for t in retired if t.is_alive()] + stopped
 
 

@@ -303,53 +303,53 @@ def read_saved(
 
 
 def adopt_saved(
-    index: TypeColumns, config: AnnConfig, saved: Saved, seq: int, changed_since: ChangedSince
+    columns: TypeColumns, config: AnnConfig, saved: Saved, seq: int, changed_since: ChangedSince
 ) -> VectorIndex | None:
-    """`saved` brought up to store change `seq` for `index` (caller holds `index` still), or None."""
-    if saved.doc["seq"] > seq or saved.hnsw.dim != index.dim:
+    """`saved` brought up to store change `seq` for `columns` (caller holds `columns` still), or None."""
+    if saved.doc["seq"] > seq or saved.hnsw.dim != columns.dim:
         return None
     changed = set() if saved.doc["seq"] == seq else changed_since(saved.doc["seq"])
     if changed is None:
         return None
-    return _adopt(index, config, saved.hnsw, saved.doc, saved.mapping, changed)
+    return _adopt(columns, config, saved.hnsw, saved.doc, saved.mapping, changed)
 
 
 def load(
-    index: TypeColumns, config: AnnConfig, directory: Path, name: str, seq: int, changed_since: ChangedSince
+    columns: TypeColumns, config: AnnConfig, directory: Path, name: str, seq: int, changed_since: ChangedSince
 ) -> VectorIndex | None:
-    """The saved index `name` brought up to store change `seq` for `index`, or None (build afresh instead).
+    """The saved index `name` brought up to store change `seq` for `columns`, or None (build afresh instead).
 
     `changed_since(s)` returns the ids changed after store change `s` (up to
     `seq`), or None when the change log no longer reaches back that far (then
     the files are not even read). Every check is described in the module
     docstring; hnswlib only reads a file whose SHA-256 matched.
     """
-    if not vector_index.ann_available() or index.dim == 0:
+    if not vector_index.ann_available() or columns.dim == 0:
         return None
     doc = _read_sidecar(_paths(directory, name)[2])
-    if doc is None or not _valid_sidecar(doc, name, index.dim, config, seq):
+    if doc is None or not _valid_sidecar(doc, name, columns.dim, config, seq):
         return None
     changed = set() if doc["seq"] == seq else changed_since(doc["seq"])
     if changed is None:
         return None
-    saved = read_saved(directory, name, index.dim, config, seq)
+    saved = read_saved(directory, name, columns.dim, config, seq)
     if saved is None or saved.doc["seq"] != doc["seq"]:  # replaced meanwhile by another process's save
         return None
-    return adopt_saved(index, config, saved, seq, lambda since: changed)
+    return adopt_saved(columns, config, saved, seq, lambda since: changed)
 
 
 def _adopt(
-    index: TypeColumns,
+    columns: TypeColumns,
     config: AnnConfig,
     hnsw: Any,
     doc: dict[str, Any],
     mapping: tuple[list[int], list[str]],
     changed: set[str],
 ) -> VectorIndex | None:
-    """Wraps a verified hnswlib index, replays `changed` ids and checks it against `index`; None on mismatch."""
+    """Wraps a verified hnswlib index, replays `changed` ids and checks it against `columns`; None on mismatch."""
     labels, ids = mapping
     count = doc["count"]
-    ann = VectorIndex(index.dim, config, capacity=max(count, len(index)), hnsw=hnsw)
+    ann = VectorIndex(columns.dim, config, capacity=max(count, len(columns)), hnsw=hnsw)
     if config.threads:
         hnsw.set_num_threads(config.threads)
     ann.next_label = count
@@ -357,7 +357,7 @@ def _adopt(
     ann.label_of = dict(zip(ids, labels, strict=True))
     ann.id_of = dict(zip(labels, ids, strict=True))
     ann.persisted = (doc["seq"], doc["bin_sha256"])  # until the replay below changes anything
-    embedded = {index.ids[r] for r in np.flatnonzero(index.norms() > 0).tolist()}
+    embedded = {columns.ids[r] for r in np.flatnonzero(columns.norms() > 0).tolist()}
     stale = [i for i in ids if i not in embedded]
     if not set(stale) <= changed or not (embedded - ann.label_of.keys()) <= changed:
         return None
@@ -374,7 +374,7 @@ def _adopt(
             stored = np.asarray(hnsw.get_items([ann.label_of[i] for i in probe]), np.float32)
         except RuntimeError:  # a label the graph does not hold (live in the map, marked deleted)
             return None
-        current = _unit(index.matrix()[[index.row[i] for i in probe]])
+        current = _unit(columns.matrix()[[columns.row[i] for i in probe]])
         same = np.all(np.abs(_unit(stored) - current) <= 1e-5, axis=1)
         if not same[len(recheck) :].all():
             return None
@@ -383,11 +383,11 @@ def _adopt(
                 ann.discard(node_id)
     rows = np.full(len(ann.row_of_label), -1, np.int64)
     for node_id, label in ann.label_of.items():
-        rows[label] = index.row[node_id]
+        rows[label] = columns.row[node_id]
     ann.row_of_label = rows
-    missing = sorted(embedded - ann.label_of.keys(), key=index.row.__getitem__)
+    missing = sorted(embedded - ann.label_of.keys(), key=columns.row.__getitem__)
     if missing:
-        at = np.array([index.row[i] for i in missing], np.int64)
-        ann.add_many(missing, index.matrix()[at], at)
+        at = np.array([columns.row[i] for i in missing], np.int64)
+        ann.add_many(missing, columns.matrix()[at], at)
     ann.loaded = True
     return ann

@@ -117,8 +117,8 @@ class _Cache(DerivedColumns[NodeType]):
                 node_type = NodeType(item)
             except ValueError:
                 continue  # find_candidates reports it
-            index = self.columns[node_type]
-            if node_type not in self.ann_tried and index.ann is None and len(index) > self.ann.min_nodes:
+            type_columns = self.columns[node_type]
+            if node_type not in self.ann_tried and type_columns.ann is None and len(type_columns) > self.ann.min_nodes:
                 wanted.append(node_type)
         return wanted
 
@@ -127,20 +127,20 @@ class _Cache(DerivedColumns[NodeType]):
         if self.ann_dir is None or self.ann is None or t.seq() != self.seq:
             return
         for node_type in types:
-            index = self.columns[node_type]
-            if node_type in self.ann_tried or index.ann is not None or len(index) <= self.ann.min_nodes:
+            type_columns = self.columns[node_type]
+            if node_type in self.ann_tried or type_columns.ann is not None or len(type_columns) <= self.ann.min_nodes:
                 continue
             self.ann_tried.add(node_type)
-            index.ann = vector_files.load(
-                index,
+            type_columns.ann = vector_files.load(
+                type_columns,
                 self.ann,
                 self.ann_dir,
                 node_type.value,
                 self.seq,
                 lambda since: self._changed_since(t, since, self.seq),
             )
-            if index.ann is not None:
-                index.cancel_background_build()
+            if type_columns.ann is not None:
+                type_columns.cancel_background_build()
 
     def save(self) -> list[str]:
         """Saves every built HNSW graph that differs from its files (call under the cache's read lock)."""
@@ -148,8 +148,8 @@ class _Cache(DerivedColumns[NodeType]):
             return []
         return [
             nt.value
-            for nt, index in self.columns.items()
-            if index.ann is not None and vector_files.save(index.ann, self.ann_dir, nt.value, self.seq)
+            for nt, type_columns in self.columns.items()
+            if type_columns.ann is not None and vector_files.save(type_columns.ann, self.ann_dir, nt.value, self.seq)
         ]
 
     def adopt_in_background(self, owner: TypeColumns, cancel: threading.Event) -> bool:
@@ -160,7 +160,7 @@ class _Cache(DerivedColumns[NodeType]):
         Any failure here only means the build goes on from the rows.
         """
         with self.lock.write():
-            node_type = next((nt for nt, index in self.columns.items() if index is owner), None)
+            node_type = next((nt for nt, type_columns in self.columns.items() if type_columns is owner), None)
             if node_type is None or self.ann_dir is None or self.ann is None or node_type in self.ann_tried:
                 return False
             self.ann_tried.add(node_type)
