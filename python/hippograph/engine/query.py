@@ -65,21 +65,33 @@ class ScanParams:
         return _core.Selection(self.threshold, self.gate, self.top_k)
 
 
+def _vector(value: object, what: str) -> F32:
+    """`value` as a query vector: a 1-D float32 array is taken as it is (checked for NaN and
+    infinities once stacked, in `prepare_queries`), anything else through `as_embedding`."""
+    if type(value) is np.ndarray and value.dtype == np.float32 and value.ndim == 1 and value.size:
+        return value
+    return as_embedding(value, what)
+
+
 def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> F32:
     """The query and tag vectors as one `m × dim` matrix, validated."""
-    vectors = [as_embedding(query, "query")]
+    vectors = [_vector(query, "query")]
     if isinstance(tags, np.ndarray) and tags.ndim == 2:
         tags = list(tags)
     if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
         raise ValidationError(f"tags must be a collection of vectors (pass () for none), got {type(tags).__name__}")
-    vectors += [as_embedding(t, f"tag vector {i}") for i, t in enumerate(tags)]
+    vectors += [_vector(t, f"tag vector {i}") for i, t in enumerate(tags)]
     width = vectors[0].shape[0]
     for i, v in enumerate(vectors):
         expected = dim or width
         if v.shape[0] != expected:
             what = "query" if i == 0 else f"tag vector {i - 1}"
             raise ValidationError(f"{what} has dimension {v.shape[0]}, the store holds dimension {expected}")
-    return np.ascontiguousarray(np.stack(vectors))
+    matrix = np.stack(vectors)
+    if not np.isfinite(matrix).all():
+        for i, v in enumerate(vectors):  # the first vector at fault, refused as `as_embedding` words it
+            as_embedding(v, "query" if i == 0 else f"tag vector {i - 1}")
+    return matrix
 
 
 def scan(

@@ -6,7 +6,6 @@ a backend's back; a node with other links or another embedding is a new node.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import enum
 import math
@@ -205,8 +204,9 @@ class Node:
 
     def with_links(self, links: Mapping[EdgeType, Iterable[str]]) -> Node:
         """This node with another link set (backends assemble stored nodes with it)."""
-        out = copy.copy(self)
-        object.__setattr__(out, "links", {e: frozenset(ids) for e, ids in links.items() if ids})
+        out = object.__new__(type(self))  # a shallow copy without copy.copy's reduce protocol: hydration's hot path
+        out.__dict__.update(self.__dict__)
+        out.__dict__["links"] = {e: frozenset(ids) for e, ids in links.items() if ids}
         return out
 
     def linked_ids(self) -> set[str]:

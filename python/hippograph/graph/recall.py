@@ -85,7 +85,7 @@ def find_candidates(
         values = None if cfg.is_default else _python_values(cfg, tp, when, hydrate)
         ask = tp.top_k
         while True:
-            params = dataclasses.replace(tp, top_k=ask)
+            params = tp if ask == tp.top_k else dataclasses.replace(tp, top_k=ask)
             scanned = scan(type_columns, queries, params, when.timestamp(), values, approximate=bounded and not exact)
             picked = [(i, s) for i, s in scanned if i not in seen]
             loaded = hydrate([i for i, _ in picked])
