@@ -30,7 +30,7 @@ from hippograph.engine.vector_index import AnnConfig
 
 DIM = 16
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
-CONFIG = AnnConfig(min_nodes=50, ef_search=512, ef_construction=200, background=False)
+CONFIG = AnnConfig(min_nodes=50, ef_search=512, ef_construction=200, background=False, min_speedup=0)
 PARAMS = {"params": {"semantic": {"threshold": 0.0, "top_k": 10}}}
 QUERIES = np.random.default_rng(0).standard_normal((6, DIM)).astype(np.float32)
 

@@ -114,7 +114,7 @@ def open_store(spec: str, **options: Any) -> Any:
 def main() -> None:
     store, process, threads, ops, seed = sys.argv[1], *map(int, sys.argv[2:6])
     failed: list[str] = []
-    with hg.Repo(open_store(store, ann=AnnConfig(min_nodes=8)), flush_interval=0.05) as repo:
+    with hg.Repo(open_store(store, ann=AnnConfig(min_nodes=8, min_speedup=0)), flush_interval=0.05) as repo:
         pool = [
             threading.Thread(target=worker, args=(repo, process * threads + t, ops, seed, failed))
             for t in range(threads)

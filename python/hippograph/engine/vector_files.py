@@ -15,6 +15,7 @@ lists every check.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -30,7 +31,7 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from . import vector_index
+from . import calibration, vector_index
 from .vector_index import AnnConfig, VectorIndex
 
 if TYPE_CHECKING:
@@ -133,7 +134,8 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
             return False
         tmp = _temp(directory, name)
         try:
-            _write_private(tmp, json.dumps({**on_disk, "seq": seq}, sort_keys=True).encode())
+            doc = {**on_disk, "seq": seq, "calibration": _calibration_doc(ann)}
+            _write_private(tmp, json.dumps(doc, sort_keys=True).encode())
             os.replace(tmp, json_path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -163,6 +165,7 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
             "bin_bytes": bin_bytes,
             "labels_sha256": hashlib.sha256(mapping).hexdigest(),
             "labels_bytes": len(mapping),
+            "calibration": _calibration_doc(ann),
         }
         _write_private(temps[2], json.dumps(sidecar, sort_keys=True).encode())
         os.replace(temps[0], bin_path)
@@ -174,6 +177,11 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
     _fsync_dir(directory)
     ann.persisted = (seq, bin_sha)
     return True
+
+
+def _calibration_doc(ann: VectorIndex) -> dict[str, Any] | None:
+    """The index's calibration as sidecar JSON (None when it was never measured)."""
+    return None if ann.calibration is None else dataclasses.asdict(ann.calibration)
 
 
 def _valid_sidecar(doc: dict[str, Any], name: str, dim: int, config: AnnConfig, seq: int) -> bool:
@@ -357,6 +365,7 @@ def _adopt(
     ann.label_of = dict(zip(ids, labels, strict=True))
     ann.id_of = dict(zip(labels, ids, strict=True))
     ann.persisted = (doc["seq"], doc["bin_sha256"])  # until the replay below changes anything
+    calibration.restore(doc.get("calibration"), ann)
     embedded = {columns.ids[r] for r in np.flatnonzero(columns.norms() > 0).tolist()}
     stale = [i for i in ids if i not in embedded]
     if not set(stale) <= changed or not (embedded - ann.label_of.keys()) <= changed:

@@ -53,6 +53,12 @@ class AnnConfig:
     rescoring makes a small `ef_search` enough on the benchmark data (recall@20 = 1.0 at 32); raise it
     when embeddings are spread thin and the answer must match the exact path more often.
     `threads`: hnswlib's build threads (0: hnswlib's default, all cores).
+    `target_recall`: each index is calibrated (`hippograph.engine.calibration`) when built or
+    loaded and again after a quarter of its rows changed: ``ef_search`` is raised until the mean
+    recall@20 of its neighbours on sampled stored vectors reaches this. An index that cannot,
+    or only at less than `min_speedup` times the exact scan's speed, is not used: the exact scan
+    answers and `vector_index_stats()` says why. `calibration_queries` sampled vectors are
+    measured; `max_ef_search` bounds the search.
     `background`: a non-exact query that finds no index answers with the exact
     scan and starts building one in a background thread, which takes no lock
     while hnswlib works (a million nodes take minutes); writes made meanwhile
@@ -67,10 +73,18 @@ class AnnConfig:
     ef_search: int = 32
     threads: int = 0
     background: bool = True
+    target_recall: float = 0.95
+    min_speedup: float = 3.0
+    calibration_queries: int = 100
+    max_ef_search: int = 2048
 
     def __post_init__(self) -> None:
         if not isinstance(self.background, bool):
             raise ConfigError(f"AnnConfig.background must be a bool, got {self.background!r}")
+        for name, least, most in (("target_recall", 0.0, 1.0), ("min_speedup", 0.0, 1e6)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not least <= value <= most:
+                raise ConfigError(f"AnnConfig.{name} must be a number from {least} to {most}, got {value!r}")
         for name, most in _ANN_LIMITS.items():
             value = getattr(self, name)
             least = 0 if name == "threads" else 1
@@ -78,7 +92,15 @@ class AnnConfig:
                 raise ConfigError(f"AnnConfig.{name} must be an int from {least} to {most}, got {value!r}")
 
 
-_ANN_LIMITS = {"min_nodes": 2**62, "M": 2048, "ef_construction": 1 << 20, "ef_search": 1 << 20, "threads": 4096}
+_ANN_LIMITS = {
+    "min_nodes": 2**62,
+    "M": 2048,
+    "ef_construction": 1 << 20,
+    "ef_search": 1 << 20,
+    "threads": 4096,
+    "calibration_queries": 1 << 16,
+    "max_ef_search": 1 << 20,
+}
 """Upper bounds of what reaches hnswlib, whose C++ would overflow or allocate without limit beyond them."""
 
 
@@ -108,6 +130,12 @@ class VectorIndex:
         self.loaded = False
         """True when this index was read from saved files rather than built here."""
         self.persisted: tuple[int, str] | None = None
+        self.ef_search = config.ef_search
+        """The search depth queries use: the configured one until a calibration raises it."""
+        self.calibration: Any = None
+        """The last `hippograph.engine.calibration.Calibration` of this index (None: not measured yet)."""
+        self.changes = 0
+        """Vectors added or marked deleted since the last calibration."""
         """(store seq, SHA-256 of the .bin) of the saved files this index equals, if any."""
 
     def __len__(self) -> int:
@@ -128,6 +156,7 @@ class VectorIndex:
         if not keep:
             return
         self.persisted = None
+        self.changes += len(keep)
         labels = np.arange(self.next_label, self.next_label + len(keep), dtype=np.int64)
         self.next_label += len(keep)
         self._reserve(len(keep))
@@ -151,6 +180,7 @@ class VectorIndex:
         label = self.label_of.pop(node_id, None)
         if label is not None:
             self.persisted = None
+            self.changes += 1
             self.id_of.pop(label, None)
             self.row_of_label[label] = -1
             self.index.mark_deleted(label)
@@ -162,15 +192,24 @@ class VectorIndex:
         if k == 0:
             return None
         with self.lock:
-            self.index.set_ef(max(self.config.ef_search, k))
+            self.index.set_ef(max(self.ef_search, k))
             try:
                 labels, distances = self.index.knn_query(queries, k=k)
             except RuntimeError:
                 return None
         return labels, 1.0 - distances
 
-    def stats(self) -> dict[str, int]:
-        return {"vectors": int(self.index.element_count), "live": len(self), "reclaimable": self.reclaimable}
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "vectors": int(self.index.element_count),
+            "live": len(self),
+            "reclaimable": self.reclaimable,
+        }
+        return out | (self.calibration.stats() if self.calibration is not None else {"ef_search": self.ef_search})
+
+    def needs_calibration(self) -> bool:
+        """Never measured, or a quarter of its rows changed since."""
+        return self.calibration is None or self.changes > max(len(self), 1) // 4
 
 
 _BUILD_CHUNK = 16_384

@@ -1,0 +1,172 @@
+"""Calibrated vector indexes: the stated recall holds on held-out queries, and an index that cannot
+meet its target (or only slowly) leaves the answer to the exact scan, saying so."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hippograph as hg
+from hippograph.backends import LMDB, InMemory
+from hippograph.engine import calibration, query
+from hippograph.engine.vector_index import AnnConfig
+
+TOP = {"params": {"semantic": {"threshold": 0.0, "top_k": 20}}}
+STATS = ("recall_estimate", "recall_worst", "ef_search", "speedup_estimate", "calibrated_rows", "exact_fallback")
+
+
+def unclustered(n: int, dim: int, seed: int) -> hg.Changeset:
+    """Gaussian vectors: no clusters for the graph to exploit, the hard case for HNSW."""
+    rng = np.random.default_rng(seed)
+    cs = hg.Changeset()
+    for i in range(n):
+        emb = rng.standard_normal(dim).astype(np.float32)
+        cs.add_node(hg.Semantic(id=f"n{i:05d}", proposition="p", confidence=0.5, embedding=emb))
+    return cs
+
+
+def ids(b: hg.GraphBackend, q: npt.NDArray[np.float32], exact: bool) -> list[str]:
+    return [n.id for n, _ in b.find_candidates(["semantic"], q, [], TOP, exact=exact)]
+
+
+def spy(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[Any]:
+    calls: list[Any] = []
+    real = getattr(owner, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        got = real(*args, **kwargs)
+        calls.append(got)
+        return got
+
+    monkeypatch.setattr(owner, name, wrapped)
+    return calls
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(1500, 3000), dim=st.sampled_from([48, 64]), seed=st.integers(0, 10_000))
+def test_the_calibrated_index_meets_its_recall_target_on_held_out_queries(n: int, dim: int, seed: int) -> None:
+    # A sparse graph (M=4) searched shallowly (ef_search=4) misses neighbours of unclustered vectors:
+    # calibration raises ef_search as far as the target needs.
+    config = AnnConfig(min_nodes=100, ef_search=4, M=4, background=False, min_speedup=0)
+    b = InMemory(ann=config)
+    b.apply_changeset(unclustered(n, dim, seed))
+    b.build_vector_index()
+    stats = b.vector_index_stats()["semantic"]
+    assert not stats["exact_fallback"] and stats["recall_estimate"] >= 0.95 and stats["ef_search"] > 4
+    rng = np.random.default_rng(seed + 1)
+    recalls = []
+    for _ in range(30):
+        q = rng.standard_normal(dim).astype(np.float32)
+        truth = set(ids(b, q, exact=True))
+        recalls.append(len(truth & set(ids(b, q, exact=False))) / len(truth))
+    # 30 held-out queries: their mean may sit a little under the 100-vector estimate by chance alone.
+    assert np.mean(recalls) >= 0.95 - 0.04
+    assert abs(np.mean(recalls) - stats["recall_estimate"]) <= 0.06
+
+
+def test_an_index_too_slow_to_pay_leaves_queries_to_the_exact_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    b = InMemory(ann=AnnConfig(min_nodes=100, background=False, min_speedup=1e6))
+    b.apply_changeset(unclustered(400, 16, 3))
+    b.build_vector_index()
+    stats = b.vector_index_stats()["semantic"]
+    assert stats["available"] and stats["exact_fallback"]
+    assert "faster than the exact scan" in stats["fallback_reason"]
+    answered = spy(monkeypatch, query, "certified_scan")
+    q = np.random.default_rng(4).standard_normal(16).astype(np.float32)
+    assert ids(b, q, exact=False) == ids(b, q, exact=True)
+    assert answered == []
+
+
+def test_an_index_that_cannot_reach_its_target_is_not_used_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = AnnConfig(min_nodes=100, ef_search=1, max_ef_search=1, M=2, background=False, min_speedup=0)
+    b = InMemory(ann=dataclasses.replace(config, target_recall=1.0))
+    b.apply_changeset(unclustered(1500, 32, 5))
+    b.build_vector_index()
+    stats = b.vector_index_stats()["semantic"]
+    assert stats["exact_fallback"] and stats["recall_estimate"] < 1.0
+    assert "below the target 1.0" in stats["fallback_reason"]
+    answered = spy(monkeypatch, query, "certified_scan")
+    q = np.random.default_rng(6).standard_normal(32).astype(np.float32)
+    assert ids(b, q, exact=False) == ids(b, q, exact=True) and answered == []
+
+
+def test_stats_report_the_calibration() -> None:
+    b = InMemory(ann=AnnConfig(min_nodes=100, background=False, min_speedup=0))
+    b.apply_changeset(unclustered(300, 8, 7))
+    assert "recall_estimate" not in b.vector_index_stats()["semantic"]
+    b.build_vector_index()
+    stats = b.vector_index_stats()["semantic"]
+    assert set(STATS) <= set(stats) and stats["calibrated_rows"] == 300 and stats["fallback_reason"] is None
+    assert 0.0 <= stats["recall_worst"] <= stats["recall_estimate"] <= 1.0 and stats["speedup_estimate"] > 0
+
+
+def test_the_index_is_measured_again_after_a_quarter_of_its_rows_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    b = InMemory(ann=AnnConfig(min_nodes=100, background=False, min_speedup=0))
+    b.apply_changeset(unclustered(400, 8, 8))
+    b.build_vector_index()
+    measured = spy(monkeypatch, calibration, "calibrate")
+    q = np.ones(8, np.float32)
+    more = [_renamed(n, "m") for n in unclustered(140, 8, 9).additions]
+    b.apply_changeset(hg.Changeset(additions=more[:50]))
+    ids(b, q, exact=False)
+    assert measured == []  # 50 changes in 450 rows: not yet a quarter
+    b.apply_changeset(hg.Changeset(additions=more[50:]))
+    ids(b, q, exact=False)
+    assert len(measured) == 1 and b.vector_index_stats()["semantic"]["calibrated_rows"] == 540
+
+
+def _renamed(node: hg.Node, prefix: str) -> hg.Node:
+    assert isinstance(node, hg.Semantic)
+    return hg.Semantic(id=prefix + node.id, proposition="p", confidence=0.5, embedding=node.embedding)
+
+
+def test_a_saved_index_keeps_its_calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = AnnConfig(min_nodes=100, background=False, min_speedup=0)
+    with LMDB(tmp_path / "s", ann=config) as b:
+        b.apply_changeset(unclustered(300, 8, 10))
+        b.build_vector_index()
+        before = b.vector_index_stats()["semantic"]
+    measured = spy(monkeypatch, calibration, "calibrate")
+    with LMDB(tmp_path / "s", ann=config) as b:
+        ids(b, np.ones(8, np.float32), exact=False)
+        after = b.vector_index_stats()["semantic"]
+    assert after["loaded"] and measured == []
+    assert {k: after[k] for k in STATS} == {k: before[k] for k in STATS}
+
+
+def test_a_saved_calibration_for_other_targets_is_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = AnnConfig(min_nodes=100, background=False, min_speedup=0)
+    with LMDB(tmp_path / "s", ann=config) as b:
+        b.apply_changeset(unclustered(300, 8, 11))
+        b.build_vector_index()
+    measured = spy(monkeypatch, calibration, "calibrate")
+    with LMDB(tmp_path / "s", ann=dataclasses.replace(config, target_recall=0.9)) as b:
+        ids(b, np.ones(8, np.float32), exact=False)
+        assert b.vector_index_stats()["semantic"]["loaded"]
+    assert len(measured) == 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"target_recall": 1.5},
+        {"target_recall": -0.1},
+        {"target_recall": "high"},
+        {"min_speedup": -1},
+        {"min_speedup": True},
+        {"calibration_queries": 0},
+        {"max_ef_search": 0},
+    ],
+)
+def test_calibration_settings_are_checked(bad: dict[str, Any]) -> None:
+    with pytest.raises(hg.ConfigError):
+        AnnConfig(**bad)
