@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import hippograph as hg
 from hippograph.backends import LMDB, InMemory
-from hippograph.engine import calibration, query
+from hippograph.engine import query
 from hippograph.engine.vector_index import AnnConfig
 
 TOP = {"params": {"semantic": {"threshold": 0.0, "top_k": 20}}}
@@ -111,7 +111,7 @@ def test_the_index_is_measured_again_after_a_quarter_of_its_rows_changed(monkeyp
     b = InMemory(ann=AnnConfig(min_nodes=100, background=False, min_speedup=0))
     b.apply_changeset(unclustered(400, 8, 8))
     b.build_vector_index()
-    measured = spy(monkeypatch, calibration, "calibrate")
+    measured = spy(monkeypatch, query, "calibrate")
     q = np.ones(8, np.float32)
     more = [_renamed(n, "m") for n in unclustered(140, 8, 9).additions]
     b.apply_changeset(hg.Changeset(additions=more[:50]))
@@ -133,7 +133,7 @@ def test_a_saved_index_keeps_its_calibration(tmp_path: Path, monkeypatch: pytest
         b.apply_changeset(unclustered(300, 8, 10))
         b.build_vector_index()
         before = b.vector_index_stats()["semantic"]
-    measured = spy(monkeypatch, calibration, "calibrate")
+    measured = spy(monkeypatch, query, "calibrate")
     with LMDB(tmp_path / "s", ann=config) as b:
         ids(b, np.ones(8, np.float32), exact=False)
         after = b.vector_index_stats()["semantic"]
@@ -148,7 +148,7 @@ def test_a_saved_calibration_for_other_targets_is_measured_again(
     with LMDB(tmp_path / "s", ann=config) as b:
         b.apply_changeset(unclustered(300, 8, 11))
         b.build_vector_index()
-    measured = spy(monkeypatch, calibration, "calibrate")
+    measured = spy(monkeypatch, query, "calibrate")
     with LMDB(tmp_path / "s", ann=dataclasses.replace(config, target_recall=0.9)) as b:
         ids(b, np.ones(8, np.float32), exact=False)
         assert b.vector_index_stats()["semantic"]["loaded"]

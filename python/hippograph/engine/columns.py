@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ValidationError
-from . import calibration, vector_index
+from . import vector_index
 from .checks import Embedding
 from .vector_index import AnnConfig, VectorIndex
 
@@ -125,7 +125,8 @@ class TypeColumns:
         self._load_saved = load_saved
         """A background build first offers the backend to adopt a saved index (True: it did)."""
         self._ann_build = threading.Lock()
-        self._calibrating = threading.Lock()
+        self.calibrating = threading.Lock()
+        """Held by the one thread measuring this type's vector index (`hippograph.engine.query`)."""
         self._builder: threading.Thread | None = None
         self._cancel = threading.Event()
         self._changed: set[str] | None = None
@@ -306,19 +307,7 @@ class TypeColumns:
                 self._start_background_build()
                 return None
             self.build_vector_index()
-        ann = self.ann
-        if ann is None:
-            return None
-        if ann.needs_calibration():
-            with self._calibrating:  # one thread measures; the others wait for its answer
-                if ann.needs_calibration():
-                    self._calibrate(ann)
-        return ann if ann.calibration is not None and ann.calibration.usable else None
-
-    def _calibrate(self, ann: VectorIndex) -> None:
-        """Measures `ann` against these columns (callers hold the backend's lock: no write runs)."""
-        calibration.calibrate(ann, self.matrix(), self.norms())
-        ann.changes = 0
+        return self.ann
 
     def _start_background_build(self) -> None:
         """Starts the builder thread once (a failure to start is reported like a failed build)."""
@@ -350,14 +339,12 @@ class TypeColumns:
             with lock.read():  # no writer runs: the copy is the state `_changed` starts from
                 if cancel.is_set() or self.ann is not None:
                     return
-                ids, matrix, norms = list(self.ids), self.matrix().copy(), self.norms().copy()
+                ids, matrix = list(self.ids), self.matrix().copy()
                 self._changed = set()
             built = vector_index.build_rows(ids, matrix, config, cancelled=cancel.is_set)
+            del ids, matrix  # the copy lives only as long as hnswlib needs it
             if built is None:
                 return
-            calibration.calibrate(built, matrix, norms)  # on the copy the labels point into, before any replay
-            built.changes = 0
-            del ids, matrix, norms  # the copy lives only as long as hnswlib and the calibration need it
             for _ in range(_CATCH_UP_ROUNDS):  # many writes meanwhile: replay most of them between lock holds
                 with lock.read():
                     changed = self._changed
@@ -491,12 +478,10 @@ def retire(columns: Iterable[TypeColumns], retired: Iterable[threading.Thread] =
 
 
 def _build(columns: TypeColumns, config: AnnConfig, progress: Callable[[int, int], None] | None = None) -> VectorIndex:
-    """A calibrated HNSW graph over every embedded row of `columns`, reporting ``progress(rows_done, rows)``."""
+    """An HNSW graph over every embedded row of `columns`, reporting ``progress(rows_done, rows)``."""
     built = vector_index.build_rows(list(columns.ids), columns.matrix(), config, progress)
     if built is None:  # pragma: no cover - only a `cancelled` callback stops a build
         raise RuntimeError("vector index build cancelled")
-    calibration.calibrate(built, columns.matrix(), columns.norms())
-    built.changes = 0
     return built
 
 

@@ -11,6 +11,7 @@ why the certified answer equals the exact one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,11 +22,22 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ValidationError
+from .calibration import Calibration
 from .checks import as_embedding
 from .columns import TypeColumns
 from .vector_index import VectorIndex
 
-__all__ = ["GATES", "Gate", "RowValues", "ScanParams", "Walk", "certified_scan", "prepare_queries", "scan"]
+__all__ = [
+    "GATES",
+    "Gate",
+    "RowValues",
+    "ScanParams",
+    "Walk",
+    "calibrate",
+    "certified_scan",
+    "prepare_queries",
+    "scan",
+]
 
 Gate = Literal["score", "relevance"]
 GATES: tuple[Gate, ...] = ("score", "relevance")
@@ -114,7 +126,11 @@ def scan(
     if queries.shape[0] and columns.dim == 0:
         queries = np.zeros((0, 0), np.float32)
     ann = columns.vector_index_for(approximate)
-    if ann is not None:
+    if ann is not None and ann.needs_calibration():
+        with columns.calibrating:  # one thread measures (under the caller's shared lock: no write runs)
+            if ann.needs_calibration():
+                calibrate(columns, ann, params, now)
+    if ann is not None and ann.calibration is not None and ann.calibration.usable:
         walk = _walk(columns, queries, params, now, values)
         got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk)
         if got is not None:
@@ -226,3 +242,71 @@ def _score(
         idx = _core.select_top(got, least, params.top_k, rank)
         scores = got[idx]
     return (idx if rows is None else rows[idx]), scores
+
+
+_NOISE = 0.2
+"""Sample queries are stored vectors moved by this fraction of their length in a random direction:
+near the memories, as an agent's queries are, without finding a row equal to the query."""
+
+
+def _approximate_recalls(
+    columns: TypeColumns,
+    ann: VectorIndex,
+    samples: list[F32],
+    truth: list[set[int]],
+    params: ScanParams,
+    now: float,
+) -> tuple[list[float | None], float]:
+    """Each sample's recall of the exact answer through the certified path (None: it handed the
+    query to the exact scan), and the seconds they took."""
+    out: list[float | None] = []
+    start = time.perf_counter()
+    for q, want in zip(samples, truth, strict=True):
+        got = certified_scan(columns, ann, q, params.top_k, params.threshold, _walk(columns, q, params, now, None))
+        out.append(None if got is None else len({r for r, _ in got} & want) / len(want) if want else 1.0)
+    return out, time.perf_counter() - start
+
+
+def calibrate(columns: TypeColumns, ann: VectorIndex, params: ScanParams, now: float) -> Calibration:
+    """Measures the approximate path against the exact one and picks `ann`'s ``ef_search``.
+
+    Queries are drawn from the stored vectors (`_NOISE`), scored with `params` (the default value
+    function) both ways; ``ef_search`` doubles from the configured value until the approximate
+    answers' mean recall reaches the target or ``max_ef_search``. Sets and returns
+    ``ann.calibration``. Call where no write can run (the backend's shared lock held).
+    """
+    config = ann.config
+    embedded = np.flatnonzero(columns.norms() > 0)
+    rng = np.random.default_rng(len(columns.ids))  # the same sample for the same rows: repeatable
+    rows = rng.choice(embedded, size=min(config.calibration_queries, len(embedded)), replace=False)
+    base = columns.matrix()[rows] / columns.norms()[rows, None]
+    noise = rng.standard_normal(base.shape).astype(np.float32)
+    noise *= _NOISE / np.maximum(np.linalg.norm(noise, axis=1, keepdims=True), 1e-12)
+    samples = [np.ascontiguousarray((base[i] + noise[i])[None, :], dtype=np.float32) for i in range(len(rows))]
+    k = max(1, params.top_k)
+    start = time.perf_counter()
+    truth = [set(_score(columns, None, q, params, now, None)[0].tolist()) for q in samples]
+    exact_seconds = time.perf_counter() - start
+    ef, most = config.ef_search, max(config.ef_search, config.max_ef_search)
+    while True:
+        ann.ef_search = ef
+        recalls, seconds = _approximate_recalls(columns, ann, samples, truth, params, now)
+        # A query the certified path hands over is answered by the exact scan: it costs that scan.
+        seconds += exact_seconds / max(len(samples), 1) * sum(1 for r in recalls if r is None)
+        mean = float(np.mean([1.0 if r is None else r for r in recalls])) if recalls else 1.0
+        if mean >= config.target_recall or ef >= most:
+            break
+        ef = min(2 * ef, most)
+    worst = min((1.0 if r is None else r for r in recalls), default=1.0)
+    speedup = exact_seconds / seconds if seconds > 0 else float("inf")
+    reason = None
+    if mean < config.target_recall:
+        reason = f"mean recall@{k} {mean:.3f} below the target {config.target_recall} at ef_search {ef}"
+    elif speedup < config.min_speedup:
+        reason = f"only {speedup:.1f}x faster than the exact scan at the recall target (needs {config.min_speedup}x)"
+    result = Calibration(
+        ef, k, config.target_recall, config.min_speedup, mean, worst, speedup,
+        len(columns.ids), len(samples), reason is None, reason,
+    )  # fmt: skip
+    ann.calibration, ann.changes = result, 0
+    return result

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..engine.checks import Progress, as_datetime, check_progress, utcnow
 from ..engine.columns import TypeColumns, Usage
-from ..engine.query import F32, F64, RowValues, prepare_queries, scan
+from ..engine.query import F32, F64, RowValues, calibrate, prepare_queries, scan
 from .model import Node, NodeMetadata, NodeType, as_node_types
 from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 
@@ -102,7 +102,8 @@ def find_candidates(
 def build_vector_indexes(
     columns: Mapping[NodeType, TypeColumns], types: object, progress: Progress | None
 ) -> list[str]:
-    """Builds the vector index of every requested type (None: all) that uses one and lacks it; the types built."""
+    """Builds (and calibrates) the vector index of every requested type (None: all) that uses one and
+    lacks it; the types built."""
     progress = check_progress(progress)
     built: list[str] = []
     for node_type in list(NodeType) if types is None else as_node_types(types):
@@ -111,8 +112,13 @@ def build_vector_indexes(
             if progress is not None:
                 progress(phase, done, total)
 
-        if columns[node_type].build_vector_index(report):
+        type_columns = columns[node_type]
+        if type_columns.build_vector_index(report):
             built.append(node_type.value)
+        ann = type_columns.ann
+        if ann is not None and ann.needs_calibration():  # measured now, not by the first query
+            with type_columns.calibrating:
+                calibrate(type_columns, ann, resolve_config(None).params[node_type], utcnow().timestamp())
     return built
 
 
