@@ -271,7 +271,7 @@ def calibrate(columns: TypeColumns, ann: VectorIndex, params: ScanParams, now: f
     """Measures the approximate path against the exact one and picks `ann`'s ``ef_search``.
 
     Queries are drawn from the stored vectors (`_NOISE`), scored with `params` (the default value
-    function) both ways; ``ef_search`` doubles from the configured value until the approximate
+    function) both ways; ``ef_search`` grows by half from the configured value until the approximate
     answers' mean recall reaches the target or ``max_ef_search``. Sets and returns
     ``ann.calibration``. Call where no write can run (the backend's shared lock held).
     """
@@ -296,7 +296,7 @@ def calibrate(columns: TypeColumns, ann: VectorIndex, params: ScanParams, now: f
         mean = float(np.mean([1.0 if r is None else r for r in recalls])) if recalls else 1.0
         if mean >= config.target_recall or ef >= most:
             break
-        ef = min(2 * ef, most)
+        ef = min(ef + max(1, ef // 2), most)  # steps of half: a doubling overshoots the depth needed
     worst = min((1.0 if r is None else r for r in recalls), default=1.0)
     speedup = exact_seconds / seconds if seconds > 0 else float("inf")
     reason = None

@@ -53,12 +53,12 @@ class AnnConfig:
     rescoring makes a small `ef_search` enough on the benchmark data (recall@20 = 1.0 at 32); raise it
     when embeddings are spread thin and the answer must match the exact path more often.
     `threads`: hnswlib's build threads (0: hnswlib's default, all cores).
-    `target_recall`: each index is calibrated (`hippograph.engine.calibration`) when built or
-    loaded and again after a quarter of its rows changed: ``ef_search`` is raised until the mean
-    recall@20 of its neighbours on sampled stored vectors reaches this. An index that cannot,
-    or only at less than `min_speedup` times the exact scan's speed, is not used: the exact scan
-    answers and `vector_index_stats()` says why. `calibration_queries` sampled vectors are
-    measured; `max_ef_search` bounds the search.
+    `target_recall`: each index is calibrated (`hippograph.engine.query.calibrate`) after an
+    explicit build, at its first approximate query otherwise, and again after a quarter of its
+    rows changed: ``ef_search`` is raised until the approximate answers' mean recall@k on
+    `calibration_queries` queries near stored vectors reaches this (`max_ef_search` bounds it).
+    An index that cannot, or only at less than `min_speedup` times the exact scan's speed, is
+    not used: the exact scan answers and `vector_index_stats()` says why.
     `background`: a non-exact query that finds no index answers with the exact
     scan and starts building one in a background thread, which takes no lock
     while hnswlib works (a million nodes take minutes); writes made meanwhile
