@@ -19,8 +19,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 import hippograph as hg
-from hippograph import _core, maintenance
+from hippograph import _core
 from hippograph.backends import LMDB, InMemory
+from hippograph.graph import maintenance
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -64,7 +65,7 @@ def main() -> None:
         t0 = time.perf_counter()
         summary = repo.decay(threshold=0.0, now=NOW)
         decay_s = time.perf_counter() - t0
-        snap = maintenance.snapshot(backend, hg.NodeType.SEMANTIC)
+        snap = maintenance.columns_of(backend, hg.NodeType.SEMANTIC)
         members, offsets = maintenance._membership_groups(backend, {i: r for r, i in enumerate(snap.ids)})
         t0 = time.perf_counter()
         found = _core.consolidation_pairs(snap.matrix, snap.norms, members, offsets, 0.9)

@@ -57,7 +57,7 @@ def ingestion(rng: np.random.Generator, k: int) -> tuple[hg.IngestionRecord, hg.
             cs.add_link(ep, f"{source}:step:{i - 1}", "sibling")
     for node in cs.additions:
         cs.put_metadata(node.id, hg.NodeMetadata())
-    receipt = hg.IngestionReceipt(source_id=source, node_ids=cs.node_ids, stored_at=hg.graph.model.utcnow())
+    receipt = hg.IngestionReceipt(source_id=source, node_ids=cs.node_ids, stored_at=hg.engine.checks.utcnow())
     return hg.IngestionRecord(source, os.urandom(32), 1, receipt), cs
 
 

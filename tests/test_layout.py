@@ -125,3 +125,16 @@ def test_the_code_and_docs_refer_to_no_document_outside_the_repository() -> None
         if pattern.search(line)
     ]
     assert found == []
+
+
+def test_benchmarks_and_examples_import_names_that_exist() -> None:
+    """Scripts outside the test suite (benches/, examples/) still find every hippograph name they import."""
+    import importlib
+
+    missing = []
+    for path in [*(ROOT / "benches").glob("*.py"), *(ROOT / "examples").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("hippograph"):
+                module = importlib.import_module(node.module or "")
+                missing += [f"{path.name}: {node.module}.{a.name}" for a in node.names if not hasattr(module, a.name)]
+    assert missing == []
