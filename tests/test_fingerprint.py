@@ -246,6 +246,11 @@ def test_nesting_past_512_levels_is_invalid_metadata() -> None:
     assert reason_of(term) == "invalid_metadata"
 
 
+HANG = 120.0
+"""A guard against the walk expanding without bound (it would run for hours), not a speed check:
+both refusals take milliseconds."""
+
+
 @pytest.mark.parametrize("wrap", [lambda t: [t], lambda t: (t,), lambda t: {"k": t}], ids=["list", "tuple", "dict"])
 def test_100k_levels_of_nesting_fail_fast_without_crashing(wrap: Any) -> None:
     term: Any = 0
@@ -253,7 +258,7 @@ def test_100k_levels_of_nesting_fail_fast_without_crashing(wrap: Any) -> None:
         term = wrap(term)
     started = time.perf_counter()
     assert reason_of({"deep": term}) == "invalid_metadata"
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < HANG, "the depth limit did not stop the walk early"
 
 
 def test_self_referencing_list_is_invalid_metadata() -> None:
@@ -268,7 +273,7 @@ def test_shared_references_cannot_blow_up_the_conversion() -> None:
         term = [term] * 100  # 10^14 values if expanded
     started = time.perf_counter()
     assert reason_of(term) == "invalid_metadata"
-    assert time.perf_counter() - started < 30.0
+    assert time.perf_counter() - started < HANG, "the size limit did not stop the expansion"
 
 
 def test_concurrent_fingerprints_agree() -> None:
