@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -128,6 +128,106 @@ def query_sets(ds: Dataset, count: int, *, seed: int = 99) -> list[F32]:
         noise = np.float32(0.3) * rng.standard_normal((5, dim), dtype=np.float32)
         sets.append(np.ascontiguousarray(ds.centers[picks] + noise, dtype=np.float32))
     return sets
+
+
+# -- other workloads for the approximate-recall section ------------------------------
+
+
+def make_gaussian(n: int, *, dim: int = DIM, seed: int = SEED) -> Dataset:
+    """Unclustered data: i.i.d. standard normal vectors (scanned and other types), the same usage metadata
+    generator as `make_dataset`; ``queries`` are i.i.d. Gaussian too and ``centers`` is empty."""
+    rng = np.random.default_rng([seed, n, dim, 1])
+    matrix = rng.standard_normal((n, dim), dtype=np.float32)
+    ids = [f"{SCANNED.value}-{i:07d}" for i in range(n)]
+    queries = rng.standard_normal((5, dim), dtype=np.float32)
+    n_extra = n // 10
+    extra_vecs = rng.standard_normal((n_extra, dim), dtype=np.float32)
+    extra = [
+        (OTHER_TYPES[i % len(OTHER_TYPES)], f"{OTHER_TYPES[i % len(OTHER_TYPES)].value}-{i:07d}", extra_vecs[i])
+        for i in range(n_extra)
+    ]
+    return Dataset(n, matrix, ids, _metadata(rng, n), queries, extra, np.zeros((0, dim), np.float32))
+
+
+def gaussian_queries(ds: Dataset, count: int, *, seed: int = 101) -> list[F32]:
+    """``count`` single query vectors (``1 × dim``), i.i.d. standard normal: far from every stored vector."""
+    rng = np.random.default_rng([seed, ds.n])
+    dim = ds.matrix.shape[1]
+    return [rng.standard_normal((1, dim), dtype=np.float32) for _ in range(count)]
+
+
+def near_queries(ds: Dataset, count: int, *, noise: float = 0.2, seed: int = 103) -> list[F32]:
+    """``count`` single query vectors near random stored vectors: the stored vector scaled to unit length,
+    moved by ``noise`` (of that unit length) in a random direction."""
+    rng = np.random.default_rng([seed, ds.n])
+    out = []
+    for row in rng.choice(ds.n, count, replace=False):
+        v = ds.matrix[row] / np.linalg.norm(ds.matrix[row])
+        d = rng.standard_normal(v.shape[0])
+        out.append(np.ascontiguousarray((v + noise * d / np.linalg.norm(d))[None, :], dtype=np.float32))
+    return out
+
+
+def query_only(sets: list[F32]) -> list[F32]:
+    """The first vector of each query set, alone (no tags)."""
+    return [np.ascontiguousarray(q[:1]) for q in sets]
+
+
+AGED_HOURS = 300.0
+AGED_MAX_ACCESS = 6
+
+
+def aged_metadata(count: int, *, seed: int = SEED) -> list[hg.NodeMetadata]:
+    """Usage as a real memory ages: each node last touched (accessed, else created) at a time spread uniformly
+    over the ``AGED_HOURS`` before ``NOW``, accessed 0 to ``AGED_MAX_ACCESS`` times, no rewards."""
+    rng = np.random.default_rng([seed, count, 300])
+    touched_h = rng.uniform(0.0, AGED_HOURS, count)
+    accesses = rng.integers(0, AGED_MAX_ACCESS + 1, count)
+    before_h = rng.uniform(0.0, 30 * 24.0, count)
+    out = []
+    for i in range(count):
+        touched = NOW - timedelta(hours=float(touched_h[i]))
+        n_acc = int(accesses[i])
+        if n_acc == 0:
+            out.append(hg.NodeMetadata(created_at=touched))
+        else:
+            created = touched - timedelta(hours=float(before_h[i]))
+            out.append(hg.NodeMetadata(created_at=created, access_count=n_acc, last_accessed_at=touched))
+    return out
+
+
+def make_aged_dataset(n: int, *, dim: int = DIM, seed: int = SEED) -> Dataset:
+    """`make_dataset`'s vectors and queries with `aged_metadata` instead of its usage."""
+    return replace(make_dataset(n, seed=seed, dim=dim), meta=aged_metadata(n, seed=seed))
+
+
+TURN_NODES = 8
+
+
+def turn_inputs(ds: Dataset, *, tag: str = "turn", seed: int = 77) -> Iterator[tuple[hg.Changeset, F32]]:
+    """Agent turns without end: each a changeset of ``TURN_NODES`` new scanned-type nodes (fresh metadata),
+    then the query set (query + 4 tags near 5 random cluster centres) the turn asks. Half the new nodes lie on
+    the topic of that query (spread 0.3 around its first centre, as close as the query itself), half are
+    ordinary data around random centres (spread 0.6). Needs clustered data (``ds.centers``); node ids start
+    with ``tag``."""
+    rng = np.random.default_rng([seed, ds.n])
+    dim = ds.matrix.shape[1]
+    half = TURN_NODES // 2
+    meta = hg.NodeMetadata(created_at=NOW)
+    i = 0
+    while True:
+        picks = rng.choice(len(ds.centers), 5, replace=False)
+        noise = np.float32(0.3) * rng.standard_normal((5, dim), dtype=np.float32)
+        queries = np.ascontiguousarray(ds.centers[picks] + noise, dtype=np.float32)
+        near = ds.centers[picks[0]] + np.float32(0.3) * rng.standard_normal((half, dim), dtype=np.float32)
+        vectors = np.vstack([near, _clustered(rng, ds.centers, TURN_NODES - half, 0.6)]).astype(np.float32)
+        cs = hg.Changeset()
+        for j in range(TURN_NODES):
+            node_id = f"{tag}-{i:05d}-{j}"
+            cs.add_node(make_node(SCANNED, node_id, np.ascontiguousarray(vectors[j]), ds.n + TURN_NODES * i + j))
+            cs.put_metadata(node_id, meta)
+        yield cs, queries
+        i += 1
 
 
 def make_node(node_type: hg.NodeType, node_id: str, embedding: F32 | None, i: int) -> hg.Node:
