@@ -116,8 +116,8 @@ def record_answers(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) ->
     calls: list[bool] = []
     real = getattr(owner, name)
 
-    def spy(*args: Any) -> Any:
-        got = real(*args)
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        got = real(*args, **kwargs)
         calls.append(got is not None)
         return got
 
@@ -136,6 +136,11 @@ def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 def available(b: Backend, node_type: str = "semantic") -> bool:
     return bool(b.vector_index_stats()[node_type]["available"])
+
+
+def calibrated(b: Backend, node_type: str = "semantic") -> bool:
+    """The index is published and measured: non-exact queries may use it."""
+    return "recall_estimate" in b.vector_index_stats()[node_type]
 
 
 def stats(b: Backend, node_type: str = "semantic") -> dict[str, Any]:
@@ -456,8 +461,8 @@ class Hiding(InMemory):
 
     hidden = "n0006"  # a semantic node (every fourth is a subgoal) with an embedding
 
-    def _hydrate(self, ids: list[str]) -> dict[str, tuple[hg.Node, hg.NodeMetadata | None]]:
-        out = super()._hydrate(ids)
+    def _hydrate(self, ids: list[str], metadata: bool) -> dict[str, tuple[hg.Node, hg.NodeMetadata | None]]:
+        out = super()._hydrate(ids, metadata)
         out.pop(self.hidden, None)
         return out
 
@@ -492,6 +497,7 @@ def test_vector_index_stats_count_vectors_nodes_and_marks(make: Make) -> None:
     assert stats(b) == {"available": True, "nodes": 100, "vectors": 85, "live": 85, "reclaimable": 0}
     b.delete_nodes([f"s{i:03d}" for i in range(20, 27)])
     b.apply_changeset(hg.Changeset().add_node(semantic("s050", rng_vec(rng))))
+    absorbed(b)  # the new vector waits in the pending segment (scored exactly) until the graph absorbs it
     assert stats(b) == {"available": True, "nodes": 93, "vectors": 86, "live": 78, "reclaimable": 8}
 
 
@@ -862,8 +868,8 @@ def test_first_non_exact_query_scans_exactly_while_the_index_builds_in_the_backg
     info = b.vector_index_stats()["semantic"]
     assert (info["available"], info["building"]) == (False, True)
     held.release()
-    wait_until(lambda: available(b), "the background build published its index")
-    # The index answers (after its calibration ran the certified path on its sample queries).
+    wait_until(lambda: calibrated(b), "the background build published its index, which was then measured")
+    # The index answers (after its calibration, off the query path, ran the certified path on its samples).
     assert find(b, query, vf=vf) == first and answered[-1] is True
     assert not b.vector_index_stats()["semantic"]["building"]
 
@@ -890,7 +896,7 @@ def test_writes_made_during_a_background_build_are_in_the_index_it_publishes(
     b.apply_changeset(hg.Changeset().add_node(hg.Subgoal(id="n0000", description="now a subgoal", embedding=old)))
     find(b, query, vf=vf, exact=True)  # the backend's cache takes in the writes before the build finishes
     held.release()
-    wait_until(lambda: available(b), "the background build published its index")
+    wait_until(lambda: calibrated(b), "the background build published its index, which was then measured")
     for q in [query, old, new, *(rng_vec(rng) for _ in range(9))]:
         got = find(b, q, vf=vf)
         assert not set(top[:4]) & {i for i, _ in got}
@@ -902,19 +908,29 @@ def test_writes_made_during_a_background_build_are_in_the_index_it_publishes(
     assert len(rounds) == (2 if under_lock < 30 else 1), "a round before the final replay, only past the threshold"
 
 
+def absorbed(b: Backend, node_type: str = "semantic") -> None:
+    """Waits until the graph has absorbed every pending vector (the timeout only guards a hang)."""
+    deadline = time.monotonic() + 60
+    while b.vector_index_stats()[node_type]["pending"]:
+        assert time.monotonic() < deadline, "pending vectors were never absorbed"
+        time.sleep(0.01)
+
+
 def type_index(b: Backend, node_type: str = "semantic") -> Any:
     indexes = b._derived.columns
     return indexes[hg.NodeType(node_type)]
 
 
 def assert_index_mirrors_the_rows(b: Backend) -> None:
-    """The published HNSW index holds every live embedded node, at its current row, with its current vector."""
+    """Every live embedded node is either pending or in the published HNSW index, at its current row, with
+    its current vector."""
     index = type_index(b)
     ann = index.ann
     embedded = {index.ids[r] for r in np.flatnonzero(index.norms() > 0).tolist()}
-    assert set(ann.label_of) == embedded
-    labels = [ann.label_of[i] for i in sorted(embedded)]
-    rows = [index.row[i] for i in sorted(embedded)]
+    assert set(ann.label_of) | set(ann.pending) == embedded and not set(ann.label_of) & set(ann.pending)
+    graphed = sorted(ann.label_of)
+    labels = [ann.label_of[i] for i in graphed]
+    rows = [index.row[i] for i in graphed]
     assert ann.row_of_label[labels].tolist() == rows
     stored = np.asarray(ann.index.get_items(labels), np.float64)
     current = index.matrix()[rows].astype(np.float64)
@@ -992,7 +1008,7 @@ def test_a_query_racing_close_starts_no_build_that_outlives_it(
     b = make(ann=BACKGROUND)
     b.apply_changeset(random_graph(26))
     index = type_index(b)
-    for thread in [index.close_background_builds()]:
+    for thread in index.close_background_builds():
         assert thread is None
     index.vector_index_for(approximate=True)  # what a query past the closed check would do
     assert builder_threads() == [] and index.ann is None

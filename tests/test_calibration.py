@@ -90,7 +90,8 @@ def test_an_index_that_cannot_reach_its_target_is_not_used_and_says_why(monkeypa
     b.apply_changeset(unclustered(1500, 32, 5))
     b.build_vector_index()
     stats = b.vector_index_stats()["semantic"]
-    assert stats["exact_fallback"] and stats["recall_estimate"] < 1.0
+    # Non-exact queries get the exact answers; the index's own measured recall says why.
+    assert stats["exact_fallback"] and stats["index_recall"] < 1.0 and stats["recall_estimate"] == 1.0
     assert "below the target 1.0" in stats["fallback_reason"]
     answered = spy(monkeypatch, query, "certified_scan")
     q = np.random.default_rng(6).standard_normal(32).astype(np.float32)

@@ -1,9 +1,11 @@
 """Recall you can state: what a vector index's calibration measured, kept with the index.
 
 `hippograph.engine.query.calibrate` runs the approximate path (vector-index
-candidates, certified) and the exact scan side by side on queries drawn from
-the stored vectors and raises ``ef_search`` until the approximate answers'
-mean recall reaches `AnnConfig.target_recall`. An index that cannot reach it,
+candidates, certified) and the exact scan side by side on sample queries of
+several kinds (near stored vectors, spread like the data, recent real ones),
+raises ``ef_search`` and picks a similarity floor (queries with nothing
+indexed that close go to the exact scan) until every kind's mean recall
+reaches `AnnConfig.target_recall`. An index that cannot reach it,
 or not at `AnnConfig.min_speedup` times the exact scan's speed, is not used:
 the exact scan answers, never a low-recall answer. A `Calibration` is saved
 in the index's sidecar and restored when the targets are the same.
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .vector_index import VectorIndex
 
 __all__ = ["Calibration", "restore"]
@@ -20,9 +24,12 @@ __all__ = ["Calibration", "restore"]
 
 @dataclass(frozen=True)
 class Calibration:
-    """What calibration measured at `ef_search`: the approximate answers' mean `recall`@`k` over
-    `sample` queries and the `worst` one, the exact path's time over the approximate path's
-    (`speedup`), and whether approximate answers may use the index (`usable`; else `reason`)."""
+    """What calibration measured at `ef_search` over `sample` queries: the mean `recall`@`k` and the
+    `worst` one of what non-exact queries get (1.0 when the exact scan answers them all), the exact
+    path's time over the index's on the queries it answers (`speedup`), whether non-exact queries
+    may use the index (`usable`; else `reason`), the similarity of the nearest indexed vector below
+    which a query goes to the exact scan (`min_similarity`), and the index's own answers' mean
+    recall (`index_recall`)."""
 
     ef_search: int
     k: int
@@ -35,11 +42,15 @@ class Calibration:
     sample: int
     usable: bool
     reason: str | None
+    min_similarity: float
+    index_recall: float
 
     def stats(self) -> dict[str, object]:
         return {
             "recall_estimate": round(self.recall, 4),
             "recall_worst": round(self.worst, 4),
+            "index_recall": round(self.index_recall, 4),
+            "min_similarity": round(self.min_similarity, 4) if np.isfinite(self.min_similarity) else None,
             "ef_search": self.ef_search,
             "speedup_estimate": round(self.speedup, 2),
             "calibrated_rows": self.rows,
@@ -58,6 +69,9 @@ def restore(doc: object, ann: VectorIndex) -> None:
     except TypeError:
         return
     numbers = (saved.ef_search, saved.k, saved.rows, saved.sample)
+    floats = (saved.recall, saved.worst, saved.speedup, saved.min_similarity, saved.index_recall)
+    if not all(isinstance(v, float) and not np.isnan(v) for v in floats):
+        return
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in numbers) or saved.ef_search < 1:
         return
     if (saved.target, saved.min_speedup) != (ann.config.target_recall, ann.config.min_speedup):

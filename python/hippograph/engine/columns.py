@@ -15,7 +15,7 @@ import dataclasses
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,6 +42,9 @@ __all__ = [
 
 _RANK_MERGE_MAX = 4096
 """New rows merged into the tie-break order incrementally; more trigger one full sort."""
+_RANK_SPACING = 1 << 12
+"""The gap between neighbouring tie-break keys when they are dealt: room for new ids in between."""
+_RANK_TOP = (1 << 32) - 1
 
 F64 = npt.NDArray[np.float64]
 UsageArrays = tuple[npt.NDArray[np.uint8], F64, F64, F64, F64]
@@ -74,6 +77,20 @@ class _UsageOrder:
 
 
 _STALE_MAX = 1024
+
+_ABSORB_BATCH = 4
+"""Pending vectors inserted per hold of the graph's lock: a query waits at most for this many inserts."""
+_ABSORB_IDLE_S = 5.0
+"""An upkeep thread with nothing to do for this long exits; the next write or query starts another."""
+
+
+CalibrationJob = Callable[[VectorIndex, Callable[[], AbstractContextManager[None]]], object]
+"""Measures a published index (`hippograph.engine.query.calibrate` with the asking query's params)."""
+
+
+def _ids(taken: list[tuple[str, int]]) -> list[str]:
+    return [node_id for node_id, _ in taken]
+
 
 _CATCH_UP_ROUNDS = 8
 _CATCH_UP_UNDER_LOCK = 1024
@@ -135,6 +152,12 @@ class TypeColumns:
         self.build_error: BaseException | None = None
         """Why the last background build failed; the type then stays on exact scans until an explicit build."""
         self._rank_lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._calibration_job: CalibrationJob | None = None
+        self.upkeep_error: BaseException | None = None
+        """Why the upkeep thread's last round failed (None: it did not)."""
+        self._wake = threading.Event()
+        self._pending_rows: tuple[VectorIndex, int, npt.NDArray[np.uint32]] | None = None
         self.ids: list[str] = []
         self.row: dict[str, int] = {}
         self.dim = 0
@@ -192,12 +215,107 @@ class TypeColumns:
             self._norms[r] = np.sqrt(np.dot(embedding.astype(np.float64), embedding.astype(np.float64)))
         if not unchanged:
             self._note_change(node_id)
-            if self.ann is not None:
-                if embedding is None:
-                    self.ann.discard(node_id)
+            ann = self.ann
+            if ann is not None:
+                if embedding is None or not self._norms[r]:
+                    ann.unstage(node_id)
+                elif self._lock is None:  # no upkeep thread without the owner's lock: insert now
+                    ann.add_many([node_id], embedding[None, :], np.array([r], np.int64))
                 else:
-                    self.ann.add_many([node_id], embedding[None, :], np.array([r], np.int64))
+                    ann.stage(node_id)
+                    self._wake_worker()
         self.set_usage(node_id, usage)
+
+    def pending_rows(self, ann: VectorIndex) -> npt.NDArray[np.uint32]:
+        """The rows of `ann`'s pending ids, which queries score exactly beside the graph's candidates.
+
+        Call under the owner's shared lock (rows stable). Take it before searching the graph: an id
+        the upkeep thread publishes after this call was in the graph before the search began.
+        """
+        cached = self._pending_rows
+        version = ann.pending_version
+        if cached is not None and cached[0] is ann and cached[1] == version:
+            return cached[2]
+        with ann._pending_lock:
+            version = ann.pending_version
+            rows = np.fromiter((self.row[i] for i in ann.pending if i in self.row), np.uint32)
+        self._pending_rows = (ann, version, rows)
+        return rows
+
+    def _wake_worker(self) -> None:
+        """Starts the thread that keeps the vector index up (absorbs pending vectors, calibrates), or wakes it."""
+        self._wake.set()
+        worker = self._worker
+        if worker is not None and worker.is_alive():
+            return
+        with self._ann_build:
+            if self._builds_closed or (self._worker is not None and self._worker.is_alive()):
+                return
+            try:
+                thread = threading.Thread(target=self._work_loop, name="hippograph-vector-upkeep", daemon=True)
+                thread.start()
+            except Exception:  # no thread to be had: pending vectors wait for the next write or save
+                return
+            self._worker = thread
+
+    def request_calibration(self, job: CalibrationJob) -> None:
+        """Has the upkeep thread run `job(ann, hold)` on the published index (`hold()`: the owner's
+        shared lock, taken per sample query so writers are never held up for long; a job asked for
+        while the index builds runs once it is published); runs it now without an owner's lock or when the
+        index is not readied in the background (`AnnConfig.background` False: callers wait for it)."""
+        config = self.ann_config
+        if self._lock is None or (config is not None and not config.background):
+            if self.ann is not None:
+                with self.calibrating:  # the caller asked to wait for the index (or has no lock to share)
+                    job(self.ann, nullcontext)
+            return
+        self._calibration_job = job
+        self._wake_worker()
+
+    def _work_loop(self) -> None:
+        """Absorbs pending vectors a few at a time (no lock held while hnswlib works), then runs a
+        requested calibration; exits when idle."""
+        lock = self._lock
+        while not self._builds_closed and lock is not None:
+            if not self._wake.wait(_ABSORB_IDLE_S):
+                with self._ann_build:
+                    if not self._wake.is_set():
+                        self._worker = None
+                        return
+                continue
+            self._wake.clear()
+            try:
+                while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
+                    pass
+                job, ann = self._calibration_job, self.ann
+                if job is not None and ann is not None and not self._builds_closed:
+                    self._calibration_job = None
+                    if ann.needs_calibration():
+                        with self.calibrating:
+                            job(ann, lock.read)
+            except Exception as exc:  # queries go on as they are; the next write or query asks again
+                self.upkeep_error = exc
+
+    def absorb_pending(self, most: int | None = None, *, locked: bool = True) -> bool:
+        """Inserts up to `most` (None: all) pending vectors into the graph; True if any were pending.
+
+        `locked`: the caller holds the owner's shared lock (saving the index); otherwise this takes
+        it to read the vectors and to publish, and holds no lock while hnswlib inserts.
+        """
+        lock = self._lock
+        shared = nullcontext() if locked or lock is None else lock.read()
+        with shared:
+            ann = self.ann
+            if ann is None or not ann.pending:
+                return False
+            taken = ann.take_pending(len(ann.pending) if most is None else most)
+            vectors = self.matrix()[[self.row[i] for i in _ids(taken)]]  # fancy indexing copies
+        labels = ann.insert(vectors)
+        with nullcontext() if locked or lock is None else lock.read():
+            if self.ann is ann:
+                ann.publish(taken, labels, [self.row.get(i) for i in _ids(taken)])
+                return True
+        return True
 
     def current(self, ids: Iterable[str]) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Those of `ids` this index holds, in row order, with a copy of their vectors and their rows."""
@@ -239,19 +357,21 @@ class TypeColumns:
             self._stale(r)
             if self.ann is not None:
                 self.ann.moved(moved, r)
+                self.ann.rows_moved()
+        self._unrank(r, node_id, last)
         self.ids.pop()
-        self._rank = self._sorted = None
         self._note_change(node_id)
         if self.ann is not None:
-            self.ann.discard(node_id)
+            self.ann.unstage(node_id)
 
     def rank(self) -> npt.NDArray[np.uint32]:
-        """Each row's position in id order: the tie-break of equal scores.
+        """Each row's tie-break key: keys order like the rows' ids (equal scores go to the smaller id).
 
-        Rows appended since the last call (new ids; removals reset it) are
-        merged in by binary search, so an ingest followed by a recall does
-        not pay a full sort of the type's ids. Readers call this concurrently
-        under a backend's shared lock, so the merge itself is serialised.
+        Keys leave gaps (`_RANK_SPACING`), so a new id takes a key between its
+        neighbours' and a removal drops one: a write followed by a recall costs
+        a binary search per changed id, not a pass over the type. Only when a gap
+        runs out are all keys dealt again. Readers call this concurrently under
+        a backend's shared lock, so the merge itself is serialised.
         """
         with self._rank_lock:
             return self._ranked()
@@ -259,23 +379,54 @@ class TypeColumns:
     def _ranked(self) -> npt.NDArray[np.uint32]:
         n = len(self.ids)
         ranked = 0 if self._rank is None else len(self._rank)
-        if self._rank is not None and self._sorted is not None and 0 < n - ranked <= _RANK_MERGE_MAX:
-            fresh = self.ids[ranked:]
-            before = np.array([bisect.bisect_left(self._sorted, i) for i in fresh], np.int64)
-            by_id = np.argsort(np.array(fresh, dtype=object), kind="stable")
-            within = np.empty(len(fresh), np.int64)
-            within[by_id] = np.arange(len(fresh))
-            shift = np.searchsorted(np.sort(before), self._rank, side="right")
-            self._rank = np.concatenate([self._rank + shift, before + within]).astype(np.uint32)
-            for i in fresh:
-                bisect.insort(self._sorted, i)
-        elif self._rank is None or ranked != n:
-            positions = sorted(range(n), key=self.ids.__getitem__)
-            rank = np.empty(n, np.uint32)
-            rank[positions] = np.arange(n, dtype=np.uint32)
-            self._rank = rank
-            self._sorted = [self.ids[i] for i in positions]
+        if self._rank is None or self._sorted is None or not 0 <= n - ranked <= _RANK_MERGE_MAX:
+            self._sorted = sorted(self.ids)
+            return self._deal()
+        if ranked == n:
+            return self._rank
+        rank, ordered = self._rank, self._sorted
+        keys: dict[str, int] = {}
+
+        def key(node_id: str) -> int:
+            got = keys.get(node_id)
+            return int(rank[self.row[node_id]]) if got is None else got
+
+        for node_id in self.ids[ranked:]:
+            at = bisect.bisect_left(ordered, node_id)
+            low = key(ordered[at - 1]) if at else -1
+            high = key(ordered[at]) if at < len(ordered) else _RANK_TOP + 1
+            if high - low < 2:  # no room between the neighbours: deal every key again
+                self._sorted = sorted(self.ids)
+                return self._deal()
+            appended = high > _RANK_TOP and low + _RANK_SPACING <= _RANK_TOP
+            keys[node_id] = low + _RANK_SPACING if appended else (low + high) // 2
+            ordered.insert(at, node_id)
+        fresh = np.array([keys[i] for i in self.ids[ranked:]], np.uint32)
+        self._rank = np.concatenate([rank, fresh])
         return self._rank
+
+    def _deal(self) -> npt.NDArray[np.uint32]:
+        """Keys for every row from `_sorted`, evenly spaced."""
+        assert self._sorted is not None
+        n = len(self._sorted)
+        spacing = max(1, min(_RANK_SPACING, _RANK_TOP // max(n, 1)))
+        rank = np.empty(n, np.uint32)
+        rows = np.fromiter((self.row[i] for i in self._sorted), np.int64, count=n)
+        rank[rows] = np.arange(n, dtype=np.uint32) * np.uint32(spacing)
+        self._rank = rank
+        return rank
+
+    def _unrank(self, r: int, node_id: str, last: int) -> None:
+        """Row `r` (holding `node_id`) is removed and the last row moves into it: its key goes too."""
+        with self._rank_lock:
+            rank, ordered = self._rank, self._sorted
+            if rank is None or ordered is None or len(rank) != last + 1:
+                self._rank = self._sorted = None  # not caught up with appends: dealt afresh when asked
+                return
+            at = bisect.bisect_left(ordered, node_id)
+            del ordered[at]
+            rank[r] = rank[last]
+            self._rank = rank[:last]
 
     def matrix(self) -> npt.NDArray[np.float32]:
         return self._mat[: len(self.ids)]
@@ -358,6 +509,8 @@ class TypeColumns:
             with lock.read(), self._ann_build:  # no write runs: the copy plus `_changed` is the current state
                 if not cancel.is_set() and self.ann is None and not self._builds_closed:
                     self.ann = catch_up(self, built, self._changed or set())
+            if self._calibration_job is not None:
+                self._wake_worker()  # a query asked for the calibration while the index was built
         except Exception as exc:  # queries go on scanning exactly; vector_index_stats reports it
             self._failed(exc)
         finally:
@@ -379,12 +532,14 @@ class TypeColumns:
         """Asks a running background build to stop (another index was adopted); later queries may start one."""
         self._cancel.set()
 
-    def close_background_builds(self) -> threading.Thread | None:
-        """Stops background builds for good; returns a running builder's thread, to join outside any lock."""
+    def close_background_builds(self) -> list[threading.Thread]:
+        """Stops background builds and the upkeep thread for good; returns their running threads, to join
+        outside any lock."""
         with self._ann_build:
             self._builds_closed = True
             self._cancel.set()
-            return self._builder
+            self._wake.set()
+            return [t for t in (self._builder, self._worker) if t is not None]
 
     def wants_vector_index(self) -> bool:
         """True when non-exact queries of this type use an HNSW index (configured, embedded, large enough)."""
@@ -407,7 +562,7 @@ class TypeColumns:
             return True
 
     def vector_index_stats(self) -> dict[str, Any]:
-        stats = self.ann.stats() if self.ann is not None else {"vectors": 0, "live": 0, "reclaimable": 0}
+        stats = self.ann.stats() if self.ann is not None else {"vectors": 0, "live": 0, "reclaimable": 0, "pending": 0}
         building = self._builder is not None and self._builder.is_alive() and self.ann is None
         error = None if self.build_error is None else f"{type(self.build_error).__name__}: {self.build_error}"
         return {
@@ -473,7 +628,7 @@ def stop_background_builds(
 def retire(columns: Iterable[TypeColumns], retired: Iterable[threading.Thread] = ()) -> list[threading.Thread]:
     """Stops the builds of columns a cache replaces; their threads plus those of `retired` still
     running, for the backend's close to join."""
-    stopped = [t for t in (c.close_background_builds() for c in columns) if t is not None]
+    stopped = [t for c in columns for t in c.close_background_builds()]
     return [t for t in retired if t.is_alive()] + stopped
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -126,13 +127,14 @@ def scan(
     if queries.shape[0] and columns.dim == 0:
         queries = np.zeros((0, 0), np.float32)
     ann = columns.vector_index_for(approximate)
-    if ann is not None and ann.needs_calibration():
-        with columns.calibrating:  # one thread measures (under the caller's shared lock: no write runs)
-            if ann.needs_calibration():
-                calibrate(columns, ann, params, now)
+    if approximate and (ann is None or ann.needs_calibration()) and columns.wants_vector_index():
+        # Measured off the query path (once the index is published); until then, answered as before.
+        columns.request_calibration(lambda index, hold: calibrate(columns, index, params, now, hold))
     if ann is not None and ann.calibration is not None and ann.calibration.usable:
+        ann.remember(queries)
         walk = _walk(columns, queries, params, now, values)
-        got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk)
+        floor = ann.calibration.min_similarity
+        got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk, floor=floor)
         if got is not None:
             return [(columns.ids[r], s) for r, s in got]
     idx, scores = _score(columns, None, queries, params, now, values)
@@ -140,28 +142,48 @@ def scan(
 
 
 def certified_scan(
-    columns: TypeColumns, ann: VectorIndex, queries: F32, top_k: int, threshold: float, walk: Walk
+    columns: TypeColumns,
+    ann: VectorIndex,
+    queries: F32,
+    top_k: int,
+    threshold: float,
+    walk: Walk,
+    *,
+    floor: float = -np.inf,
+    tops: list[float] | None = None,
 ) -> Hits | None:
     """Top rows by exact score from vector-index candidate pools, or None when the exact scan must answer.
 
     A row outside the pool has relevance at most `bound`, the smallest
-    similarity the index returned per query vector (maximised over them).
+    similarity the index returned per query vector (maximised over them);
+    rows written since the graph last absorbed them are always in the pool.
     `walk` scores the pool and every other row whose value could still reach
     the k-th best under that bound. Past an eighth of the type a deeper pool
     is cheaper; past a quarter the exact scan is. When too few rows score
     above zero while the threshold admits zero, the remaining slots belong to
     zero-score rows in id order, which only the exact scan enumerates: None.
+    A query whose nearest indexed vector is less similar than `floor` (no
+    query vector lands near the data, where a graph search misses
+    neighbours) goes to the exact scan as well; `tops` receives that
+    similarity, for calibration to choose `floor`.
     """
     n = len(columns.ids)
+    pending = columns.pending_rows(ann)  # before the search: see `TypeColumns.pending_rows`
     pool = max(top_k, 16)  # per query vector; the walk makes a deeper first pool rarely worth its search cost
     while True:
         found = ann.knn(queries, pool)
         if found is None:
             return None
         labels, sims = found
+        if pool == max(top_k, 16):
+            top = float(sims[:, 0].max())
+            if tops is not None:
+                tops.append(top)
+            if top < floor:
+                return None
         exhausted = labels.shape[1] >= len(ann)
         hits = ann.row_of_label[labels.ravel().astype(np.int64)]
-        rows = np.unique(hits[hits >= 0]).astype(np.uint32)
+        rows = np.union1d(hits[hits >= 0], pending).astype(np.uint32)
         # Float noise between hnswlib's and the Rust core's cosine is far below this margin.
         bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max())) + 1e-6
         got = walk(rows, bound, max(n // 8, 1))
@@ -245,68 +267,197 @@ def _score(
 
 
 _NOISE = 0.2
-"""Sample queries are stored vectors moved by this fraction of their length in a random direction:
-near the memories, as an agent's queries are, without finding a row equal to the query."""
+"""Near samples are stored vectors moved by this fraction of their length in a random direction:
+near the memories, as an agent's queries often are, without finding a row equal to the query."""
+
+_SPREAD_ROWS = 4096
+"""Rows the spread samples' per-dimension mean and deviation are estimated from."""
 
 
-def _approximate_recalls(
+def _sample_queries(columns: TypeColumns, ann: VectorIndex, count: int) -> dict[str, list[F32]]:
+    """Calibration queries by kind, each a ``1 × dim`` matrix.
+
+    ``near``: stored vectors moved a little (`_NOISE`). ``spread``: drawn from a Gaussian with the
+    stored vectors' per-dimension mean and deviation, so they sit where the data does without being
+    close to any one row: on unclustered data the hard case for a graph search. ``recent``: the
+    last approximate queries this index answered, when there are enough of them.
+    """
+    embedded = np.flatnonzero(columns.norms() > 0)
+    rng = np.random.default_rng(len(columns.ids))  # the same sample for the same rows: repeatable
+    rows = rng.choice(embedded, size=min(count, len(embedded)), replace=False)
+    base = columns.matrix()[rows] / columns.norms()[rows, None]
+    noise = rng.standard_normal(base.shape).astype(np.float32)
+    noise *= _NOISE / np.maximum(np.linalg.norm(noise, axis=1, keepdims=True), 1e-12)
+    fit = columns.matrix()[rng.choice(embedded, size=min(_SPREAD_ROWS, len(embedded)), replace=False)]
+    spread = rng.normal(fit.mean(axis=0), fit.std(axis=0) + 1e-12, (len(rows), columns.dim)).astype(np.float32)
+    kinds = {
+        "near": [np.ascontiguousarray((base[i] + noise[i])[None, :], np.float32) for i in range(len(rows))],
+        "spread": [np.ascontiguousarray(spread[i][None, :]) for i in range(len(rows))],
+    }
+    recent = ann.recent_queries()
+    if len(recent) >= _RECENT_MIN:
+        kinds["recent"] = recent[-count:]
+    return kinds
+
+
+_RECENT_MIN = 16
+"""Real queries a calibration needs before it measures them as a kind of their own."""
+
+
+@dataclass(frozen=True)
+class _Trial:
+    """The certified path on one sample query: its recall of the exact answer (None: it handed the
+    query over), seconds taken, and the similarity of the nearest indexed vector."""
+
+    recall: float | None
+    seconds: float
+    top: float
+
+
+Hold = Callable[[], AbstractContextManager[None]]
+"""Takes the owner's shared lock (or nothing) around each step of a calibration."""
+
+
+def _trials(
     columns: TypeColumns,
     ann: VectorIndex,
     samples: list[F32],
     truth: list[set[int]],
     params: ScanParams,
     now: float,
-) -> tuple[list[float | None], float]:
-    """Each sample's recall of the exact answer through the certified path (None: it handed the
-    query to the exact scan), and the seconds they took."""
-    out: list[float | None] = []
-    start = time.perf_counter()
+    hold: Hold,
+) -> list[_Trial]:
+    out: list[_Trial] = []
     for q, want in zip(samples, truth, strict=True):
-        got = certified_scan(columns, ann, q, params.top_k, params.threshold, _walk(columns, q, params, now, None))
-        out.append(None if got is None else len({r for r, _ in got} & want) / len(want) if want else 1.0)
-    return out, time.perf_counter() - start
+        tops: list[float] = []
+        with hold():
+            start = time.perf_counter()
+            got = certified_scan(
+                columns, ann, q, params.top_k, params.threshold, _walk(columns, q, params, now, None), tops=tops
+            )
+            seconds = time.perf_counter() - start
+        recall = None if got is None else len({r for r, _ in got} & want) / len(want) if want else 1.0
+        out.append(_Trial(recall, seconds, tops[0] if tops else np.inf))
+    return out
 
 
-def calibrate(columns: TypeColumns, ann: VectorIndex, params: ScanParams, now: float) -> Calibration:
-    """Measures the approximate path against the exact one and picks `ann`'s ``ef_search``.
+@dataclass(frozen=True)
+class _Routing:
+    """What queries get when those whose nearest indexed vector is less similar than `floor` go to
+    the exact scan: each kind's mean recall, the mean recall of the answers the index gives, the
+    worst one, and the exact scan's median time over that of the queries the index takes."""
 
-    Queries are drawn from the stored vectors (`_NOISE`), scored with `params` (the default value
-    function) both ways; ``ef_search`` grows by half from the configured value until the approximate
-    answers' mean recall reaches the target or ``max_ef_search``. Sets and returns
-    ``ann.calibration``. Call where no write can run (the backend's shared lock held).
+    floor: float
+    kind_recalls: list[float]
+    index_recall: float
+    worst: float
+    speedup: float
+    cost: float
+    """Seconds the queries like an agent's (near and recent ones) take, the exact scan answering
+    what the index does not: spread ones must be answered well, but are not what to optimise for."""
+    meets: bool
+    """Every kind and the index's own answers reach the target, the index taking enough queries."""
+
+
+_DEEPER_GAIN = 0.9
+"""A deeper search is kept only if it cuts the sample's cost by a tenth: timing noise never decides."""
+
+_MIN_SERVED = 0.25
+"""The least share of the sample queries an index must take for it to be used at all."""
+
+
+def _route(trials: list[_Trial], kinds: list[int], exact_each: float, target: float, costed: set[int]) -> _Routing:
+    """The lowest `floor` at which every kind and the index's own answers meet `target` (as many
+    queries as possible go to the index), taking at least `_MIN_SERVED` of them; when none does,
+    the routing at the highest floor tried."""
+    floors = sorted({t.top for t in trials} | {-np.inf})
+    best: _Routing | None = None
+    for floor in floors:
+        took = [t.top >= floor for t in trials]
+        if best is not None and sum(took) < _MIN_SERVED * len(trials):
+            break
+        served = [t for t, on in zip(trials, took, strict=True) if on]
+        got = [(1.0 if t.recall is None else t.recall) if on else 1.0 for t, on in zip(trials, took, strict=True)]
+        kind_recalls = [
+            float(np.mean([g for g, k in zip(got, kinds, strict=True) if k == kind])) for kind in set(kinds)
+        ]
+        own = [1.0 if t.recall is None else t.recall for t in served]
+        index_recall = float(np.mean(own)) if own else 1.0
+        spent = [t.seconds + (exact_each if t.recall is None else 0.0) for t in served]
+        cost = sum(
+            (t.seconds + (exact_each if t.recall is None else 0.0)) if on else exact_each
+            for t, on, kind in zip(trials, took, kinds, strict=True)
+            if kind in costed
+        )
+        typical = float(np.median(spent)) if spent else 0.0  # medians: a stall on a busy machine decides nothing
+        speedup = exact_each / typical if typical > 0 else 0.0
+        meets = sum(took) >= _MIN_SERVED * len(trials) and min(kind_recalls) >= target and index_recall >= target
+        best = _Routing(floor, kind_recalls, index_recall, min(own, default=1.0), speedup, cost, meets)
+        if meets:
+            return best
+    assert best is not None
+    return best
+
+
+def calibrate(
+    columns: TypeColumns, ann: VectorIndex, params: ScanParams, now: float, hold: Hold = nullcontext
+) -> Calibration:
+    """Measures the approximate path against the exact one; picks `ann`'s ``ef_search`` and the
+    similarity below which queries go to the exact scan.
+
+    Each kind of sample query (`_sample_queries`) is scored with `params` (the default value
+    function) both ways. At each ``ef_search`` (growing by half from the configured value up to
+    ``max_ef_search``) `_route` finds the lowest similarity floor at which every kind's mean
+    recall, and that of the index's own answers, meets the target; the depth kept is the one whose
+    routing costs the near and recent samples least. The estimate reported is the mean over the kinds, so a query
+    stream of any one kind sits within half their spread of it. Sets and returns
+    ``ann.calibration``. `hold` is taken around each step (writes may run between them: the rows
+    may move a little under the measurement, never within one step).
     """
     config = ann.config
-    embedded = np.flatnonzero(columns.norms() > 0)
-    rng = np.random.default_rng(len(columns.ids))  # the same sample for the same rows: repeatable
-    rows = rng.choice(embedded, size=min(config.calibration_queries, len(embedded)), replace=False)
-    base = columns.matrix()[rows] / columns.norms()[rows, None]
-    noise = rng.standard_normal(base.shape).astype(np.float32)
-    noise *= _NOISE / np.maximum(np.linalg.norm(noise, axis=1, keepdims=True), 1e-12)
-    samples = [np.ascontiguousarray((base[i] + noise[i])[None, :], dtype=np.float32) for i in range(len(rows))]
+    with hold():
+        kinds = _sample_queries(columns, ann, config.calibration_queries)
+    samples = [q for qs in kinds.values() for q in qs]
+    labels = [i for i, qs in enumerate(kinds.values()) for _ in qs]
+    costed = {i for i, kind in enumerate(kinds) if kind != "spread"}
     k = max(1, params.top_k)
-    start = time.perf_counter()
-    truth = [set(_score(columns, None, q, params, now, None)[0].tolist()) for q in samples]
-    exact_seconds = time.perf_counter() - start
+    truth, exact_times = [], []
+    for q in samples:
+        with hold():
+            start = time.perf_counter()
+            truth.append(set(_score(columns, None, q, params, now, None)[0].tolist()))
+            exact_times.append(time.perf_counter() - start)
+    exact_each = float(np.median(exact_times)) if exact_times else 0.0
     ef, most = config.ef_search, max(config.ef_search, config.max_ef_search)
+    best: tuple[int, _Routing] | None = None
     while True:
         ann.ef_search = ef
-        recalls, seconds = _approximate_recalls(columns, ann, samples, truth, params, now)
-        # A query the certified path hands over is answered by the exact scan: it costs that scan.
-        seconds += exact_seconds / max(len(samples), 1) * sum(1 for r in recalls if r is None)
-        mean = float(np.mean([1.0 if r is None else r for r in recalls])) if recalls else 1.0
-        if mean >= config.target_recall or ef >= most:
+        trials = _trials(columns, ann, samples, truth, params, now, hold)
+        routing = _route(trials, labels, exact_each, config.target_recall, costed)
+        meets = routing.meets
+        if meets and (best is None or routing.cost < _DEEPER_GAIN * best[1].cost):
+            best = (ef, routing)
+        elif best is not None:
+            break  # deeper searches cost more than the queries they take from the exact scan
+        if ef >= most or (meets and routing.floor == -np.inf):
             break
         ef = min(ef + max(1, ef // 2), most)  # steps of half: a doubling overshoots the depth needed
-    worst = min((1.0 if r is None else r for r in recalls), default=1.0)
-    speedup = exact_seconds / seconds if seconds > 0 else float("inf")
+    if best is None:
+        best = (ef, routing)
+    ef, routing = best
+    ann.ef_search = ef
+    mean = float(np.mean(routing.kind_recalls))
     reason = None
-    if mean < config.target_recall:
-        reason = f"mean recall@{k} {mean:.3f} below the target {config.target_recall} at ef_search {ef}"
-    elif speedup < config.min_speedup:
-        reason = f"only {speedup:.1f}x faster than the exact scan at the recall target (needs {config.min_speedup}x)"
+    if not routing.meets:
+        reason = f"mean recall@{k} {routing.index_recall:.3f} below the target {config.target_recall} at ef_search {ef}"
+    elif routing.speedup < config.min_speedup:
+        reason = (
+            f"only {routing.speedup:.1f}x faster than the exact scan at the recall target (needs {config.min_speedup}x)"
+        )
     result = Calibration(
-        ef, k, config.target_recall, config.min_speedup, mean, worst, speedup,
-        len(columns.ids), len(samples), reason is None, reason,
+        ef, k, config.target_recall, config.min_speedup, mean if reason is None else 1.0,
+        routing.worst if reason is None else 1.0, routing.speedup, len(columns.ids), len(samples),
+        reason is None, reason, float(routing.floor), routing.index_recall,
     )  # fmt: skip
     ann.calibration, ann.changes = result, 0
     return result

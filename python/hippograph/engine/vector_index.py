@@ -7,14 +7,19 @@ graph's own neighbour recall. Labels are stable integers, never rows: a label
 maps back to an id only while that id is live in the owning `TypeColumns`, so
 a deleted node is never returned; re-embedding marks the old label deleted and
 adds a new one; deletions are marks, counted as ``reclaimable`` until a rebuild.
-hnswlib is not safe to add to while searching: owners add and mark under
-their write lock, and searches run under `VectorIndex.lock`. Saving and
+hnswlib is not safe to add to while searching: every hnswlib call runs under
+`VectorIndex.lock`. A write does not insert into the graph: it marks the old
+label deleted and puts the id in the *pending* segment, which queries score
+exactly beside the graph's candidates until the owner's upkeep thread has
+inserted it (`insert` without any other lock, then `publish`). Saving and
 loading these graphs is `hippograph.engine.vector_files`.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -136,7 +141,13 @@ class VectorIndex:
         """The last `hippograph.engine.calibration.Calibration` of this index (None: not measured yet)."""
         self.changes = 0
         """Vectors added or marked deleted since the last calibration."""
-        """(store seq, SHA-256 of the .bin) of the saved files this index equals, if any."""
+        self.pending: dict[str, int] = {}
+        """Ids whose current vector the graph does not hold yet, each with the token of its latest write."""
+        self.pending_version = 0
+        """Moves whenever `pending` or the rows of its ids change: the owner's cached pending rows follow it."""
+        self._pending_lock = threading.Lock()
+        self._token = 0
+        self._recent: deque[npt.NDArray[np.float32]] = deque(maxlen=_RECENT_QUERIES)
 
     def __len__(self) -> int:
         return len(self.label_of)
@@ -157,18 +168,79 @@ class VectorIndex:
             return
         self.persisted = None
         self.changes += len(keep)
-        labels = np.arange(self.next_label, self.next_label + len(keep), dtype=np.int64)
-        self.next_label += len(keep)
-        self._reserve(len(keep))
-        self.index.add_items(np.ascontiguousarray(vectors[keep]), labels)
-        if self.next_label > len(self.row_of_label):
-            grown = np.full(max(self.next_label, 2 * len(self.row_of_label)), -1, np.int64)
-            grown[: len(self.row_of_label)] = self.row_of_label
-            self.row_of_label = grown
+        with self.lock:
+            labels = np.arange(self.next_label, self.next_label + len(keep), dtype=np.int64)
+            self.next_label += len(keep)
+            self._reserve(len(keep))
+            self._map_rows(labels)
+            self.index.add_items(np.ascontiguousarray(vectors[keep]), labels)
         self.row_of_label[labels] = rows[keep]
         for label, i in zip(labels.tolist(), keep, strict=True):
             self.label_of[ids[i]] = label
             self.id_of[label] = ids[i]
+
+    def _map_rows(self, labels: npt.NDArray[np.int64]) -> None:
+        """Grows `row_of_label` to hold `labels` (a new array: readers keep the one they took)."""
+        if self.next_label > len(self.row_of_label):
+            grown = np.full(max(self.next_label, 2 * len(self.row_of_label)), -1, np.int64)
+            grown[: len(self.row_of_label)] = self.row_of_label
+            self.row_of_label = grown
+
+    def stage(self, node_id: str) -> None:
+        """`node_id` has a new vector: its old label is marked deleted and it waits in `pending`."""
+        self.discard(node_id)
+        self.changes += 1
+        with self._pending_lock:
+            self._token += 1
+            self.pending[node_id] = self._token
+            self.pending_version += 1
+
+    def unstage(self, node_id: str) -> None:
+        """`node_id` lost its vector or was removed: neither the graph nor `pending` holds it."""
+        self.discard(node_id)
+        with self._pending_lock:
+            if self.pending.pop(node_id, None) is not None:
+                self.pending_version += 1
+
+    def rows_moved(self) -> None:
+        """A swap-remove moved a row: cached pending rows must be looked up again."""
+        self.pending_version += 1
+
+    def take_pending(self, most: int) -> list[tuple[str, int]]:
+        """Up to `most` pending ids with their tokens, oldest first."""
+        with self._pending_lock:
+            return list(itertools.islice(self.pending.items(), most))
+
+    def insert(self, vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
+        """Adds `vectors` to the graph under fresh labels no query maps to a row yet (see `publish`)."""
+        with self.lock:
+            labels = np.arange(self.next_label, self.next_label + len(vectors), dtype=np.int64)
+            self.next_label += len(vectors)
+            self._reserve(len(vectors))
+            self._map_rows(labels)  # before hnswlib can return them: a search must find them unmapped
+            self.index.add_items(np.ascontiguousarray(vectors), labels, num_threads=1)
+        return labels
+
+    def publish(self, taken: list[tuple[str, int]], labels: npt.NDArray[np.int64], rows: list[int | None]) -> None:
+        """Maps the labels `insert` gave to `taken` ids onto their current `rows`, for each id still
+        pending with the same token; a label whose id was written again (or removed) meanwhile is
+        marked deleted. Call where no write runs (the owner's shared lock)."""
+        stale: list[int] = []
+        with self._pending_lock:
+            for (node_id, token), label, row in zip(taken, labels.tolist(), rows, strict=True):
+                if row is None or self.pending.get(node_id) != token:
+                    stale.append(label)
+                    continue
+                self.row_of_label[label] = row
+                self.label_of[node_id] = label
+                self.id_of[label] = node_id
+                del self.pending[node_id]
+            self.pending_version += 1
+            self.persisted = None
+        with self.lock:
+            for label in stale:
+                self.index.mark_deleted(label)
+        self.reclaimable += len(stale)
 
     def moved(self, node_id: str, row: int) -> None:
         """The owning index moved `node_id` to `row` (swap-remove)."""
@@ -183,7 +255,8 @@ class VectorIndex:
             self.changes += 1
             self.id_of.pop(label, None)
             self.row_of_label[label] = -1
-            self.index.mark_deleted(label)
+            with self.lock:
+                self.index.mark_deleted(label)
             self.reclaimable += 1
 
     def knn(self, queries: npt.NDArray[np.float32], k: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any]] | None:
@@ -199,11 +272,20 @@ class VectorIndex:
                 return None
         return labels, 1.0 - distances
 
+    def remember(self, queries: npt.NDArray[np.float32]) -> None:
+        """Keeps an approximate query for the next calibration (`recent_queries`)."""
+        self._recent.append(queries)
+
+    def recent_queries(self) -> list[npt.NDArray[np.float32]]:
+        """The last approximate queries answered, oldest first: samples of what this index is asked."""
+        return list(self._recent)
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "vectors": int(self.index.element_count),
             "live": len(self),
             "reclaimable": self.reclaimable,
+            "pending": len(self.pending),
         }
         return out | (self.calibration.stats() if self.calibration is not None else {"ef_search": self.ef_search})
 
@@ -211,6 +293,9 @@ class VectorIndex:
         """Never measured, or a quarter of its rows changed since."""
         return self.calibration is None or self.changes > max(len(self), 1) // 4
 
+
+_RECENT_QUERIES = 128
+"""Approximate queries an index keeps for its next calibration."""
 
 _BUILD_CHUNK = 16_384
 """Rows handed to hnswlib per call while building: progress is reported between calls."""
