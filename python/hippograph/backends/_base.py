@@ -6,19 +6,28 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, NoReturn, Self
 
 from ..engine.checks import Progress, check_id, check_ids, check_progress
 from ..engine.columns import ColumnsCopy
 from ..engine.derived import DerivedColumns
 from ..errors import StorageError, ValidationError
 from ..graph.changeset import Changeset, check_changeset
-from ..graph.model import IngestionRecord, NodeMetadata, NodeType, as_node_type, as_node_types
+from ..graph.model import EdgeType, IngestionRecord, Node, NodeMetadata, NodeType, as_node_type, as_node_types
 from ..graph.recall import build_vector_indexes
 
-__all__ = ["BackendBase", "DerivedBackend", "RWLock", "check_ids", "check_metadata_updates", "check_record"]
+__all__ = [
+    "BackendBase",
+    "DerivedBackend",
+    "RWLock",
+    "ReadOnlyLinks",
+    "check_ids",
+    "check_metadata_updates",
+    "check_record",
+    "shared_node",
+]
 
 
 def check_metadata_updates(updates: Mapping[str, NodeMetadata]) -> dict[str, NodeMetadata]:
@@ -37,28 +46,76 @@ def check_record(record: IngestionRecord, cs: Changeset, dim: int | None) -> int
     return check_changeset(cs, dim)
 
 
+class ReadOnlyLinks(dict[EdgeType, frozenset[str]]):
+    """The links of a node a backend shares between calls (its caches hand out one instance).
+
+    A dict that refuses changes, so no caller can alter what the next caller
+    gets; it equals the plain dict of the same links and pickles (and copies)
+    as one.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("the links of a stored node are read-only; build a new node to change them")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[type[dict[EdgeType, frozenset[str]]], tuple[dict[EdgeType, frozenset[str]]]]:
+        return dict, (dict(self),)
+
+
+def shared_node(node: Node, links: Mapping[EdgeType, Iterable[str]]) -> Node:
+    """`node` with `links` (empty sets left out) as a node a cache may hand to every caller."""
+    out = object.__new__(type(node))  # as `Node.with_links`: a shallow copy on the hydration path
+    out.__dict__.update(node.__dict__)
+    out.__dict__["links"] = ReadOnlyLinks({e: frozenset(ids) for e, ids in links.items() if ids})
+    return out
+
+
+class _Shared:
+    """Holding an `RWLock` shared: one instance per lock, reused by every reader (it keeps no state)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: RWLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        lock = self._lock
+        with lock._mutex:
+            while lock._writer or lock._waiting:
+                lock._cond.wait()
+            lock._readers += 1
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        lock = self._lock
+        with lock._mutex:
+            lock._readers -= 1
+            if not lock._readers and lock._waiting:  # only writers wait for the readers to leave
+                lock._cond.notify_all()
+
+
 class RWLock:
-    """Many readers or one writer; a waiting writer goes before new readers so it never starves."""
+    """Many readers or one writer; a waiting writer goes before new readers so it never starves.
+
+    Reading takes no generator and wakes nobody unless a writer waits: every
+    query takes it at least once.
+    """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._readers = 0
         self._writer = False
         self._waiting = 0
+        self._shared = _Shared(self)
 
-    @contextmanager
-    def read(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer or self._waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
+    def read(self) -> AbstractContextManager[None]:
+        return self._shared
 
     @contextmanager
     def write(self) -> Iterator[None]:

@@ -1,7 +1,9 @@
 """`InMemory`: the reference backend every other one is compared against.
 
 Plain dicts behind a readers-writer lock; short on purpose, so that its
-behaviour can be read off the code. Nothing survives the process.
+behaviour can be read off the code. Nothing survives the process. Nodes are
+stored without links and assembled with them on first read; the assembled
+node is kept until a write changes the node or its links.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..graph.model import (
 from ..graph.protocol import existing_receipt
 from ..graph.recall import find_candidates, usage_of
 from ..graph.value import ValueFunctionConfig
-from ._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record
+from ._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record, shared_node
 
 __all__ = ["InMemory"]
 
@@ -44,6 +46,8 @@ class InMemory(DerivedBackend):
         self._nodes: dict[str, Node] = {}
         self._links: dict[str, dict[EdgeType, set[str]]] = {}
         self._meta: dict[str, NodeMetadata] = {}
+        self._assembled: dict[str, Node] = {}
+        """Nodes read since their last change, with their links (read-only: every reader gets the same)."""
         self._records: dict[str, IngestionRecord] = {}
         self._derived: DerivedColumns[NodeType] = DerivedColumns(NodeType, ann, self._lock)
         self._dim: int | None = None
@@ -55,11 +59,13 @@ class InMemory(DerivedBackend):
     # -- writes ------------------------------------------------------------
 
     def _unlink_all(self, node_id: str) -> None:
+        self._assembled.pop(node_id, None)
         for edge, others in self._links.pop(node_id, {}).items():
             for other in others:
                 back = self._links.get(other, {}).get(edge)
                 if back is not None:
                     back.discard(node_id)
+                    self._assembled.pop(other, None)
 
     def _apply(self, cs: Changeset, dim: int | None) -> None:
         for node in cs.additions:
@@ -71,6 +77,8 @@ class InMemory(DerivedBackend):
             if a != b and a in self._nodes and b in self._nodes:
                 self._links.setdefault(a, {}).setdefault(edge, set()).add(b)
                 self._links.setdefault(b, {}).setdefault(edge, set()).add(a)
+                self._assembled.pop(a, None)
+                self._assembled.pop(b, None)
         self._put_meta(cs.metadata)
         self._dim = dim
 
@@ -173,18 +181,25 @@ class InMemory(DerivedBackend):
 
     # -- reads -------------------------------------------------------------
 
-    def _node(self, node_id: str) -> Node | None:
-        node = self._nodes.get(node_id)
-        if node is None:
-            return None
-        return node.with_links(self._links.get(node_id, {}))
+    def _assemble(self, node_id: str, stored: Node) -> Node:
+        node = self._assembled[node_id] = shared_node(stored, self._links.get(node_id, {}))
+        return node
 
-    def _hydrate(self, ids: list[str]) -> dict[str, tuple[Node, NodeMetadata | None]]:
+    def _node(self, node_id: str) -> Node | None:
+        """The stored node with its links (assembled once until a write changes either)."""
+        stored = self._nodes.get(node_id)
+        if stored is None:
+            return None
+        return self._assembled.get(node_id) or self._assemble(node_id, stored)
+
+    def _hydrate(self, ids: list[str], metadata: bool) -> dict[str, tuple[Node, NodeMetadata | None]]:
+        """`_node` for each id, inlined: recall calls it on every query."""
+        nodes, assembled, meta = self._nodes, self._assembled, self._meta if metadata else {}
         out: dict[str, tuple[Node, NodeMetadata | None]] = {}
         for node_id in ids:
-            node = self._node(node_id)
-            if node is not None:
-                out[node_id] = (node, self._meta.get(node_id))
+            stored = nodes.get(node_id)
+            if stored is not None:
+                out[node_id] = (assembled.get(node_id) or self._assemble(node_id, stored), meta.get(node_id))
         return out
 
     def close(self) -> None:

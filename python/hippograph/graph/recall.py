@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,8 +26,16 @@ from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_conf
 
 __all__ = ["Hydrate", "build_vector_indexes", "find_candidates", "score_nodes", "usage_of"]
 
-Hydrate = Callable[[list[str]], Mapping[str, tuple[Node, NodeMetadata | None]]]
-"""Loads nodes (and metadata) for ids; an id it cannot load is left out."""
+
+class Hydrate(Protocol):
+    """Loads the nodes among `ids`; an id it cannot load is left out.
+
+    Their metadata only when `metadata` is true (None in its place otherwise):
+    only a custom value function reads it, and loading it is most of what
+    hydrating a hit costs in a store that decodes records.
+    """
+
+    def __call__(self, ids: list[str], metadata: bool) -> Mapping[str, tuple[Node, NodeMetadata | None]]: ...
 
 
 def usage_of(meta: NodeMetadata | None) -> Usage | None:
@@ -42,7 +50,7 @@ def _python_values(cfg: ResolvedConfig, tp: TypeParams, now: datetime, hydrate: 
     params = {**tp.raw, "now": now}
 
     def values(ids: list[str], relevance: F32) -> F64:
-        loaded = hydrate(ids)
+        loaded = hydrate(ids, True)
         out = np.full(len(ids), np.nan, np.float64)
         for r, node_id in enumerate(ids):
             got = loaded.get(node_id)
@@ -87,15 +95,15 @@ def find_candidates(
         while True:
             params = tp if ask == tp.top_k else dataclasses.replace(tp, top_k=ask)
             scanned = scan(type_columns, queries, params, when.timestamp(), values, approximate=bounded and not exact)
-            picked = [(i, s) for i, s in scanned if i not in seen]
-            loaded = hydrate([i for i, _ in picked])
+            picked = [(i, s) for i, s in scanned if i not in seen] if seen else scanned
+            loaded = hydrate([i for i, _ in picked], False)
             live = [(loaded[i][0], s) for i, s in picked if i in loaded]
             if len(live) == len(picked) or len(scanned) < ask:
                 break
             ask += len(picked) - len(live)
-        for node, score in live[: tp.top_k]:
-            seen.add(node.id)
-            out.append((node, score))
+        hits = live[: tp.top_k]
+        out += hits
+        seen.update([node.id for node, _ in hits])
     return out
 
 
@@ -147,7 +155,7 @@ def score_nodes(
             loaded[node.id] = (node, meta)
         columns[node_type] = type_columns
 
-    def hydrate(ids: list[str]) -> dict[str, tuple[Node, NodeMetadata | None]]:
+    def hydrate(ids: list[str], metadata: bool) -> dict[str, tuple[Node, NodeMetadata | None]]:
         return {i: loaded[i] for i in ids if i in loaded}
 
     return find_candidates(columns, wanted, query, tags, value_function, now, dimension, hydrate)

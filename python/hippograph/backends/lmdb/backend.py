@@ -2,8 +2,9 @@
 
 Each mutating call is one write transaction through a `_Writer`; each read is
 one read transaction, and `find_candidates` hydrates from the same snapshot its
-`_Cache` was caught up to. The format lives in `layout`, the refusals at open
-and the storage walk in `checks`, the derived columns in `cache`.
+`_Cache` was caught up to (through the nodes the cache keeps as of it). The
+format lives in `layout`, the refusals at open and the storage walk in
+`checks`, the derived columns in `cache`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import stat
 import struct
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -133,17 +133,6 @@ class LMDB(DerivedBackend):
             size = self._env.info()["map_size"]
             self._env.set_mapsize(0 if adopt_only else size * 2)
 
-    @contextmanager
-    def _txn(self, write: bool) -> Iterator[_Txn]:
-        with self._gate.read():
-            if not write:
-                with self._env.begin() as txn:
-                    yield _Txn(txn, self._dbs)
-                return
-            # LMDB allows one write transaction per environment at a time; threads queue here.
-            with self._write_lock, self._env.begin(write=True) as txn:
-                yield _Txn(txn, self._dbs)
-
     def _retrying(self, operation: str, fn: Callable[[], T]) -> T:
         while True:
             try:
@@ -157,15 +146,16 @@ class LMDB(DerivedBackend):
 
     def _read(self, fn: Callable[[_Txn], T], operation: str = "read") -> T:
         def run() -> T:
-            with self._txn(write=False) as t:
-                return fn(t)
+            with self._gate.read(), self._env.begin() as txn:
+                return fn(_Txn(txn, self._dbs))
 
         return self._retrying(operation, run)
 
     def _write(self, operation: str, fn: Callable[[_Txn], T]) -> T:
         def run() -> T:
-            with self._txn(write=True) as t:
-                return fn(t)
+            # LMDB allows one write transaction per environment at a time; threads queue here.
+            with self._gate.read(), self._write_lock, self._env.begin(write=True) as txn:
+                return fn(_Txn(txn, self._dbs))
 
         self._guard(operation)
         return self._retrying(operation, run)
@@ -327,15 +317,12 @@ class LMDB(DerivedBackend):
         self._guard("find_candidates")
 
         def run(t: _Txn) -> list[tuple[Node, float]]:
-            def hydrate(ids: list[str]) -> dict[str, tuple[Node, NodeMetadata | None]]:
-                out: dict[str, tuple[Node, NodeMetadata | None]] = {}
-                for node_id in ids:
-                    node = t.node(node_id)
-                    if node is not None:
-                        out[node_id] = (node, t.meta(node_id))
-                return out
+            seq = t.seq()
 
-            if t.seq() != self._cache.seq:
+            def hydrate(ids: list[str], metadata: bool) -> dict[str, tuple[Node, NodeMetadata | None]]:
+                return self._cache.hydrate(t, seq, ids, metadata)
+
+            if seq != self._cache.seq:
                 with self._cache_lock.write():
                     self._cache.refresh(t)
             background = self._cache.ann is not None and self._cache.ann.background

@@ -1,14 +1,17 @@
 """This process's derived columns of an LMDB store, and the saved vector indexes they adopt.
 
 `_Cache` is valid as of one change counter and catches up from the change log
-(or rebuilds when the log no longer reaches back). It also decides when a
-type's saved HNSW graph under ``<store>/ann/`` is tried, adopts it (in the
-foreground or as a background build's first step) and saves built graphs.
+(or rebuilds when the log no longer reaches back). Besides the columns it
+keeps the nodes recall last hydrated, decoded as of that counter. It also
+decides when a type's saved HNSW graph under ``<store>/ann/`` is tried, adopts
+it (in the foreground or as a background build's first step) and saves built
+graphs.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -19,7 +22,7 @@ from ...engine.derived import DerivedColumns
 from ...engine.vector_index import AnnConfig
 from ...errors import HippographError
 from ...graph import codec
-from ...graph.model import NodeType
+from ...graph.model import Node, NodeMetadata, NodeType
 from ...graph.recall import usage_of
 from .._base import RWLock
 from .layout import _key, _logged_ids, _seq_key
@@ -37,6 +40,9 @@ class _Reader(Protocol):
 _ADOPT_TRIES = 5
 """Snapshots a background adoption tries before giving up on a cache that writers keep moving."""
 
+NODES_KEPT = 4096
+"""Decoded nodes a `_Cache` keeps, least recently hydrated dropped first: recall's usual hits, not the store."""
+
 
 class _Cache(DerivedColumns[NodeType]):
     """This process's derived columns, valid as of change `seq`, caught up from the change log.
@@ -45,6 +51,12 @@ class _Cache(DerivedColumns[NodeType]):
     is tried once (`load_saved`, or `adopt_in_background` for a background
     build) when a non-exact query first needs it. `read` is the backend's
     read-transaction runner: a background adoption takes its own snapshots.
+
+    `hydrate` keeps the nodes it decodes (at most `NODES_KEPT`), each as
+    stored at change `seq`: only a reader whose snapshot is at `seq` adds
+    one (under the lock shared, which a refresh holds alone), and a refresh
+    drops every id the log names (a write logs both ends of a link edit)
+    or, when it rebuilds, all of them.
     """
 
     def __init__(self, ann: AnnConfig | None, ann_dir: Path | None, lock: RWLock, read: _Reader) -> None:
@@ -53,6 +65,43 @@ class _Cache(DerivedColumns[NodeType]):
         self.seq = -1
         self.ann_dir = ann_dir if ann is not None else None
         self.ann_tried: set[NodeType] = set()
+        self._nodes: OrderedDict[str, Node] = OrderedDict()
+        self._nodes_lock = threading.Lock()
+        """Orders the readers' lookups and additions (refreshes, holding `lock` alone, need not take it)."""
+
+    def hydrate(self, t: _Txn, seq: int, ids: list[str], metadata: bool) -> dict[str, tuple[Node, NodeMetadata | None]]:
+        """The stored nodes among `ids` as of `t`, whose change counter is `seq` (call under `lock`, shared).
+
+        Kept nodes answer only a snapshot at the cache's own `seq`; other
+        snapshots decode every node. Metadata is always read from `t`.
+        """
+        out: dict[str, tuple[Node, NodeMetadata | None]] = {}
+        keep = seq == self.seq
+        missing = [] if keep else ids
+        if keep:
+            with self._nodes_lock:
+                kept, touch = self._nodes.get, self._nodes.move_to_end
+                for node_id in ids:
+                    node = kept(node_id)
+                    if node is None:
+                        missing.append(node_id)
+                    else:
+                        touch(node_id)
+                        out[node_id] = (node, None)
+        decoded: dict[str, Node] = {}
+        for node_id in missing:
+            node = t.node(node_id)
+            if node is not None:
+                decoded[node_id] = node
+                out[node_id] = (node, None)
+        if decoded and keep:
+            with self._nodes_lock:
+                self._nodes.update(decoded)
+                while len(self._nodes) > NODES_KEPT:
+                    self._nodes.popitem(last=False)
+        if metadata:
+            return {i: (node, t.meta(i)) for i, (node, _) in out.items()}
+        return out
 
     def refresh(self, t: _Txn) -> None:
         target = t.seq()
@@ -80,6 +129,7 @@ class _Cache(DerivedColumns[NodeType]):
         return changed
 
     def _reload(self, t: _Txn, node_id: str) -> None:
+        self._nodes.pop(node_id, None)
         key = _key(node_id)
         data = t.get("nodes", key)
         if data is None:
@@ -93,6 +143,7 @@ class _Cache(DerivedColumns[NodeType]):
 
     def _rebuild(self, t: _Txn) -> None:
         self.ann_tried = set()
+        self._nodes.clear()
         embeddings, metas, dim = dict(t.items("emb")), dict(t.items("meta")), t.dim()
         rows = []
         for key, data in t.items("nodes"):
@@ -146,6 +197,8 @@ class _Cache(DerivedColumns[NodeType]):
         """Saves every built HNSW graph that differs from its files (call under the cache's read lock)."""
         if self.ann_dir is None:
             return []
+        for type_columns in self.columns.values():
+            type_columns.absorb_pending()  # the files must hold every vector the store held at `seq`
         return [
             nt.value
             for nt, type_columns in self.columns.items()

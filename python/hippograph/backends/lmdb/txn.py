@@ -3,7 +3,9 @@
 `_Txn` reads and writes the named databases by id (long ids through ``longids``);
 `_Writer` gathers one write transaction's link edits and the ids it touched,
 then `finish` writes the links, the dimension, the bumped change counter and
-its change-log entry, so every mutating call logs exactly what it changed.
+its change-log entry, so every mutating call logs exactly what it changed
+(both ends of every link it added or removed among them: a cached node
+carries its links).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import msgpack
 from ...errors import StorageError
 from ...graph import codec
 from ...graph.model import ORPHAN_TYPES, EdgeType, Node, NodeMetadata
+from .._base import ReadOnlyLinks
 from . import layout
 from .layout import _LONG, _key, _number, _seq_key
 
@@ -79,6 +82,7 @@ class _Txn:
         return self._dim[0]
 
     def node(self, node_id: str) -> Node | None:
+        """The stored node with its links, read-only (`_Cache` hands the same node to every caller)."""
         key = _key(node_id)
         data = self.get("nodes", key)
         if data is None:
@@ -86,7 +90,7 @@ class _Txn:
         emb = self.get("emb", key)
         links = codec.decode_links(self.get("links", key))
         embedding = None if emb is None else codec.decode_embedding(emb, self.dim())
-        return codec.decode_node(data, node_id, embedding, {e: frozenset(i) for e, i in links.items()})
+        return codec.decode_node(data, node_id, embedding, ReadOnlyLinks({e: frozenset(i) for e, i in links.items()}))
 
     def meta(self, node_id: str) -> NodeMetadata | None:
         data = self.get("meta", _key(node_id))
@@ -115,7 +119,10 @@ class _Writer:
     def unlink_all(self, node_id: str) -> None:
         for edge, others in self.links(node_id).items():
             for other in others:
-                self.links(other).get(edge, set()).discard(node_id)
+                back = self.links(other).get(edge)
+                if back is not None and node_id in back:
+                    back.discard(node_id)
+                    self.touched.add(other)
         self._links[node_id] = {}
 
     def put_node(self, node: Node) -> None:
@@ -132,8 +139,11 @@ class _Writer:
 
     def link(self, a: str, b: str, edge: EdgeType) -> None:
         if a != b and self.exists(a) and self.exists(b):
-            self.links(a).setdefault(edge, set()).add(b)
-            self.links(b).setdefault(edge, set()).add(a)
+            for one, other in ((a, b), (b, a)):
+                ids = self.links(one).setdefault(edge, set())
+                if other not in ids:
+                    ids.add(other)
+                    self.touched.add(one)
 
     def delete_node(self, node_id: str) -> None:
         if not self.exists(node_id):

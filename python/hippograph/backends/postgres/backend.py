@@ -377,8 +377,8 @@ class Postgres(DerivedBackend):
         def run(tx: _Tx) -> list[tuple[Node, float]]:
             dim = self._refreshed(tx)
 
-            def hydrate(ids: list[str]) -> dict[str, tuple[Node, NodeMetadata | None]]:
-                return tx.nodes(ids, with_meta=True)
+            def hydrate(ids: list[str], metadata: bool) -> dict[str, tuple[Node, NodeMetadata | None]]:
+                return tx.nodes(ids, with_meta=metadata)
 
             with self._cache_lock.read():
                 return find_candidates(
