@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hippograph.engine import columns
+from hippograph.engine import tiebreak
 from hippograph.engine.columns import TypeColumns
 
 ops = st.lists(
@@ -38,12 +38,12 @@ def same_order(index: TypeColumns) -> bool:
 @given(ops, st.sampled_from([1 << 12, 2, 1]))
 def test_rank_keys_order_like_the_ids_after_any_updates(steps: list[tuple[str, object]], spacing: int) -> None:
     # Spacings of 2 and 1 run out of room between neighbours at once: every key is dealt again.
-    previous = columns._RANK_SPACING
-    columns._RANK_SPACING = spacing
+    previous = tiebreak._RANK_SPACING
+    tiebreak._RANK_SPACING = spacing
     try:
         _apply_and_check(steps)
     finally:
-        columns._RANK_SPACING = previous
+        tiebreak._RANK_SPACING = previous
 
 
 def _apply_and_check(steps: list[tuple[str, object]]) -> None:
@@ -82,6 +82,6 @@ def test_readers_merging_new_rows_at_once_agree_on_one_rank() -> None:
             assert same_order(index)
             expected = index.rank()
             assert all(len(r) == len(index.ids) and (r == expected).all() for r in got), f"round {round_}"
-            assert index._sorted == sorted(index.ids)
+            assert index._tiebreak._sorted == sorted(index.ids)
     finally:
         sys.setswitchinterval(old_interval)

@@ -10,7 +10,6 @@ nothing of nodes: a family maps its records onto ids, vectors and `Usage`.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import threading
 import warnings
@@ -24,8 +23,11 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ValidationError
+from . import regions as regions_
 from . import vector_index
 from .checks import Embedding
+from .regions import Regions
+from .tiebreak import TieBreak
 from .vector_index import AnnConfig, VectorIndex
 
 __all__ = [
@@ -40,11 +42,6 @@ __all__ = [
     "stop_background_builds",
 ]
 
-_RANK_MERGE_MAX = 4096
-"""New rows merged into the tie-break order incrementally; more trigger one full sort."""
-_RANK_SPACING = 1 << 12
-"""The gap between neighbouring tie-break keys when they are dealt: room for new ids in between."""
-_RANK_TOP = (1 << 32) - 1
 
 F64 = npt.NDArray[np.float64]
 UsageArrays = tuple[npt.NDArray[np.uint8], F64, F64, F64, F64]
@@ -151,9 +148,14 @@ class TypeColumns:
         self._builds_closed = False
         self.build_error: BaseException | None = None
         """Why the last background build failed; the type then stays on exact scans until an explicit build."""
-        self._rank_lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._calibration_job: CalibrationJob | None = None
+        self.regions: Regions | None = None
+        """The rows' regions (`hippograph.engine.regions`), built with the vector index or by the upkeep thread."""
+        self._regions_tried: VectorIndex | None = None
+        """The index the upkeep thread last computed regions for (it tries once per index)."""
+        self._region_touched: set[int] | None = None
+        """Rows written while the upkeep thread computes regions from a copy: they start in none."""
         self.upkeep_error: BaseException | None = None
         """Why the upkeep thread's last round failed (None: it did not)."""
         self._wake = threading.Event()
@@ -166,8 +168,7 @@ class TypeColumns:
         self._cols: dict[str, npt.NDArray[Any]] = {
             name: np.zeros(0, np.uint8 if name == "has_meta" else np.float64) for name in USAGE_COLUMNS
         }
-        self._rank: npt.NDArray[np.uint32] | None = None
-        self._sorted: list[str] | None = None
+        self._tiebreak = TieBreak()
         self._order: _UsageOrder | None = None
         self._usage: tuple[int, _core.UsageColumns] | None = None
 
@@ -215,6 +216,7 @@ class TypeColumns:
             self._norms[r] = np.sqrt(np.dot(embedding.astype(np.float64), embedding.astype(np.float64)))
         if not unchanged:
             self._note_change(node_id)
+            self._leave_region(r)
             ann = self.ann
             if ann is not None:
                 if embedding is None or not self._norms[r]:
@@ -225,6 +227,38 @@ class TypeColumns:
                     ann.stage(node_id)
                     self._wake_worker()
         self.set_usage(node_id, usage)
+
+    def _leave_region(self, r: int) -> None:
+        """Row `r` holds a new vector (or none): whatever region it was in no longer bounds it."""
+        if self.regions is not None:
+            self.regions.forget(r)
+        touched = self._region_touched
+        if touched is not None:
+            touched.add(r)
+
+    def _build_regions(self, lock: SharedLock) -> None:
+        """Computes regions from a copy of the rows with no lock held; publishes them with every row
+        written meanwhile in none."""
+        with lock.read():
+            if self.regions is not None or self.ann is None or self._regions_tried is self.ann:
+                return
+            self._regions_tried = self.ann
+            matrix, norms = self.matrix().copy(), self.norms().copy()
+            self._region_touched = set()
+        try:
+            built = regions_.partition(matrix, norms, len(matrix))
+            del matrix
+            with lock.read():
+                touched = self._region_touched or set()
+                if built is not None and self.regions is None:
+                    n = len(self.ids)
+                    of_row = built.of_row
+                    of_row[n:] = regions_.NO_REGION
+                    stale = np.fromiter((r for r in touched if r < len(of_row)), np.int64)
+                    of_row[stale] = regions_.NO_REGION
+                    self.regions = built
+        finally:
+            self._region_touched = None
 
     def pending_rows(self, ann: VectorIndex) -> npt.NDArray[np.uint32]:
         """The rows of `ann`'s pending ids, which queries score exactly beside the graph's candidates.
@@ -258,6 +292,12 @@ class TypeColumns:
                 return
             self._worker = thread
 
+    def want_regions(self) -> None:
+        """The index has no regions yet (loaded from files, or built in the background): the upkeep
+        thread computes them."""
+        if self._lock is not None and self._region_touched is None and self._regions_tried is not self.ann:
+            self._wake_worker()
+
     def request_calibration(self, job: CalibrationJob) -> None:
         """Has the upkeep thread run `job(ann, hold)` on the published index (`hold()`: the owner's
         shared lock, taken per sample query so writers are never held up for long; a job asked for
@@ -287,6 +327,8 @@ class TypeColumns:
             try:
                 while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
                     pass
+                if self.ann is not None and self.regions is None and not self._builds_closed:
+                    self._build_regions(lock)
                 job, ann = self._calibration_job, self.ann
                 if job is not None and ann is not None and not self._builds_closed:
                     self._calibration_job = None
@@ -313,7 +355,14 @@ class TypeColumns:
         labels = ann.insert(vectors)
         with nullcontext() if locked or lock is None else lock.read():
             if self.ann is ann:
-                ann.publish(taken, labels, [self.row.get(i) for i in _ids(taken)])
+                rows = [self.row.get(i) for i in _ids(taken)]
+                ann.publish(taken, labels, rows)
+                if self.regions is not None:
+                    placed = [r for (i, _), r, label in zip(taken, rows, labels.tolist(), strict=True)
+                              if r is not None and ann.label_of.get(i) == label]  # fmt: skip
+                    if placed:
+                        at = np.array(placed, np.int64)
+                        self.regions.place(at, self.matrix()[at])
                 return True
         return True
 
@@ -358,75 +407,20 @@ class TypeColumns:
             if self.ann is not None:
                 self.ann.moved(moved, r)
                 self.ann.rows_moved()
-        self._unrank(r, node_id, last)
+        if self.regions is not None:
+            self.regions.moved(r, last)
+        touched = self._region_touched
+        if touched is not None:
+            touched.update((r, last))
+        self._tiebreak.removed(r, node_id, last)
         self.ids.pop()
         self._note_change(node_id)
         if self.ann is not None:
             self.ann.unstage(node_id)
 
     def rank(self) -> npt.NDArray[np.uint32]:
-        """Each row's tie-break key: keys order like the rows' ids (equal scores go to the smaller id).
-
-        Keys leave gaps (`_RANK_SPACING`), so a new id takes a key between its
-        neighbours' and a removal drops one: a write followed by a recall costs
-        a binary search per changed id, not a pass over the type. Only when a gap
-        runs out are all keys dealt again. Readers call this concurrently under
-        a backend's shared lock, so the merge itself is serialised.
-        """
-        with self._rank_lock:
-            return self._ranked()
-
-    def _ranked(self) -> npt.NDArray[np.uint32]:
-        n = len(self.ids)
-        ranked = 0 if self._rank is None else len(self._rank)
-        if self._rank is None or self._sorted is None or not 0 <= n - ranked <= _RANK_MERGE_MAX:
-            self._sorted = sorted(self.ids)
-            return self._deal()
-        if ranked == n:
-            return self._rank
-        rank, ordered = self._rank, self._sorted
-        keys: dict[str, int] = {}
-
-        def key(node_id: str) -> int:
-            got = keys.get(node_id)
-            return int(rank[self.row[node_id]]) if got is None else got
-
-        for node_id in self.ids[ranked:]:
-            at = bisect.bisect_left(ordered, node_id)
-            low = key(ordered[at - 1]) if at else -1
-            high = key(ordered[at]) if at < len(ordered) else _RANK_TOP + 1
-            if high - low < 2:  # no room between the neighbours: deal every key again
-                self._sorted = sorted(self.ids)
-                return self._deal()
-            appended = high > _RANK_TOP and low + _RANK_SPACING <= _RANK_TOP
-            keys[node_id] = low + _RANK_SPACING if appended else (low + high) // 2
-            ordered.insert(at, node_id)
-        fresh = np.array([keys[i] for i in self.ids[ranked:]], np.uint32)
-        self._rank = np.concatenate([rank, fresh])
-        return self._rank
-
-    def _deal(self) -> npt.NDArray[np.uint32]:
-        """Keys for every row from `_sorted`, evenly spaced."""
-        assert self._sorted is not None
-        n = len(self._sorted)
-        spacing = max(1, min(_RANK_SPACING, _RANK_TOP // max(n, 1)))
-        rank = np.empty(n, np.uint32)
-        rows = np.fromiter((self.row[i] for i in self._sorted), np.int64, count=n)
-        rank[rows] = np.arange(n, dtype=np.uint32) * np.uint32(spacing)
-        self._rank = rank
-        return rank
-
-    def _unrank(self, r: int, node_id: str, last: int) -> None:
-        """Row `r` (holding `node_id`) is removed and the last row moves into it: its key goes too."""
-        with self._rank_lock:
-            rank, ordered = self._rank, self._sorted
-            if rank is None or ordered is None or len(rank) != last + 1:
-                self._rank = self._sorted = None  # not caught up with appends: dealt afresh when asked
-                return
-            at = bisect.bisect_left(ordered, node_id)
-            del ordered[at]
-            rank[r] = rank[last]
-            self._rank = rank[:last]
+        """Each row's tie-break key (`hippograph.engine.tiebreak`): equal scores go to the smaller id."""
+        return self._tiebreak.keys(self.ids, self.row)
 
     def matrix(self) -> npt.NDArray[np.float32]:
         return self._mat[: len(self.ids)]
@@ -509,8 +503,8 @@ class TypeColumns:
             with lock.read(), self._ann_build:  # no write runs: the copy plus `_changed` is the current state
                 if not cancel.is_set() and self.ann is None and not self._builds_closed:
                     self.ann = catch_up(self, built, self._changed or set())
-            if self._calibration_job is not None:
-                self._wake_worker()  # a query asked for the calibration while the index was built
+            if self.ann is not None and not self._builds_closed:
+                self._wake_worker()  # regions, and the calibration a query asked for while the index was built
         except Exception as exc:  # queries go on scanning exactly; vector_index_stats reports it
             self._failed(exc)
         finally:
@@ -637,6 +631,7 @@ def _build(columns: TypeColumns, config: AnnConfig, progress: Callable[[int, int
     built = vector_index.build_rows(list(columns.ids), columns.matrix(), config, progress)
     if built is None:  # pragma: no cover - only a `cancelled` callback stops a build
         raise RuntimeError("vector index build cancelled")
+    columns.regions = regions_.partition(columns.matrix(), columns.norms(), len(columns.ids))
     return built
 
 

@@ -127,6 +127,8 @@ def scan(
     if queries.shape[0] and columns.dim == 0:
         queries = np.zeros((0, 0), np.float32)
     ann = columns.vector_index_for(approximate)
+    if ann is not None and columns.regions is None:
+        columns.want_regions()
     if approximate and (ann is None or ann.needs_calibration()) and columns.wants_vector_index():
         # Measured off the query path (once the index is published); until then, answered as before.
         columns.request_calibration(lambda index, hold: calibrate(columns, index, params, now, hold))
@@ -209,6 +211,9 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
 
         return bounded
 
+    regions = columns.regions
+    region_bounds = None if regions is None else (regions.of_row, regions.bounds(queries))
+
     def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
         order = columns.usage_order(params.core_params)
         got = _core.certified_walk(
@@ -226,6 +231,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
             order.keys,
             np.array(order.stale, np.uint32),
             budget,
+            region_bounds,
         )
         if got is None:
             return None

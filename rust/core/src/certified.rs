@@ -16,6 +16,12 @@
 //! at the first whose `bound × exp(key − λ·now/3600)` is below the current
 //! k-th best score: no later row can enter the answer. The answer is then the
 //! exact one over every row whose relevance respects `bound`.
+//!
+//! With [`Regions`], a row's relevance bound is also at most its region's
+//! (the caller derives it from the region's centre and radius): the walk then
+//! skips, without reading its vector, every row whose region rules it out, so
+//! when usage factors vary the walk reads the rows near the query, not every
+//! row with a high usage factor.
 
 use crate::scoring::{
     default_value, normalise_queries, relevance_block, usage_weight, Gate, ScanRequest, ShapeError, ValueParams,
@@ -212,6 +218,29 @@ pub struct WalkRequest<'a> {
     pub stale: &'a [u32],
     /// Most rows to score beyond the pool; past it the walk gives up (`None`).
     pub budget: usize,
+    /// Tighter relevance bounds by region of the vector space, when the caller has them.
+    pub regions: Option<Regions<'a>>,
+}
+
+/// A partition of the rows into regions, each with a bound on the relevance any of its rows can
+/// have for this query (from the region's centre and radius). Rows whose region id is past the
+/// end of `bound` (not placed in any region) have only the walk's own `bound`.
+#[derive(Debug, Clone, Copy)]
+pub struct Regions<'a> {
+    /// Region of each row; rows past the end have none.
+    pub of_row: &'a [u32],
+    pub bound: &'a [f64],
+}
+
+impl Regions<'_> {
+    /// The relevance bound of row `r`: its region's, never above `outside` (the pool's bound).
+    #[inline]
+    fn bound(&self, r: usize, outside: f64) -> f64 {
+        match self.of_row.get(r).and_then(|&c| self.bound.get(c as usize)) {
+            Some(&b) => b.min(outside),
+            None => outside,
+        }
+    }
 }
 
 /// The exact top-k over every row whose relevance respects `bound`, best first; `None` past the budget.
@@ -281,15 +310,24 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         return Ok(Some(heap.into_sorted_vec().into_iter().map(|k| (k.row, k.score)).collect()));
     }
     let offset = scan.params.lambda * scan.now / 3600.0;
+    let row_bound = |r: usize| req.regions.map_or(req.bound, |g| g.bound(r, req.bound));
     let mut scored = 0usize;
     for (i, (&r, &key)) in req.order.iter().zip(req.order_keys).enumerate() {
-        if upper(req.bound, key, offset) < cutoff(&heap) {
+        let cut = cutoff(&heap);
+        if upper(req.bound, key, offset) < cut {
             break;
         }
-        if let Some(&ahead) = req.order.get(i + PREFETCH_AHEAD) {
-            prefetch(scan, ahead as usize);
+        if let (Some(&ahead), Some(&ahead_key)) =
+            (req.order.get(i + PREFETCH_AHEAD), req.order_keys.get(i + PREFETCH_AHEAD))
+        {
+            if upper(row_bound(ahead as usize), ahead_key, offset) >= cut {
+                prefetch(scan, ahead as usize);
+            }
         }
-        if r as usize >= n || stale.binary_search(&r).is_ok() || pool.binary_search(&r).is_ok() {
+        if r as usize >= n || upper(row_bound(r as usize), key, offset) < cut {
+            continue; // its region keeps it below the k-th score: no need to read its vector
+        }
+        if stale.binary_search(&r).is_ok() || pool.binary_search(&r).is_ok() {
             continue;
         }
         let r = r as usize;
@@ -304,7 +342,7 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
             continue;
         }
         let r = r as usize;
-        if upper(req.bound, usage_key(scan.meta.row(r), &scan.params), offset) < cutoff(&heap) {
+        if upper(row_bound(r), usage_key(scan.meta.row(r), &scan.params), offset) < cutoff(&heap) {
             continue;
         }
         scored += 1;
@@ -486,18 +524,30 @@ mod tests {
             }
             let old_meta = MetaColumns { has_meta: &old, ..d.meta() };
             let order = usage_order(old_meta, &req.params).unwrap();
-            let walked = walk(&WalkRequest {
-                scan: req,
-                pool: &pool,
-                bound,
-                order: &order.rows,
-                order_keys: &order.keys,
-                stale: &stale,
-                budget: usize::MAX,
-            })
-            .unwrap()
-            .unwrap();
-            assert_eq!(walked, exact, "seed {seed}, {gate:?}");
+            // Regions: rows spread over seven by relevance band (every eighth row in none), each
+            // bounded by the largest relevance among its rows, as a centre and radius would bound it.
+            let of_row: Vec<u32> = (0..700).map(|r| if r % 8 == 0 { u32::MAX } else { (r * 7 / 700) as u32 }).collect();
+            let mut region_bound = vec![0.0f64; 7];
+            for (r, &c) in by_rel.iter().map(|&r| (r, &of_row[r])) {
+                if let Some(b) = region_bound.get_mut(c as usize) {
+                    *b = b.max(f64::from(rel[r]) + 1e-6);
+                }
+            }
+            for regions in [None, Some(Regions { of_row: &of_row, bound: &region_bound })] {
+                let walked = walk(&WalkRequest {
+                    scan: req,
+                    pool: &pool,
+                    bound,
+                    order: &order.rows,
+                    order_keys: &order.keys,
+                    stale: &stale,
+                    budget: usize::MAX,
+                    regions,
+                })
+                .unwrap()
+                .unwrap();
+                assert_eq!(walked, exact, "seed {seed}, {gate:?}, regions: {}", regions.is_some());
+            }
         }
     }
 
@@ -526,6 +576,7 @@ mod tests {
             order_keys: &order.keys,
             stale: &[],
             budget: 0,
+            regions: None,
         };
         // A bound under the threshold: nothing outside the pool can pass, so no budget is spent.
         assert_eq!(walk(&w).unwrap().unwrap(), got);
@@ -544,6 +595,7 @@ mod tests {
             order_keys: &order.keys,
             stale: &[],
             budget: 5,
+            regions: None,
         };
         assert_eq!(walk(&w).unwrap(), None);
         let none = WalkRequest { scan: d.scan(0.0, 0), ..w };

@@ -53,6 +53,10 @@ fn merge_usage_order<'py>(
 /// The certified top-k from a candidate pool with the default value function, or None past the budget.
 #[pyfunction]
 #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
+#[pyo3(signature = (
+    matrix, norms, queries, usage, rank, now, params, selection, pool, bound, order, order_keys, stale, budget,
+    regions=None
+))]
 fn certified_walk<'py>(
     py: Python<'py>,
     matrix: PyReadonlyArray2<'py, f32>,
@@ -69,6 +73,7 @@ fn certified_walk<'py>(
     order_keys: PyReadonlyArray1<'py, f64>,
     stale: PyReadonlyArray1<'py, u32>,
     budget: usize,
+    regions: Option<(PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>)>,
 ) -> PyResult<Option<Scan<'py>>> {
     let arrays = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
     let req = certified::WalkRequest {
@@ -79,6 +84,13 @@ fn certified_walk<'py>(
         order_keys: contiguous(py, "order_keys", &order_keys)?,
         stale: contiguous(py, "stale", &stale)?,
         budget,
+        regions: match &regions {
+            Some((of_row, bound)) => Some(certified::Regions {
+                of_row: contiguous(py, "region of each row", of_row)?,
+                bound: contiguous(py, "region bounds", bound)?,
+            }),
+            None => None,
+        },
     };
     let hits = errors::detached(py, "certified_walk", || certified::walk(&req))?.map_err(|e| shape(py, e))?;
     Ok(hits.map(|hits| hits_to_arrays(py, hits)))

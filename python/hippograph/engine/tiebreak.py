@@ -1,0 +1,91 @@
+"""Tie-break keys: equal scores go to the smaller id, so each row carries a key that orders like its id.
+
+Keys leave gaps (`_RANK_SPACING`), so a new id takes a key between its
+neighbours' and a removal drops one: a write followed by a recall costs a
+binary search per changed id, not a pass over the type. Only when a gap runs
+out are all keys dealt again. The Rust core only compares keys.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["TieBreak"]
+
+_RANK_MERGE_MAX = 4096
+"""New rows merged into the keys incrementally; more trigger one full sort."""
+_RANK_SPACING = 1 << 12
+"""The gap between neighbouring keys when they are dealt: room for new ids in between."""
+_RANK_TOP = (1 << 32) - 1
+
+
+class TieBreak:
+    """The tie-break keys of one type's rows, kept in step with appends (merged when asked) and
+    removals (swap-remove, as the rows). Readers ask concurrently: merges are serialised."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rank: npt.NDArray[np.uint32] | None = None
+        self._sorted: list[str] | None = None
+
+    def keys(self, ids: list[str], row: dict[str, int]) -> npt.NDArray[np.uint32]:
+        """Each row's key (row i holds `ids[i]`, `row` maps ids to rows); rows appended since the
+        last call are merged in first."""
+        with self._lock:
+            return self._merged(ids, row)
+
+    def _merged(self, ids: list[str], row: dict[str, int]) -> npt.NDArray[np.uint32]:
+        n = len(ids)
+        ranked = 0 if self._rank is None else len(self._rank)
+        if self._rank is None or self._sorted is None or not 0 <= n - ranked <= _RANK_MERGE_MAX:
+            self._sorted = sorted(ids)
+            return self._deal(row)
+        if ranked == n:
+            return self._rank
+        rank, ordered = self._rank, self._sorted
+        keys: dict[str, int] = {}
+
+        def key(node_id: str) -> int:
+            got = keys.get(node_id)
+            return int(rank[row[node_id]]) if got is None else got
+
+        for node_id in ids[ranked:]:
+            at = bisect.bisect_left(ordered, node_id)
+            low = key(ordered[at - 1]) if at else -1
+            high = key(ordered[at]) if at < len(ordered) else _RANK_TOP + 1
+            if high - low < 2:  # no room between the neighbours: deal every key again
+                self._sorted = sorted(ids)
+                return self._deal(row)
+            appended = high > _RANK_TOP and low + _RANK_SPACING <= _RANK_TOP
+            keys[node_id] = low + _RANK_SPACING if appended else (low + high) // 2
+            ordered.insert(at, node_id)
+        fresh = np.array([keys[i] for i in ids[ranked:]], np.uint32)
+        self._rank = np.concatenate([rank, fresh])
+        return self._rank
+
+    def _deal(self, row: dict[str, int]) -> npt.NDArray[np.uint32]:
+        """Keys for every row from `_sorted`, evenly spaced."""
+        assert self._sorted is not None
+        n = len(self._sorted)
+        spacing = max(1, min(_RANK_SPACING, _RANK_TOP // max(n, 1)))
+        rank = np.empty(n, np.uint32)
+        rows = np.fromiter((row[i] for i in self._sorted), np.int64, count=n)
+        rank[rows] = np.arange(n, dtype=np.uint32) * np.uint32(spacing)
+        self._rank = rank
+        return rank
+
+    def removed(self, r: int, node_id: str, last: int) -> None:
+        """Row `r` (holding `node_id`) is removed and the last row moves into it: its key goes too."""
+        with self._lock:
+            rank, ordered = self._rank, self._sorted
+            if rank is None or ordered is None or len(rank) != last + 1:
+                self._rank = self._sorted = None  # not caught up with appends: dealt afresh when asked
+                return
+            at = bisect.bisect_left(ordered, node_id)
+            del ordered[at]
+            rank[r] = rank[last]
+            self._rank = rank[:last]
