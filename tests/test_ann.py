@@ -1077,3 +1077,69 @@ def test_a_cancelled_verified_copy_stops_and_leaves_no_temp_file(tmp_path: Path)
     )
     assert copy is not None and copy.read_bytes() == files(path)[0].read_bytes()
     copy.unlink()
+
+
+# -- upkeep off the read path: pending vectors, calibration, the similarity floor ------------------
+
+
+def test_vectors_written_after_the_build_are_answered_before_the_graph_absorbs_them(
+    make: Make, monkeypatch: pytest.MonkeyPatch, answered: list[bool]
+) -> None:
+    """A write does not insert into the graph: until the upkeep thread does, the pending segment is
+    scored exactly beside the graph's candidates, so the new node ranks as the exact scan ranks it."""
+    monkeypatch.setattr(hg.engine.columns.TypeColumns, "absorb_pending", lambda *a, **k: False)  # never absorbed
+    b = make()
+    b.apply_changeset(random_graph(41))
+    b.build_vector_index()
+    index = type_index(b)
+    index.ann.calibration = dataclasses.replace(index.ann.calibration, min_similarity=-np.inf)
+    node = b.get_node("n0000")
+    assert node is not None and node.embedding is not None
+    query, vf = np.asarray(node.embedding, np.float32), params(0.0, 10)
+    b.apply_changeset(hg.Changeset().add_nodes([semantic("fresh", query * 2), semantic("n0001", -query)]))
+    assert b.vector_index_stats()["semantic"]["pending"] == 2
+    got = find(b, query, vf=vf)
+    assert got[0][0] == "fresh" and got == find(b, query, vf=vf, exact=True)
+    assert "n0001" not in {i for i, _ in got}, "a re-embedded node's old vector must not answer"
+    assert answered and answered[-1] is True, "the certified path must have answered"
+
+
+def test_queries_near_nothing_stored_go_to_the_exact_scan(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = make()
+    b.apply_changeset(random_graph(42))
+    b.build_vector_index()
+    index = type_index(b)
+    floor = 0.99
+    index.ann.calibration = dataclasses.replace(index.ann.calibration, min_similarity=floor)
+    answered = record_answers(monkeypatch, hg.engine.query, "certified_scan")
+    node = b.get_node("n0000")
+    assert node is not None and node.embedding is not None
+    near, far = np.asarray(node.embedding, np.float32), rng_vec(np.random.default_rng(42))
+    stored = index.matrix()[index.norms() > 0]
+    nearest = float((stored @ far / np.linalg.norm(stored, axis=1)).max() / np.linalg.norm(far))
+    assert nearest < floor, "the far query must be far"
+    vf = params(0.0, 5)
+    assert find(b, near, vf=vf) == find(b, near, vf=vf, exact=True) and answered == [True]
+    assert find(b, far, vf=vf) == find(b, far, vf=vf, exact=True) and answered == [True, False]
+
+
+def test_a_background_index_is_calibrated_off_the_query_path(
+    make: Make, monkeypatch: pytest.MonkeyPatch, answered: list[bool]
+) -> None:
+    b = make(ann=BACKGROUND)
+    b.apply_changeset(random_graph(43))
+    callers: list[str] = []
+    real = hg.engine.query.calibrate
+
+    def calibrate(*args: Any, **kwargs: Any) -> Any:
+        callers.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hg.engine.query, "calibrate", calibrate)
+    node = b.get_node("n0000")
+    assert node is not None and node.embedding is not None
+    query, vf = np.asarray(node.embedding, np.float32), params(0.0, 5)
+    find(b, query, vf=vf)  # starts the build; later queries ask for the measurement, never wait for it
+    wait_until(lambda: calibrated(b), "the background build published its index, which was then measured")
+    assert callers and threading.main_thread().name not in callers
+    assert find(b, query, vf=vf) == find(b, query, vf=vf, exact=True) and answered[-1] is True

@@ -77,6 +77,9 @@ _STALE_MAX = 1024
 
 _ABSORB_BATCH = 4
 """Pending vectors inserted per hold of the graph's lock: a query waits at most for this many inserts."""
+_SETTLE_S = 0.01
+"""The upkeep thread starts once no write has woken it for this long (or `_ABSORB_NOW` vectors wait)."""
+_ABSORB_NOW = 1024
 _ABSORB_IDLE_S = 5.0
 """An upkeep thread with nothing to do for this long exits; the next write or query starts another."""
 
@@ -324,6 +327,10 @@ class TypeColumns:
                         return
                 continue
             self._wake.clear()
+            # Let a burst of writes (an ingestion, the recall that follows it) pass first: pending
+            # vectors are answered exactly meanwhile, and inserting them would compete with that recall.
+            while self._wake.wait(_SETTLE_S) and not self._builds_closed and len(self._pending_of()) < _ABSORB_NOW:
+                self._wake.clear()
             try:
                 while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
                     pass
@@ -337,6 +344,10 @@ class TypeColumns:
                             job(ann, lock.read)
             except Exception as exc:  # queries go on as they are; the next write or query asks again
                 self.upkeep_error = exc
+
+    def _pending_of(self) -> dict[str, int]:
+        ann = self.ann
+        return {} if ann is None else ann.pending
 
     def absorb_pending(self, most: int | None = None, *, locked: bool = True) -> bool:
         """Inserts up to `most` (None: all) pending vectors into the graph; True if any were pending.

@@ -88,6 +88,13 @@ def _vector(value: object, what: str) -> F32:
 
 def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> F32:
     """The query and tag vectors as one `m × dim` matrix, validated."""
+    if type(tags) in (tuple, list) and not tags:  # the common call: a query alone, as a view of it
+        first = np.ascontiguousarray(_vector(query, "query"))
+        if dim and first.shape[0] != dim:
+            raise ValidationError(f"query has dimension {first.shape[0]}, the store holds dimension {dim}")
+        if not np.isfinite(first).all():
+            as_embedding(first, "query")
+        return first[None, :]
     vectors = [_vector(query, "query")]
     if isinstance(tags, np.ndarray) and tags.ndim == 2:
         tags = list(tags)
@@ -133,7 +140,7 @@ def scan(
         # Measured off the query path (once the index is published); until then, answered as before.
         columns.request_calibration(lambda index, hold: calibrate(columns, index, params, now, hold))
     if ann is not None and ann.calibration is not None and ann.calibration.usable:
-        ann.remember(queries)
+        ann.remember(queries.copy())  # the caller's array may change after the call
         walk = _walk(columns, queries, params, now, values)
         floor = ann.calibration.min_similarity
         got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk, floor=floor)
@@ -185,7 +192,8 @@ def certified_scan(
                 return None
         exhausted = labels.shape[1] >= len(ann)
         hits = ann.row_of_label[labels.ravel().astype(np.int64)]
-        rows = np.union1d(hits[hits >= 0], pending).astype(np.uint32)
+        found_rows = hits[hits >= 0]
+        rows = np.unique(np.concatenate([found_rows, pending]) if len(pending) else found_rows).astype(np.uint32)
         # Float noise between hnswlib's and the Rust core's cosine is far below this margin.
         bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max())) + 1e-6
         got = walk(rows, bound, max(n // 8, 1))

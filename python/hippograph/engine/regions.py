@@ -62,9 +62,16 @@ class Regions:
         unit = queries[norms > 0].astype(np.float64) / norms[norms > 0, None]
         if not len(unit):
             return np.zeros(len(self.centres))
-        to_centre = np.arccos(np.clip(unit @ self._centres64, -1.0, 1.0))
-        nearest = np.maximum(to_centre - self._radius[None, :], 0.0)
-        return np.asarray(np.clip(np.cos(nearest).max(axis=0) + _SLACK, 0.0, 1.0))
+        cos = unit @ self._centres64
+        np.minimum(cos, 1.0, out=cos)
+        np.maximum(cos, -1.0, out=cos)
+        angle = np.arccos(cos).min(axis=0) if len(unit) > 1 else np.arccos(cos[0])  # cos falls on [0, π]
+        angle -= self._radius
+        np.maximum(angle, 0.0, out=angle)
+        bound = np.cos(angle)
+        bound += _SLACK
+        np.clip(bound, 0.0, 1.0, out=bound)  # relevance is clamped to [0, 1] too
+        return np.asarray(bound)
 
     def place(self, rows: npt.NDArray[np.int64], vectors: F32) -> None:
         """Puts each of `rows` (holding `vectors`) into its nearest region when it lies within that

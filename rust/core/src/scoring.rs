@@ -480,6 +480,35 @@ pub struct ScanRequest<'a> {
 /// are computed block by block while the rows are still in cache.
 const SCAN_BLOCK: usize = 4096;
 
+/// A score the block's answer cannot fall below, from its `top_k` most relevant rows alone: when
+/// all of them pass the gate, the block holds `top_k` rows scoring at least their least score, so
+/// no row scoring below it belongs to the answer. Most rows then skip the value function (their
+/// relevance × `gain` is already below it). Zero when the block is too small or a row fails the gate.
+fn seed_floor(rel: &[f32], start: usize, req: &ScanRequest<'_>, gain: f64) -> f64 {
+    let k = req.top_k;
+    if k == 0 || rel.len() <= 2 * k {
+        return 0.0;
+    }
+    let mut order: Vec<u32> = (0..rel.len() as u32).collect();
+    order.select_nth_unstable_by(k - 1, |&a, &b| rel[b as usize].total_cmp(&rel[a as usize]));
+    let mut least = f64::INFINITY;
+    for &j in &order[..k] {
+        let r = f64::from(rel[j as usize]);
+        let value = default_value(r, req.meta.row(start + j as usize), req.now, &req.params);
+        if !req.gate.admits(req.threshold, r, value) || value.is_nan() {
+            return 0.0;
+        }
+        least = least.min(value);
+    }
+    // The skip test compares relevance × gain, which bounds the value from above: keep a margin
+    // for the rounding of the value's own product so a row scoring exactly `least` is never skipped.
+    if least.is_finite() && gain >= 1.0 {
+        least * (1.0 - 1e-12)
+    } else {
+        0.0
+    }
+}
+
 /// Relevance, default value function and selection in one pass: the fast path.
 ///
 /// Each block keeps only its own best `top_k` (by score, then rank), which
@@ -519,7 +548,8 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
             relevance_block(rows, &req.stored.norms[start..end], dim, &unit, &mut rel);
         }
         let m = req.meta;
-        let floor = f64::from_bits(cutoff.load(AtomicOrdering::Relaxed));
+        let seeded = seed_floor(&rel, start, req, gain);
+        let floor = f64::from_bits(cutoff.load(AtomicOrdering::Relaxed)).max(seeded);
         let scores: Vec<f64> = (start..end)
             .map(|i| {
                 let r = f64::from(rel[i - start]);

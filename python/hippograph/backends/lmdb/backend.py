@@ -158,7 +158,11 @@ class LMDB(DerivedBackend):
                 return fn(_Txn(txn, self._dbs))
 
         self._guard(operation)
-        return self._retrying(operation, run)
+        result = self._retrying(operation, run)
+        if self._cache.seq >= 0:  # the writer, not the next recall, brings this process's columns up
+            with contextlib.suppress(Exception):  # the write stands; the next read refreshes and reports
+                self._refresh(operation)
+        return result
 
     # -- writes --------------------------------------------------------------
 
