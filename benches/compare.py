@@ -2016,15 +2016,16 @@ def write_report(
 
 
 def kept_sections(out: Path, own: set[str]) -> list[str]:
-    """Sections of the previous report that this script does not write (benches/maintenance.py and
-    benches/postgres.py tables are pasted in by hand): kept, so a new run does not drop them."""
+    """Sections of the previous report that other bench scripts wrote (their heading names the
+    ``benches/`` command, e.g. benches/maintenance.py and benches/postgres.py): kept, so a new run does
+    not drop them. Any other section this script no longer writes is dropped."""
     if not out.exists():
         return []
     kept: list[str] = []
     keep = False
     for line in out.read_text().splitlines():
         if line.startswith("## "):
-            keep = line not in own
+            keep = line not in own and "benches/" in line
         if keep:
             kept.append(line)
     return kept + ([""] if kept and kept[-1] else [])

@@ -6,6 +6,7 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,3 +86,27 @@ def test_readers_merging_new_rows_at_once_agree_on_one_rank() -> None:
             assert index._tiebreak._sorted == sorted(index.ids)
     finally:
         sys.setswitchinterval(old_interval)
+
+
+def test_ids_arriving_between_the_same_neighbours_relabel_a_neighbourhood_not_every_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ascending ids that all sort before the existing ones (e.g. a new prefix) run out of room in one gap
+    within a dozen inserts; the keys around them are spread again instead of dealing all of them."""
+    index = TypeColumns()
+    for i in range(2000):
+        index.upsert(f"s{i:05d}", None, None)
+    index.rank()
+    deals: list[int] = []
+    real = tiebreak.TieBreak._deal
+
+    def deal(self: tiebreak.TieBreak, row: dict[str, int]) -> np.ndarray:
+        deals.append(len(row))
+        return real(self, row)
+
+    monkeypatch.setattr(tiebreak.TieBreak, "_deal", deal)
+    for i in range(300):
+        for j in range(8):
+            index.upsert(f"b{i:05d}-{j}", None, None)
+        assert same_order(index), f"turn {i}"
+    assert deals == []

@@ -77,6 +77,8 @@ _STALE_MAX = 1024
 
 _ABSORB_BATCH = 4
 """Pending vectors inserted per hold of the graph's lock: a query waits at most for this many inserts."""
+_COPY_CHUNK = 8192
+"""Rows the upkeep thread copies per hold of the shared lock (rows written in between start in no region)."""
 _SETTLE_S = 0.01
 """The upkeep thread starts once no write has woken it for this long (or `_ABSORB_NOW` vectors wait)."""
 _ABSORB_NOW = 1024
@@ -246,8 +248,13 @@ class TypeColumns:
             if self.regions is not None or self.ann is None or self._regions_tried is self.ann:
                 return
             self._regions_tried = self.ann
-            matrix, norms = self.matrix().copy(), self.norms().copy()
             self._region_touched = set()
+            count, dim = len(self.ids), self.dim
+        matrix, norms = np.zeros((count, dim), np.float32), np.zeros(count, np.float32)
+        for start in range(0, count, _COPY_CHUNK):  # short holds: a writer never waits for the whole copy
+            with lock.read():
+                stop = min(start + _COPY_CHUNK, len(self.ids))
+                matrix[start:stop], norms[start:stop] = self._mat[start:stop], self._norms[start:stop]
         try:
             built = regions_.partition(matrix, norms, len(matrix))
             del matrix
@@ -567,11 +574,16 @@ class TypeColumns:
             return True
 
     def vector_index_stats(self) -> dict[str, Any]:
-        stats = self.ann.stats() if self.ann is not None else {"vectors": 0, "live": 0, "reclaimable": 0, "pending": 0}
-        building = self._builder is not None and self._builder.is_alive() and self.ann is None
+        ann = self.ann
+        stats = ann.stats() if ann is not None else {"vectors": 0, "live": 0, "reclaimable": 0, "pending": 0}
+        # Available once measured: until its calibration an index answers nothing (the exact scan does).
+        measured = ann is not None and ann.calibration is not None
+        building = (ann is None and self._builder is not None and self._builder.is_alive()) or (
+            ann is not None and not measured
+        )
         error = None if self.build_error is None else f"{type(self.build_error).__name__}: {self.build_error}"
         return {
-            "available": self.ann is not None,
+            "available": measured,
             "building": building,
             "error": error,
             "nodes": len(self.ids),
@@ -580,9 +592,12 @@ class TypeColumns:
 
     def reclaim_vector_index(self) -> bool:
         """Rebuilds the HNSW graph without its deletion marks; True when it had any."""
-        if self.ann is None or not self.ann.reclaimable or self.ann_config is None:
+        old = self.ann
+        if old is None or not old.reclaimable or self.ann_config is None:
             return False
         self.ann = _build(self, self.ann_config)
+        # The same rows at the same depth: the measurement still describes the rebuilt graph.
+        self.ann.calibration, self.ann.ef_search = old.calibration, old.ef_search
         return True
 
     def usage_arrays(self) -> UsageArrays:

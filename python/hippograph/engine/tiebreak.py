@@ -2,14 +2,18 @@
 
 Keys leave gaps (`_RANK_SPACING`), so a new id takes a key between its
 neighbours' and a removal drops one: a write followed by a recall costs a
-binary search per changed id, not a pass over the type. Only when a gap runs
-out are all keys dealt again. The Rust core only compares keys.
+binary search per changed id, not a pass over the type. When a gap runs out
+(ids that keep arriving between the same two neighbours), the keys of a
+neighbourhood, doubled until it has room, are spread again; only when the
+whole key space is crowded are all keys dealt again. The Rust core only
+compares keys.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -46,23 +50,36 @@ class TieBreak:
             return self._deal(row)
         if ranked == n:
             return self._rank
-        rank, ordered = self._rank, self._sorted
+        rank, ordered = self._rank.copy(), self._sorted  # a copy: readers may still use the last keys
         keys: dict[str, int] = {}
 
         def key(node_id: str) -> int:
             got = keys.get(node_id)
             return int(rank[row[node_id]]) if got is None else got
 
+        def set_key(node_id: str, value: int) -> None:
+            if node_id in keys or row[node_id] >= ranked:
+                keys[node_id] = value
+            else:
+                rank[row[node_id]] = value
+
         for node_id in ids[ranked:]:
             at = bisect.bisect_left(ordered, node_id)
             low = key(ordered[at - 1]) if at else -1
             high = key(ordered[at]) if at < len(ordered) else _RANK_TOP + 1
-            if high - low < 2:  # no room between the neighbours: deal every key again
+            ordered.insert(at, node_id)
+            if high - low >= 2:
+                appended = high > _RANK_TOP and low + _RANK_SPACING <= _RANK_TOP
+                keys[node_id] = low + _RANK_SPACING if appended else (low + high) // 2
+                continue
+            window = _window(ordered, at, key)
+            if window is None:  # the whole key space is crowded: deal every key again
                 self._sorted = sorted(ids)
                 return self._deal(row)
-            appended = high > _RANK_TOP and low + _RANK_SPACING <= _RANK_TOP
-            keys[node_id] = low + _RANK_SPACING if appended else (low + high) // 2
-            ordered.insert(at, node_id)
+            start, stop, left, right = window
+            step = (right - left) // (stop - start + 1)
+            for j, other in enumerate(ordered[start:stop]):
+                set_key(other, left + step * (j + 1))
         fresh = np.array([keys[i] for i in ids[ranked:]], np.uint32)
         self._rank = np.concatenate([rank, fresh])
         return self._rank
@@ -89,3 +106,19 @@ class TieBreak:
             del ordered[at]
             rank[r] = rank[last]
             self._rank = rank[:last]
+
+
+def _window(ordered: list[str], at: int, key: Callable[[str], int]) -> tuple[int, int, int, int] | None:
+    """The smallest run of ids around position `at` (doubling its width) whose keys can be spread evenly
+    between its outer neighbours' with room to spare: (start, stop, left key, right key); None when even
+    the whole list cannot. Relabelling a neighbourhood, not every row, keeps a crowded gap cheap."""
+    width = 8
+    while True:
+        start, stop = max(0, at - width), min(len(ordered), at + width + 1)
+        left = key(ordered[start - 1]) if start else -1
+        right = key(ordered[stop]) if stop < len(ordered) else _RANK_TOP + 1
+        if right - left > 2 * (stop - start + 1):
+            return start, stop, left, right
+        if start == 0 and stop == len(ordered):
+            return None
+        width *= 2
