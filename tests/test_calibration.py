@@ -19,7 +19,16 @@ from hippograph.engine import query
 from hippograph.engine.vector_index import AnnConfig
 
 TOP = {"params": {"semantic": {"threshold": 0.0, "top_k": 20}}}
-STATS = ("recall_estimate", "recall_worst", "ef_search", "speedup_estimate", "calibrated_rows", "exact_fallback")
+STATS = (
+    "recall_estimate",
+    "recall_worst",
+    "index_recall",
+    "min_similarity",
+    "ef_search",
+    "speedup_estimate",
+    "calibrated_rows",
+    "exact_fallback",
+)
 
 
 def unclustered(n: int, dim: int, seed: int) -> hg.Changeset:
@@ -106,6 +115,9 @@ def test_stats_report_the_calibration() -> None:
     stats = b.vector_index_stats()["semantic"]
     assert set(STATS) <= set(stats) and stats["calibrated_rows"] == 300 and stats["fallback_reason"] is None
     assert 0.0 <= stats["recall_worst"] <= stats["recall_estimate"] <= 1.0 and stats["speedup_estimate"] > 0
+    assert 0.0 <= stats["index_recall"] <= 1.0 and stats["available"] and not stats["building"]
+    floor = stats["min_similarity"]
+    assert floor is None or -1.0 <= floor <= 1.0
 
 
 def test_the_index_is_measured_again_after_a_quarter_of_its_rows_changed(monkeypatch: pytest.MonkeyPatch) -> None:
