@@ -193,8 +193,9 @@ class DerivedBackend(BackendBase):
             return self._derived.columns[wanted].copy()
 
     def vector_index_stats(self) -> dict[str, dict[str, Any]]:
-        """Per type: available, building (in the background), error, nodes, vectors, live,
-        reclaimable marks, and loaded (read from saved files rather than built here)."""
+        """Per type: available (built and measured), building, error, nodes, vectors, live, pending,
+        reclaimable marks, loaded (read from saved files rather than built here) and the calibration's
+        measurements."""
         self._guard("vector_index_stats")
         self._refresh("vector_index_stats")
         with self._derived.lock.read():

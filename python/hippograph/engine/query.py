@@ -376,13 +376,17 @@ class _Routing:
 _DEEPER_GAIN = 0.9
 """A deeper search is kept only if it cuts the sample's cost by a tenth: timing noise never decides."""
 
+_CONFIDENCE = 1.645
+"""Standard errors a kind's sampled mean recall must clear the target by (one-sided 95 %)."""
+
 _MIN_SERVED = 0.25
 """The least share of the sample queries an index must take for it to be used at all."""
 
 
 def _route(trials: list[_Trial], kinds: list[int], exact_each: float, target: float, costed: set[int]) -> _Routing:
-    """The lowest `floor` at which every kind and the index's own answers meet `target` (as many
-    queries as possible go to the index), taking at least `_MIN_SERVED` of them; when none does,
+    """The lowest `floor` at which every kind (by its mean less `_CONFIDENCE` standard errors) and the
+    index's own answers meet `target` (as many queries as possible go to the index), taking at least
+    `_MIN_SERVED` of them; when none does,
     the routing at the highest floor tried."""
     floors = sorted({t.top for t in trials} | {-np.inf})
     best: _Routing | None = None
@@ -392,9 +396,10 @@ def _route(trials: list[_Trial], kinds: list[int], exact_each: float, target: fl
             break
         served = [t for t, on in zip(trials, took, strict=True) if on]
         got = [(1.0 if t.recall is None else t.recall) if on else 1.0 for t, on in zip(trials, took, strict=True)]
-        kind_recalls = [
-            float(np.mean([g for g, k in zip(got, kinds, strict=True) if k == kind])) for kind in set(kinds)
-        ]
+        per_kind = [np.array([g for g, k in zip(got, kinds, strict=True) if k == kind]) for kind in set(kinds)]
+        kind_recalls = [float(r.mean()) for r in per_kind]
+        # Each kind's mean less its sampling error: a target met by this sample is met by the stream too.
+        assured = min(float(r.mean() - _CONFIDENCE * r.std() / np.sqrt(len(r))) for r in per_kind)
         own = [1.0 if t.recall is None else t.recall for t in served]
         index_recall = float(np.mean(own)) if own else 1.0
         spent = [t.seconds + (exact_each if t.recall is None else 0.0) for t in served]
@@ -405,7 +410,7 @@ def _route(trials: list[_Trial], kinds: list[int], exact_each: float, target: fl
         )
         typical = float(np.median(spent)) if spent else 0.0  # medians: a stall on a busy machine decides nothing
         speedup = exact_each / typical if typical > 0 else 0.0
-        meets = sum(took) >= _MIN_SERVED * len(trials) and min(kind_recalls) >= target and index_recall >= target
+        meets = sum(took) >= _MIN_SERVED * len(trials) and assured >= target and index_recall >= target
         best = _Routing(floor, kind_recalls, index_recall, min(own, default=1.0), speedup, cost, meets)
         if meets:
             return best
@@ -455,6 +460,8 @@ def calibrate(
             break  # deeper searches cost more than the queries they take from the exact scan
         if ef >= most or (meets and routing.floor == -np.inf):
             break
+        if not meets and 0 < routing.speedup < config.min_speedup:
+            break  # already too slow short of the target: a deeper search only gets slower
         ef = min(ef + max(1, ef // 2), most)  # steps of half: a doubling overshoots the depth needed
     if best is None:
         best = (ef, routing)

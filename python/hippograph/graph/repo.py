@@ -389,8 +389,9 @@ class Repo:
         return maintenance.consolidate(self.backend, config, decide, threshold=threshold, now=now, progress=progress)
 
     def vector_index_stats(self) -> dict[str, dict[str, Any]]:
-        """Per node type: available, building (in the background), vectors, live, nodes, reclaimable
-        ({} when the backend has no index)."""
+        """Per node type: available (built and measured), building, vectors, live, pending, nodes,
+        reclaimable, and the calibration's measurements (recall_estimate, index_recall, ef_search,
+        min_similarity, exact_fallback and why; docs/architecture.md) ({} when the backend has no index)."""
         self._check_open("vector_index_stats")
         if not isinstance(self.backend, VectorIndexed):
             return {}
