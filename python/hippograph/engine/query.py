@@ -383,6 +383,17 @@ _MIN_SERVED = 0.25
 """The least share of the sample queries an index must take for it to be used at all."""
 
 
+def _speedup(served: list[_Trial], exact_each: float) -> float:
+    """The exact scan's time over the expected time of a query the index takes: medians per outcome (a
+    stall on a busy machine decides nothing), weighted by how often the certified path hands over."""
+    if not served:
+        return 0.0
+    answered = [t.seconds for t in served if t.recall is not None]
+    handed = [t.seconds + exact_each for t in served if t.recall is None]
+    expected = sum(len(part) * float(np.median(part)) for part in (answered, handed) if part) / len(served)
+    return exact_each / expected if expected > 0 else 0.0
+
+
 def _route(trials: list[_Trial], kinds: list[int], exact_each: float, target: float, costed: set[int]) -> _Routing:
     """The lowest `floor` at which every kind (by its mean less `_CONFIDENCE` standard errors) and the
     index's own answers meet `target` (as many queries as possible go to the index), taking at least
@@ -402,14 +413,12 @@ def _route(trials: list[_Trial], kinds: list[int], exact_each: float, target: fl
         assured = min(float(r.mean() - _CONFIDENCE * r.std() / np.sqrt(len(r))) for r in per_kind)
         own = [1.0 if t.recall is None else t.recall for t in served]
         index_recall = float(np.mean(own)) if own else 1.0
-        spent = [t.seconds + (exact_each if t.recall is None else 0.0) for t in served]
         cost = sum(
             (t.seconds + (exact_each if t.recall is None else 0.0)) if on else exact_each
             for t, on, kind in zip(trials, took, kinds, strict=True)
             if kind in costed
         )
-        typical = float(np.median(spent)) if spent else 0.0  # medians: a stall on a busy machine decides nothing
-        speedup = exact_each / typical if typical > 0 else 0.0
+        speedup = _speedup(served, exact_each)
         meets = sum(took) >= _MIN_SERVED * len(trials) and assured >= target and index_recall >= target
         best = _Routing(floor, kind_recalls, index_recall, min(own, default=1.0), speedup, cost, meets)
         if meets:
