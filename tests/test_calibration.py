@@ -27,6 +27,7 @@ STATS = (
     "ef_search",
     "speedup_estimate",
     "calibrated_rows",
+    "calibrated_on_queries_asked",
     "exact_fallback",
 )
 
@@ -133,6 +134,47 @@ def test_the_index_is_measured_again_after_a_quarter_of_its_rows_changed(monkeyp
     b.apply_changeset(hg.Changeset(additions=more[50:]))
     ids(b, q, exact=False)
     assert len(measured) == 1 and b.vector_index_stats()["semantic"]["calibrated_rows"] == 540
+
+
+def _ask(b: hg.GraphBackend, queries: list[npt.NDArray[np.float32]]) -> None:
+    for q in queries:
+        b.find_candidates(["semantic"], q[0], list(q[1:]), TOP, exact=False)
+
+
+def test_an_index_is_measured_again_on_the_queries_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    b = InMemory(ann=AnnConfig(min_nodes=100, background=False, min_speedup=0))
+    b.apply_changeset(unclustered(400, 8, 10))
+    b.build_vector_index()
+    assert b.vector_index_stats()["semantic"]["calibrated_on_queries_asked"] == 0
+    measured = spy(monkeypatch, query, "calibrate")
+    rng = np.random.default_rng(11)
+    asked = [rng.standard_normal((3, 8)).astype(np.float32) for _ in range(64)]
+    _ask(b, asked)
+    assert measured == []  # 64 queries asked, none measured yet: the next one asks for it
+    _ask(b, asked[:1])
+    # The queries asked, three vectors each, were a kind of their own in that measurement.
+    assert len(measured) == 1 and measured[0].sample == 200 + 64 and measured[0].asked == 64
+    assert b.vector_index_stats()["semantic"]["calibrated_on_queries_asked"] == 64
+    real = query.certified_scan
+    _ask(b, asked + asked)  # like those measured, and answered by the index: nothing to measure again
+    assert len(measured) == 1
+    monkeypatch.setattr(query, "certified_scan", lambda *a, **k: None)  # every query handed over
+    _ask(b, asked)
+    monkeypatch.setattr(query, "certified_scan", real)
+    _ask(b, asked[:1])
+    assert len(measured) == 2
+
+
+def test_speedup_on_the_queries_asked_counts_those_handed_over() -> None:
+    near = [query._Trial(1.0, 0.001, 0.9) for _ in range(50)]
+    asked = [query._Trial(None, 0.002, 0.2) for _ in range(50)]  # far from everything: handed over
+    routing = query._route(near + asked, [0] * 50 + [1] * 50, 0.01, 0.95, {0, 1}, asked=1)
+    assert routing.meets and routing.asked_speedup is not None
+    assert routing.asked_speedup < 1.0 < 3.0 < query._speedup(near, 0.01)
+    # Sent to the exact scan by the floor, they cost what the exact scan costs: no speed-up, no loss.
+    routed = query._route(near + asked, [0] * 50 + [1] * 50, 0.01, 0.95, {0, 1}, asked=None)
+    assert routed.asked_speedup is None
+    assert query._speedup(asked, 0.01, floor=0.5) == pytest.approx(1.0)
 
 
 def _renamed(node: hg.Node, prefix: str) -> hg.Node:

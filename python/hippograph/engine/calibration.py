@@ -44,6 +44,8 @@ class Calibration:
     reason: str | None
     min_similarity: float
     index_recall: float
+    asked: int = 0
+    """Real queries among the samples (0: measured before any were asked)."""
 
     def stats(self) -> dict[str, object]:
         return {
@@ -54,6 +56,7 @@ class Calibration:
             "ef_search": self.ef_search,
             "speedup_estimate": round(self.speedup, 2),
             "calibrated_rows": self.rows,
+            "calibrated_on_queries_asked": self.asked,
             "exact_fallback": not self.usable,
             "fallback_reason": self.reason,
         }
@@ -68,7 +71,7 @@ def restore(doc: object, ann: VectorIndex) -> None:
         saved = Calibration(**doc)
     except TypeError:
         return
-    numbers = (saved.ef_search, saved.k, saved.rows, saved.sample)
+    numbers = (saved.ef_search, saved.k, saved.rows, saved.sample, saved.asked)
     floats = (saved.recall, saved.worst, saved.speedup, saved.min_similarity, saved.index_recall)
     if not all(isinstance(v, float) and not np.isnan(v) for v in floats):
         return

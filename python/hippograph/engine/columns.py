@@ -582,9 +582,13 @@ class TypeColumns:
             ann is not None and not measured
         )
         error = None if self.build_error is None else f"{type(self.build_error).__name__}: {self.build_error}"
+        # A new measurement asked for or running (the rows changed, or the queries asked differ from
+        # the samples); the last one holds until it is done.
+        measuring = measured and (self._calibration_job is not None or self.calibrating.locked())
         return {
             "available": measured,
             "building": building,
+            "measuring": measuring,
             "error": error,
             "nodes": len(self.ids),
             **stats,

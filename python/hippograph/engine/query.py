@@ -140,10 +140,10 @@ def scan(
         # Measured off the query path (once the index is published); until then, answered as before.
         columns.request_calibration(lambda index, hold: calibrate(columns, index, params, now, hold))
     if ann is not None and ann.calibration is not None and ann.calibration.usable:
-        ann.remember(queries.copy())  # the caller's array may change after the call
         walk = _walk(columns, queries, params, now, values)
         floor = ann.calibration.min_similarity
         got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk, floor=floor)
+        ann.remember(queries.copy(), got is None)  # a copy: the caller's array may change after the call
         if got is not None:
             return [(columns.ids[r], s) for r, s in got]
     idx, scores = _score(columns, None, queries, params, now, values)
@@ -371,6 +371,9 @@ class _Routing:
     what the index does not: spread ones must be answered well, but are not what to optimise for."""
     meets: bool
     """Every kind and the index's own answers reach the target, the index taking enough queries."""
+    asked_speedup: float | None
+    """`speedup` over the recent real queries, those the exact scan answers included (None: too few
+    of them yet): an index that speeds up the samples but not what is asked is not worth keeping."""
 
 
 _DEEPER_GAIN = 0.9
@@ -383,18 +386,24 @@ _MIN_SERVED = 0.25
 """The least share of the sample queries an index must take for it to be used at all."""
 
 
-def _speedup(served: list[_Trial], exact_each: float) -> float:
-    """The exact scan's time over the expected time of a query the index takes: medians per outcome (a
-    stall on a busy machine decides nothing), weighted by how often the certified path hands over."""
-    if not served:
+def _speedup(trials: list[_Trial], exact_each: float, floor: float = -np.inf) -> float:
+    """The exact scan's time over the expected time of `trials` under `floor`: medians per outcome
+    (a stall on a busy machine decides nothing), weighted by how often each happens (the index
+    answers, the certified path hands over after searching, the floor sends the query to the exact
+    scan at once)."""
+    if not trials:
         return 0.0
-    answered = [t.seconds for t in served if t.recall is not None]
-    handed = [t.seconds + exact_each for t in served if t.recall is None]
-    expected = sum(len(part) * float(np.median(part)) for part in (answered, handed) if part) / len(served)
+    answered = [t.seconds for t in trials if t.top >= floor and t.recall is not None]
+    handed = [t.seconds + exact_each for t in trials if t.top >= floor and t.recall is None]
+    routed = [exact_each for t in trials if t.top < floor]
+    parts = (answered, handed, routed)
+    expected = sum(len(part) * float(np.median(part)) for part in parts if part) / len(trials)
     return exact_each / expected if expected > 0 else 0.0
 
 
-def _route(trials: list[_Trial], kinds: list[int], exact_each: float, target: float, costed: set[int]) -> _Routing:
+def _route(
+    trials: list[_Trial], kinds: list[int], exact_each: float, target: float, costed: set[int], asked: int | None
+) -> _Routing:
     """The lowest `floor` at which every kind (by its mean less `_CONFIDENCE` standard errors) and the
     index's own answers meet `target` (as many queries as possible go to the index), taking at least
     `_MIN_SERVED` of them; when none does,
@@ -419,8 +428,11 @@ def _route(trials: list[_Trial], kinds: list[int], exact_each: float, target: fl
             if kind in costed
         )
         speedup = _speedup(served, exact_each)
+        real = None if asked is None else [t for t, k in zip(trials, kinds, strict=True) if k == asked]
+        asked_speedup = None if real is None else _speedup(real, exact_each, floor)
         meets = sum(took) >= _MIN_SERVED * len(trials) and assured >= target and index_recall >= target
-        best = _Routing(floor, kind_recalls, index_recall, min(own, default=1.0), speedup, cost, meets)
+        worst = min(own, default=1.0)
+        best = _Routing(floor, kind_recalls, index_recall, worst, speedup, cost, meets, asked_speedup)
         if meets:
             return best
     assert best is not None
@@ -448,6 +460,7 @@ def calibrate(
     samples = [q for qs in kinds.values() for q in qs]
     labels = [i for i, qs in enumerate(kinds.values()) for _ in qs]
     costed = {i for i, kind in enumerate(kinds) if kind != "spread"}
+    asked = list(kinds).index("recent") if "recent" in kinds else None
     k = max(1, params.top_k)
     truth, exact_times = [], []
     for q in samples:
@@ -461,7 +474,7 @@ def calibrate(
     while True:
         ann.ef_search = ef
         trials = _trials(columns, ann, samples, truth, params, now, hold)
-        routing = _route(trials, labels, exact_each, config.target_recall, costed)
+        routing = _route(trials, labels, exact_each, config.target_recall, costed, asked)
         meets = routing.meets
         if meets and (best is None or routing.cost < _DEEPER_GAIN * best[1].cost):
             best = (ef, routing)
@@ -484,10 +497,17 @@ def calibrate(
         reason = (
             f"only {routing.speedup:.1f}x faster than the exact scan at the recall target (needs {config.min_speedup}x)"
         )
+    elif routing.asked_speedup is not None and routing.asked_speedup < config.min_speedup:
+        reason = (
+            f"only {routing.asked_speedup:.1f}x faster than the exact scan on the queries asked recently"
+            f" (needs {config.min_speedup}x): the index hands most of them over"
+        )
+    speedup = routing.speedup if routing.asked_speedup is None else min(routing.speedup, routing.asked_speedup)
     result = Calibration(
         ef, k, config.target_recall, config.min_speedup, mean if reason is None else 1.0,
-        routing.worst if reason is None else 1.0, routing.speedup, len(columns.ids), len(samples),
-        reason is None, reason, float(routing.floor), routing.index_recall,
+        routing.worst if reason is None else 1.0, speedup, len(columns.ids), len(samples),
+        reason is None, reason, float(routing.floor), routing.index_recall, len(kinds.get("recent", [])),
     )  # fmt: skip
     ann.calibration, ann.changes = result, 0
+    ann.handovers.clear()
     return result

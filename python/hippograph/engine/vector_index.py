@@ -148,6 +148,9 @@ class VectorIndex:
         self._pending_lock = threading.Lock()
         self._token = 0
         self._recent: deque[npt.NDArray[np.float32]] = deque(maxlen=_RECENT_QUERIES)
+        self.handovers: deque[bool] = deque(maxlen=_ASKED_WINDOW)
+        """Per approximate query since the last calibration (the last `_ASKED_WINDOW`): whether the
+        certified path handed it over to the exact scan."""
 
     def __len__(self) -> int:
         return len(self.label_of)
@@ -272,9 +275,11 @@ class VectorIndex:
                 return None
         return labels, 1.0 - distances
 
-    def remember(self, queries: npt.NDArray[np.float32]) -> None:
-        """Keeps an approximate query for the next calibration (`recent_queries`)."""
+    def remember(self, queries: npt.NDArray[np.float32], handed: bool) -> None:
+        """Keeps an approximate query for the next calibration (`recent_queries`), and whether the
+        certified path handed it over to the exact scan."""
         self._recent.append(queries)
+        self.handovers.append(handed)
 
     def recent_queries(self) -> list[npt.NDArray[np.float32]]:
         """The last approximate queries answered, oldest first: samples of what this index is asked."""
@@ -290,12 +295,21 @@ class VectorIndex:
         return out | (self.calibration.stats() if self.calibration is not None else {"ef_search": self.ef_search})
 
     def needs_calibration(self) -> bool:
-        """Never measured, or a quarter of its rows changed since."""
-        return self.calibration is None or self.changes > max(len(self), 1) // 4
+        """Never measured, a quarter of its rows changed since, or enough queries asked since to
+        measure it on them when it was measured before any were asked or most were handed over to the
+        exact scan (the queries asked are not like those it was measured on)."""
+        if self.calibration is None or self.changes > max(len(self), 1) // 4:
+            return True
+        window = self.handovers
+        return len(window) == _ASKED_WINDOW and (self.calibration.asked == 0 or 2 * sum(window) > len(window))
 
 
 _RECENT_QUERIES = 128
 """Approximate queries an index keeps for its next calibration."""
+
+_ASKED_WINDOW = 64
+"""Approximate queries after which an index is measured again on them: once after a measurement made
+before any were asked, and whenever most of them were handed over to the exact scan."""
 
 _BUILD_CHUNK = 16_384
 """Rows handed to hnswlib per call while building: progress is reported between calls."""
