@@ -40,6 +40,8 @@ from .graph.protocol import GraphBackend
 from .graph.repo import ForgetSummary, Hit, Repo, RepoStats, open_repo
 from .graph.trajectory import Step, Trajectory, validate_trajectory
 from .graph.value import DEFAULT_PARAMS, DefaultValueFunction, ValueFunction, ValueFunctionConfig
+from .store import Entry, EntryBackend, Scope, ScopeReceipt, Store, open_store
+from .store import Hit as StoreHit
 
 __all__ = [
     "DEFAULT_PARAMS",
@@ -50,6 +52,8 @@ __all__ = [
     "ConfigError",
     "DefaultValueFunction",
     "EdgeType",
+    "Entry",
+    "EntryBackend",
     "Episodic",
     "ForgetSummary",
     "GraphBackend",
@@ -68,10 +72,14 @@ __all__ = [
     "Procedural",
     "Repo",
     "RepoStats",
+    "Scope",
+    "ScopeReceipt",
     "Semantic",
     "Source",
     "Step",
     "StorageError",
+    "Store",
+    "StoreHit",
     "Subgoal",
     "Tag",
     "Trajectory",
@@ -83,5 +91,6 @@ __all__ = [
     "etf_encode",
     "fingerprint",
     "open_repo",
+    "open_store",
     "validate_trajectory",
 ]

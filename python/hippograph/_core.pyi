@@ -189,3 +189,28 @@ def lmdb_check(data: bytes | mmap, txnid: int | None = None) -> dict[str, Any] |
     after that meta page changed (a writer committed: retry with a new snapshot);
     StorageError naming the page and what is wrong on damage.
     """
+
+class LexicalIndex:
+    """BM25 inverted index (k1 1.2, b 0.75) over documents numbered by the caller.
+
+    Words are UAX #29 Unicode words, lowercased on both sides. Collection
+    statistics describe exactly the live documents. Readers search concurrently
+    with the GIL released; a writer waits for them.
+    """
+
+    def __init__(self) -> None: ...
+    def __len__(self) -> int: ...
+    def set(self, doc: int, text: str) -> None:
+        """Indexes `text` as document `doc`, replacing what it held."""
+    def remove(self, doc: int) -> bool:
+        """Forgets document `doc`; False when it was not indexed."""
+    def average_length(self) -> float:
+        """Mean token count of the live documents (0 when there are none)."""
+    def search(
+        self, query: str, k: int, allowed: npt.NDArray[np.uint32] | None = None
+    ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32]]:
+        """Documents matching a word of `query` and their BM25 scores, best first (ties by
+        document number): the best `k` and any tied with the k-th, only among `allowed` when given."""
+
+def word_tokens(text: str) -> list[str]:
+    """The lowercased Unicode words of `text`, as `LexicalIndex` sees them."""

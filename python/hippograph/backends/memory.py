@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ..engine.checks import check_id
 from ..engine.derived import DerivedColumns
@@ -31,13 +31,17 @@ from ..graph.model import (
 from ..graph.protocol import existing_receipt
 from ..graph.recall import find_candidates, usage_of
 from ..graph.value import ValueFunctionConfig
+from ..store.protocol import EntryTxn
 from ._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record, shared_node
+from ._entries import MemoryEntries
 
 __all__ = ["InMemory"]
 
+T = TypeVar("T")
+
 
 class InMemory(DerivedBackend):
-    """The full `GraphBackend` contract in process memory (thread-safe)."""
+    """The full `GraphBackend` and `EntryBackend` contracts in process memory (thread-safe)."""
 
     def __init__(self, *, ann: AnnConfig | None = DEFAULT_ANN) -> None:
         """`ann`: when a type outgrows `ann.min_nodes`, non-exact queries draw
@@ -51,6 +55,7 @@ class InMemory(DerivedBackend):
         self._records: dict[str, IngestionRecord] = {}
         self._derived: DerivedColumns[NodeType] = DerivedColumns(NodeType, ann, self._lock)
         self._dim: int | None = None
+        self._entries = MemoryEntries()
 
     @property
     def dimension(self) -> int | None:
@@ -205,6 +210,16 @@ class InMemory(DerivedBackend):
     def close(self) -> None:
         self._derived.close()
         super().close()
+
+    # -- entries of a scoped store ----------------------------------------------
+
+    def entry_write(self, fn: Callable[[EntryTxn], T]) -> T:
+        self._guard("entry_write")
+        return self._entries.write(fn)
+
+    def entry_read(self, fn: Callable[[EntryTxn], T]) -> T:
+        self._guard("entry_read")
+        return self._entries.read(fn)
 
     def find_candidates(
         self,

@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple, Self
 
 from ..engine.checks import as_datetime, check_id, check_ids, check_progress, utcnow
+from ..engine.paths import DEFAULT_ROOT, check_repo_name, store_path
 from ..errors import IngestionError, NotFoundError, StorageError, ValidationError
 from . import maintenance
 from .changeset import Changeset
@@ -437,36 +437,6 @@ class Repo:
             )
         counts = {t.value: len(self.backend.get_nodes_by_type([t])) for t in NodeType}
         return RepoStats(counts, None, None, None, None, None, pending)
-
-
-def check_repo_name(name: object) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise ValidationError(f"repo name must be a non-blank str, got {name!r}")
-    bad = [c for c in ("/", "\\", os.sep, "\0") if c in name]
-    if bad or name in (".", "..") or name.startswith("."):
-        raise ValidationError(f"repo name {name!r} must not contain path separators or start with '.'")
-    if len(name.encode("utf-8", "surrogatepass")) > 255:
-        raise ValidationError(f"repo name {name[:40]!r}… is longer than 255 bytes")
-    return name
-
-
-DEFAULT_ROOT = Path(".hippograph")
-"""Where `open_repo` keeps repos given by name alone (relative to the working directory)."""
-
-
-def store_path(name: str, path: str | os.PathLike[str] | None = None) -> Path:
-    """The LMDB directory of repo `name`: `path` when given, else `DEFAULT_ROOT/<name>`.
-
-    A name never leaves the root: besides the checks of `check_repo_name`, a
-    default store that is a symlink pointing outside the root is refused.
-    """
-    check_repo_name(name)
-    if path is not None:
-        return Path(path)
-    store = DEFAULT_ROOT / name
-    if store.is_symlink() and not store.resolve().is_relative_to(DEFAULT_ROOT.resolve()):
-        raise ValidationError(f"repo {name!r}: {str(store)!r} is a symlink out of {str(DEFAULT_ROOT)!r}")
-    return store
 
 
 def open_repo(

@@ -2,7 +2,8 @@
 
 `BackendConformance` is the public conformance suite every `GraphBackend` is
 held to; `PersistentConformance` and `SharedConformance` add the durability and
-multi-process tests. `hippograph.testing.graphs` holds reusable fixtures:
+multi-process tests; `StoreConformance` (and `PersistentStoreConformance`) hold an `EntryBackend`
+to the scoped store's contract. `hippograph.testing.graphs` holds reusable fixtures:
 sample nodes, snapshots, random graphs and an independent reference scorer.
 """
 
@@ -15,5 +16,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from . import graphs
 from .conformance import BackendConformance, PersistentConformance, SharedConformance
+from .store import PersistentStoreConformance, StoreConformance
 
-__all__ = ["BackendConformance", "PersistentConformance", "SharedConformance", "graphs"]
+__all__ = [
+    "BackendConformance",
+    "PersistentConformance",
+    "PersistentStoreConformance",
+    "SharedConformance",
+    "StoreConformance",
+    "graphs",
+]

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 mod certified;
 mod errors;
 mod etf;
+mod lexical;
 mod lmdbcheck;
 mod pairs;
 mod scoring;
@@ -17,6 +18,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     certified::register(m)?;
     pairs::register(m)?;
     etf::register(m)?;
+    lexical::register(m)?;
     lmdbcheck::register(m)?;
     Ok(())
 }

@@ -41,10 +41,12 @@ from ...graph.model import (
 from ...graph.protocol import existing_receipt
 from ...graph.recall import find_candidates
 from ...graph.value import ValueFunctionConfig
+from ...store.protocol import EntryTxn
 from .._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record
 from . import checks
 from .cache import _Cache
 from .checks import _private_dir
+from .entries import ENTRY_DBS, LmdbEntryTxn
 from .layout import _DBS, DEFAULT_MAP_SIZE, MAGIC, STORAGE_FORMAT, _key
 from .txn import _Txn, _Writer
 
@@ -96,7 +98,7 @@ class LMDB(DerivedBackend):
             self._env = lmdb.open(
                 str(self.path),
                 map_size=map_size,
-                max_dbs=len(_DBS) + 1,
+                max_dbs=len(_DBS) + len(ENTRY_DBS) + 1,
                 sync=durability == "sync",
                 metasync=durability == "sync",
                 readonly=readonly,
@@ -107,6 +109,9 @@ class LMDB(DerivedBackend):
             checks.refuse_damaged(self._env, self.path)
             checks.refuse_foreign(self._env, self.path)
             self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in _DBS}
+            for name in ENTRY_DBS:  # a store written before entries existed, opened read-only, has none
+                with contextlib.suppress(lmdb.NotFoundError):
+                    self._dbs[name] = self._env.open_db(name.encode(), create=not readonly)
         except lmdb.Error as exc:
             raise StorageError(f"cannot open {str(self.path)!r} as an LMDB store: {exc}", operation="open") from None
         if not existed:  # LMDB applies the umask to `mode`; files of an existing store keep the owner's choice
@@ -163,6 +168,24 @@ class LMDB(DerivedBackend):
             with contextlib.suppress(Exception):  # the write stands; the next read refreshes and reports
                 self._refresh(operation)
         return result
+
+    # -- entries of a scoped store ------------------------------------------------
+
+    def entry_write(self, fn: Callable[[EntryTxn], T]) -> T:
+        """`EntryBackend.entry_write`: one write transaction, its change-log record included."""
+
+        def run(t: _Txn) -> T:
+            et = LmdbEntryTxn(t.txn, self._dbs, True)
+            result = fn(et)
+            et.finish()
+            return result
+
+        return self._write("entry_write", run)
+
+    def entry_read(self, fn: Callable[[EntryTxn], T]) -> T:
+        """`EntryBackend.entry_read`: one read transaction."""
+        self._guard("entry_read")
+        return self._read(lambda t: fn(LmdbEntryTxn(t.txn, self._dbs, False)), "entry_read")
 
     # -- writes --------------------------------------------------------------
 

@@ -1,0 +1,66 @@
+"""Entries as bytes for backends that store bytes (LMDB, PostgreSQL): msgpack, never pickle.
+
+A versioned map with short field names; vectors as raw little-endian float32 and times as integer
+microseconds since the epoch (UTC), so an entry reads back equal to what was written.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from ..errors import StorageError
+from .model import STATUSES, Entry
+
+__all__ = ["decode_entry", "encode_entry", "ref_bytes"]
+
+_FORMAT = 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(t: datetime) -> int:
+    return (t - _EPOCH) // timedelta(microseconds=1)
+
+
+def _time(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def encode_entry(e: Entry) -> bytes:
+    emb = None if e.embedding is None else np.asarray(e.embedding, "<f4").tobytes()
+    doc = {
+        "f": _FORMAT, "s": list(e.scope), "k": e.key, "t": e.text, "v": e.value, "d": e.kind,
+        "i": e.importance, "e": emb, "st": e.status, "c": _micros(e.created_at), "u": _micros(e.updated_at),
+        "a": _micros(e.accessed_at), "n": e.access_count,
+        "x": None if e.expires_at is None else _micros(e.expires_at),
+    }  # fmt: skip
+    return bytes(msgpack.packb(doc, use_bin_type=True))
+
+
+def decode_entry(raw: bytes) -> Entry:
+    try:
+        d: dict[str, Any] = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        if d.get("f") != _FORMAT:
+            raise ValueError(f"unknown entry format {d.get('f')!r}")
+        emb = None
+        if d["e"] is not None:
+            emb = np.frombuffer(d["e"], "<f4").astype(np.float32)
+            emb.flags.writeable = False
+        if d["st"] not in STATUSES:
+            raise ValueError("unknown status")
+        return Entry(
+            scope=tuple(d["s"]), key=d["k"], text=d["t"], value=d["v"], kind=d["d"], importance=float(d["i"]),
+            embedding=emb, status=d["st"], created_at=_time(d["c"]), updated_at=_time(d["u"]),
+            accessed_at=_time(d["a"]), access_count=int(d["n"]), expires_at=None if d["x"] is None else _time(d["x"]),
+        )  # fmt: skip
+    except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+        raise StorageError(f"corrupt entry: {type(exc).__name__}: {exc}", operation="decode") from None
+
+
+def ref_bytes(scope: tuple[str, ...], key: str) -> bytes:
+    """A ref as bytes that sort like ``(scope, key)``: each segment then NUL (segments hold no NUL),
+    a second NUL, then the key."""
+    return b"".join(s.encode() + b"\0" for s in scope) + b"\0" + key.encode()

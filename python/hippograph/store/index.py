@@ -1,0 +1,227 @@
+"""The store's derived indexes: every entry of a backend held in memory by slot, with its vector in a
+matrix, its words in a Rust BM25 index (`hippograph._core.LexicalIndex`) and its slot under its scope.
+
+Derived data only (docs/store.md, consistency): rebuilt from a scan of the backend, then caught up
+through the backend's change counter before every read, in the snapshot the read uses, so a write
+by any process is seen by the next read of every other. Entries of every status are indexed; a read
+masks what it must not return (pending, retracted, expired, out of scope, filtered out) before it
+ranks, so neither route returns them and a scoped read never ranks the whole store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _core
+from ..errors import ConfigError
+from .model import Entry, Scope, in_scope
+from .protocol import EntryBackend, EntryTxn
+
+__all__ = ["EntryIndex", "Ranked"]
+
+Slots = npt.NDArray[np.uint32]
+Ranked = tuple[list[int], list[float]]
+"""Slots best first and their route scores."""
+
+
+class EntryIndex:
+    """One backend's entries as slots: `entries[slot]`, vectors in `matrix`, words in `lexical`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.seq = -1
+        self.entries: list[Entry | None] = []
+        self.slot_of: dict[tuple[Scope, str], int] = {}
+        self.free: list[int] = []
+        self.scopes: dict[Scope, set[int]] = {}
+        self.dim: int | None = None
+        self.matrix = np.zeros((0, 0), np.float32)
+        self.norms = np.zeros(0, np.float32)
+        self.active = np.zeros(0, bool)
+        self.expires = np.zeros(0, np.float64)
+        self.lexical = _core.LexicalIndex()
+        self.hidden = 0
+        """Entries reads may not return whatever the scope: not active, or with an expiry."""
+
+    # -- keeping up with the backend ------------------------------------------------------------
+
+    def refresh(self, backend: EntryBackend) -> None:
+        """Catches up with every write committed so far (by any process)."""
+        with self.lock:
+            since = self.seq
+
+            def read(t: EntryTxn) -> tuple[int, list[tuple[tuple[Scope, str], Entry | None]] | None, list[Entry]]:
+                seq, refs = t.changes(since)
+                if seq == since:
+                    return seq, [], []
+                if refs is None or since < 0:
+                    return seq, None, list(t.scan(()))
+                return seq, [(ref, t.get(*ref)) for ref in refs], []
+
+            seq, changed, everything = backend.entry_read(read)
+            if changed is None:
+                self._reset()
+                for e in everything:
+                    self.set(e)
+            else:
+                for ref, got in changed:
+                    if got is None:
+                        self.remove(ref)
+                    else:
+                        self.set(got)
+            self.seq = seq
+
+    def _reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def _grow(self, need: int) -> None:
+        cap = len(self.active)
+        if need <= cap:
+            return
+        new = max(need, 2 * cap, 64)
+        dim = self.dim or 0
+        matrix = np.zeros((new, dim), np.float32)
+        matrix[:cap] = self.matrix
+        self.matrix = matrix
+        self.norms = np.concatenate([self.norms, np.zeros(new - cap, np.float32)])
+        self.active = np.concatenate([self.active, np.zeros(new - cap, bool)])
+        self.expires = np.concatenate([self.expires, np.zeros(new - cap, np.float64)])
+
+    def set(self, e: Entry) -> None:
+        """Indexes `e` at its ref, replacing what was there."""
+        slot = self.slot_of.get(e.ref)
+        if slot is None:
+            slot = self.free.pop() if self.free else len(self.entries)
+            if slot == len(self.entries):
+                self.entries.append(None)
+            self._grow(slot + 1)
+            self.slot_of[e.ref] = slot
+            self.scopes.setdefault(e.scope, set()).add(slot)
+        else:
+            self.hidden -= self._hides(self.entries[slot])
+        self.entries[slot] = e
+        self.hidden += self._hides(e)
+        self.active[slot] = e.status == "active"
+        self.expires[slot] = np.inf if e.expires_at is None else e.expires_at.timestamp()
+        if e.embedding is None:
+            self.norms[slot] = 0.0
+        else:
+            if self.dim is None:
+                self.dim = len(e.embedding)
+                self.matrix = np.zeros((len(self.active), self.dim), np.float32)
+            if len(e.embedding) != self.dim:  # the store refuses this before writing; another writer did not
+                raise ConfigError(f"entry {e.key!r:.80} has dimension {len(e.embedding)}; the store's is {self.dim}")
+            self.matrix[slot] = e.embedding
+            self.norms[slot] = float(np.linalg.norm(e.embedding))
+        self.lexical.set(slot, e.text)
+
+    @staticmethod
+    def _hides(e: Entry | None) -> bool:
+        return e is not None and (e.status != "active" or e.expires_at is not None)
+
+    def remove(self, ref: tuple[Scope, str]) -> None:
+        slot = self.slot_of.pop(ref, None)
+        if slot is None:
+            return
+        self.hidden -= self._hides(self.entries[slot])
+        self.entries[slot] = None
+        members = self.scopes[ref[0]]
+        members.discard(slot)
+        if not members:
+            del self.scopes[ref[0]]
+        self.active[slot] = False
+        self.norms[slot] = 0.0
+        self.lexical.remove(slot)
+        self.free.append(slot)
+
+    # -- what a read may see --------------------------------------------------------------------
+
+    def in_scope(self, scope: Scope) -> Iterable[int]:
+        if not scope:
+            return (s for members in self.scopes.values() for s in members)
+        return (s for sc, members in self.scopes.items() if in_scope(sc, scope) for s in members)
+
+    def candidates(
+        self, scope: Scope, now: datetime, keep: Callable[[Entry], bool] | None, include_pending: bool = False
+    ) -> Slots | None:
+        """The slots a read may return, or None for "every live slot" (nothing hidden, no scope, no
+        filter), which lets each route skip the mask."""
+        if not scope and keep is None and self.hidden == 0 and not include_pending:
+            return None
+        n = len(self.entries)
+        if scope:
+            slots = np.fromiter(self.in_scope(scope), np.uint32)
+        else:
+            slots = np.flatnonzero(~np.isin(np.arange(n), self.free)).astype(np.uint32)
+        if self.hidden:
+            if include_pending:
+                statuses = np.array([self.entries[s].status != "retracted" for s in slots.tolist()], bool)
+                slots = slots[statuses & (self.expires[slots] > now.timestamp())]
+            else:
+                slots = slots[self.active[slots] & (self.expires[slots] > now.timestamp())]
+        if keep is not None:
+            entries = self.entries
+            slots = np.array([s for s in slots.tolist() if keep(entries[s])], np.uint32)
+        return np.sort(slots)
+
+    # -- the two routes -------------------------------------------------------------------------
+
+    def ranked_text(self, query: str, allowed: Slots | None, k: int) -> Ranked:
+        """The best `k` slots by BM25, ties by (scope, key)."""
+        if k <= 0 or (allowed is not None and not len(allowed)):
+            return [], []
+        docs, scores = self.lexical.search(query, k, allowed)
+        return self._cut(docs.tolist(), scores.tolist(), k)
+
+    def ranked_vector(self, vector: npt.NDArray[np.float32], allowed: Slots | None, k: int) -> Ranked:
+        """The best `k` slots by cosine (only those above 0), ties by (scope, key)."""
+        if k <= 0 or self.dim is None:
+            return [], []
+        qn = float(np.linalg.norm(vector))
+        if qn == 0.0:
+            return [], []
+        rows: npt.NDArray[Any]
+        if allowed is None:
+            rows = np.flatnonzero(self.norms[: len(self.entries)] > 0)
+            sims = (self.matrix[: len(self.entries)] @ vector)[rows]
+        else:
+            rows = allowed[self.norms[allowed] > 0]
+            sims = self.matrix[rows] @ vector
+        if not len(rows):
+            return [], []
+        sims = sims / (self.norms[rows] * qn)
+        good = sims > 0
+        rows, sims = rows[good], sims[good]
+        if len(rows) > k:
+            at = np.argpartition(-sims, k - 1)[:k]
+            kth = sims[at].min()
+            at = np.flatnonzero(sims >= kth)  # every tie with the k-th: (scope, key) decides below
+            rows, sims = rows[at], sims[at]
+        return self._cut(rows.tolist(), np.minimum(sims, 1.0).tolist(), k)
+
+    def _cut(self, slots: list[int], scores: list[float], k: int) -> Ranked:
+        entries = self.entries
+        order = sorted(range(len(slots)), key=lambda i: (-scores[i], _ref_key(entries[slots[i]])))[:k]
+        return [slots[i] for i in order], [scores[i] for i in order]
+
+    def stats(self) -> dict[str, Any]:
+        live = len(self.slot_of)
+        return {
+            "entries": live,
+            "scopes": len(self.scopes),
+            "dim": self.dim,
+            "embedded": int((self.norms[: len(self.entries)] > 0).sum()),
+            "indexed_words_avg": round(self.lexical.average_length(), 2),
+            "change_counter": self.seq,
+        }
+
+
+def _ref_key(e: Entry | None) -> tuple[Scope, str]:
+    assert e is not None
+    return e.scope, e.key

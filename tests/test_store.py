@@ -1,0 +1,211 @@
+"""The scoped store beyond the conformance suite: input checks and scoring rules as properties, BM25
+against its formula, the derived index's freshness, and a graph repo sharing one LMDB directory."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hippograph as hg
+from hippograph import _core
+from hippograph.backends import LMDB, InMemory
+from hippograph.errors import ValidationError
+from hippograph.store import filters, model
+from hippograph.store.store import RRF_K, _fuse, text_similarity
+from hippograph.testing.store import fake_embed
+
+segments = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=1, max_size=20)
+
+
+@given(st.lists(segments, max_size=6))
+def test_valid_scopes_are_accepted_as_tuples(scope: list[str]) -> None:
+    assert model.check_scope(scope) == tuple(scope)
+
+
+@given(
+    st.one_of(
+        st.text(max_size=5),
+        st.lists(segments, max_size=3).map(lambda s: (*s, "")),
+        st.lists(segments, min_size=1, max_size=3).map(lambda s: (*s, "a\0b")),
+        st.lists(st.integers(), min_size=1, max_size=3).map(tuple),
+        st.lists(segments, min_size=33, max_size=40).map(tuple),
+        st.just(("x" * 256,)),
+    )
+)
+def test_bad_scopes_are_refused(scope: Any) -> None:
+    with pytest.raises(ValidationError):
+        model.check_scope(scope)
+
+
+@given(st.lists(segments, max_size=4), st.lists(segments, max_size=4))
+def test_scope_matching_is_by_whole_segments(a: list[str], b: list[str]) -> None:
+    inside = model.in_scope(tuple(a), tuple(b))
+    assert inside == (len(b) <= len(a) and a[: len(b)] == b)
+    if b and a and a[-1] != b[-1]:
+        assert not model.in_scope((*a[:-1], a[-1] + b[-1]), (*a[:-1], a[-1])) or False
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(blacklist_categories=("Cs",))),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=10,
+)  # fmt: skip
+
+
+@given(st.dictionaries(st.text(max_size=5), json_values, max_size=4))
+def test_json_values_are_accepted_and_round_trip_through_the_codec(value: dict[str, Any]) -> None:
+    checked = model.check_value(value)
+    e = hg.Store(InMemory()).put(("s",), "k", "x", checked)
+    from hippograph.store.codec import decode_entry, encode_entry
+
+    assert decode_entry(encode_entry(e)) == e
+
+
+@given(st.sampled_from([math.nan, math.inf, object(), b"bytes", {1: "int key"}, 2**64, {"s": {1, 2}}]))
+def test_non_json_values_are_refused(bad: Any) -> None:
+    with pytest.raises(ValidationError):
+        model.check_value({"v": bad})
+
+
+@given(st.text(min_size=2, max_size=8).map(lambda s: "$" + s.lstrip("$")).filter(lambda s: s not in filters._OPERATORS))
+def test_unknown_filter_operators_are_refused(op: str) -> None:
+    with pytest.raises(ValidationError, match="unknown operator"):
+        filters.compile_filter({"a": {op: 1}})
+    if op not in ("$and", "$or"):
+        with pytest.raises(ValidationError):
+            filters.compile_filter({op: 1})
+
+
+@given(st.integers(-5, 5), st.integers(-5, 5))
+def test_filter_comparisons_follow_json_semantics(a: int, b: int) -> None:
+    for op, want in (("$gt", a > b), ("$gte", a >= b), ("$lt", a < b), ("$lte", a <= b), ("$eq", a == b)):
+        pred = filters.compile_filter({"x": {op: b}})
+        assert pred is not None and pred({"x": a}) == want and not pred({"x": str(a)}) and not pred({})
+    eq = filters.compile_filter({"x": 1})
+    assert eq is not None and not eq({"x": True}) and eq({"x": 1.0})
+
+
+@given(st.floats(0, 1e6), st.floats(0, 1e6))
+def test_text_similarity_is_monotone_into_the_unit_interval(a: float, b: float) -> None:
+    assert 0 <= text_similarity(a) < 1
+    if a < b:
+        assert text_similarity(a) <= text_similarity(b)
+
+
+def test_bm25_follows_its_formula() -> None:
+    ix = _core.LexicalIndex()
+    texts = ["the cat sat", "the cat and the dog", "a bird"]
+    for i, t in enumerate(texts):
+        ix.set(i, t)
+    docs, scores = ix.search("CAT", 10)
+    avg = sum(len(t.split()) for t in texts) / 3
+    idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+
+    def bm25(tf: int, n: int) -> float:
+        return idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * n / avg))
+
+    assert docs.tolist() == [0, 1]
+    assert scores.tolist() == pytest.approx([bm25(1, 3), bm25(1, 5)], rel=1e-5)
+    assert _core.word_tokens("Straße, CAFÉ!") == ["straße", "café"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(["red", "green", "blue", "fox", "hen"]), min_size=1, max_size=6), st.data())
+def test_scoped_text_search_equals_the_unscoped_one_restricted(words: list[str], data: st.DataObject) -> None:
+    ix = _core.LexicalIndex()
+    rng = np.random.default_rng(len(words))
+    for i in range(60):
+        ix.set(i, " ".join(rng.choice(["red", "green", "blue", "fox", "hen", "owl"], size=4)))
+    allowed = np.array(sorted(data.draw(st.sets(st.integers(0, 59), max_size=20))), np.uint32)
+    query = " ".join(words)
+    docs, scores = ix.search(query, 1000, allowed)
+    all_docs, all_scores = ix.search(query, 1000)
+    want = {d: s for d, s in zip(all_docs.tolist(), all_scores.tolist(), strict=True) if d in set(allowed.tolist())}
+    assert dict(zip(docs.tolist(), scores.tolist(), strict=True)) == pytest.approx(want)
+
+
+def test_fusion_gives_first_in_both_routes_one_and_decreases_with_rank() -> None:
+    store = hg.Store(InMemory())
+    for k in "abc":
+        store.put(("s",), k, k)
+    ix = store._fresh()
+    slots = [ix.slot_of[(("s",), k)] for k in "abc"]
+    hits = _fuse(ix, (slots, [3.0, 2.0, 1.0]), (slots[::-1], [0.9, 0.8, 0.7]), (0.5, 0.5), True)
+    by = {h.entry.key: h.score for h in hits}
+    assert by["b"] == pytest.approx((1 / (RRF_K + 2)) / (1 / (RRF_K + 1)))
+    first = _fuse(ix, (slots, [3.0, 2.0, 1.0]), (slots, [0.9, 0.8, 0.7]), (0.3, 0.7), True)
+    assert next(h.score for h in first) == pytest.approx(1.0)
+    assert [h.entry.key for h in sorted(first, key=lambda h: -h.score)] == ["a", "b", "c"]
+
+
+def test_a_scoped_search_ranks_only_its_scope(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = hg.Store(InMemory(), embed=fake_embed)
+    store.put_many([{"scope": ("u", str(i % 100)), "key": f"k{i}", "text": "meal plan"} for i in range(1000)])
+    seen: list[int] = []
+    ix = store._index
+    real = ix.ranked_vector
+
+    def spy(vector: Any, allowed: Any, k: int) -> Any:
+        seen.append(len(allowed))
+        return real(vector, allowed, k)
+
+    monkeypatch.setattr(ix, "ranked_vector", spy)
+    hits = store.search(("u", "7"), text="meal", limit=20)
+    assert seen == [10] and len(hits) == 10 and all(h.entry.scope == ("u", "7") for h in hits)
+
+
+def test_a_graph_repo_and_a_store_share_one_lmdb_directory(tmp_path: Path) -> None:
+    backend = LMDB(tmp_path / "both")
+    repo = hg.Repo(backend)
+    store = hg.Store(backend)
+    store.put(("u",), "k", "meal")
+    node = hg.Semantic(id="n1", proposition="p", confidence=0.5, embedding=np.ones(4, np.float32))
+    backend.apply_changeset(hg.Changeset(additions=[node]))
+    assert backend.get_node("n1") is not None and store.get(("u",), "k") is not None
+    repo.close()
+    again = LMDB(tmp_path / "both")
+    try:
+        assert again.get_node("n1") is not None and hg.Store(again).get(("u",), "k") is not None
+    finally:
+        again.close()
+
+
+def _write_in_child(path: str, n: int) -> None:
+    with hg.open_store("child", path=path) as store:
+        for i in range(n):
+            store.put(("shared",), f"c{i}", "written by the child")
+        store.forget(("doomed",))
+
+
+def test_another_process_s_writes_are_seen_by_the_next_read(tmp_path: Path) -> None:
+    with hg.open_store("main", path=tmp_path / "s") as store:
+        store.put(("doomed",), "x", "written by the child")
+        assert len(store.search_text("child")) == 1  # the index is built before the child writes
+        ctx = multiprocessing.get_context("spawn")
+        child = ctx.Process(target=_write_in_child, args=(str(tmp_path / "s"), 5))
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+        keys = [h.entry.key for h in store.search_text("child", limit=10)]
+        assert keys == [f"c{i}" for i in range(5)]
+        assert store.stats()["entries"] == 5
+
+
+def test_the_receipt_is_read_in_the_transaction_of_the_change(tmp_path: Path) -> None:
+    backend = LMDB(tmp_path / "s")
+    a, b = hg.Store(backend), hg.Store(backend)
+    a.put(("u", "1"), "x", "meal")
+    a.search_text("meal")  # a's index knows only x
+    b.put(("u", "1", "s"), "y", "meal")
+    receipt = a.forget(("u", "1"))
+    assert receipt.keys == ((("u", "1"), "x"), (("u", "1", "s"), "y"))
+    assert a.search_text("meal") == [] and b.list() == []
+    backend.close()
