@@ -10,6 +10,7 @@ ranks, so neither route returns them and a scoped read never ranks the whole sto
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -20,6 +21,7 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ConfigError
+from .codec import ref_bytes
 from .model import Entry, Scope, in_scope
 from .protocol import EntryBackend, EntryTxn
 
@@ -37,6 +39,8 @@ class EntryIndex:
         self.lock = threading.RLock()
         self.seq = -1
         self.entries: list[Entry | None] = []
+        self.refs: list[bytes] = []
+        """Per slot, the ref as bytes that sort like (scope, key): the tie-break."""
         self.slot_of: dict[tuple[Scope, str], int] = {}
         self.free: list[int] = []
         self.scopes: dict[Scope, set[int]] = {}
@@ -100,6 +104,8 @@ class EntryIndex:
             slot = self.free.pop() if self.free else len(self.entries)
             if slot == len(self.entries):
                 self.entries.append(None)
+                self.refs.append(b"")
+            self.refs[slot] = ref_bytes(e.scope, e.key)
             self._grow(slot + 1)
             self.slot_of[e.ref] = slot
             self.scopes.setdefault(e.scope, set()).add(slot)
@@ -206,9 +212,29 @@ class EntryIndex:
         return self._cut(rows.tolist(), np.minimum(sims, 1.0).tolist(), k)
 
     def _cut(self, slots: list[int], scores: list[float], k: int) -> Ranked:
-        entries = self.entries
-        order = sorted(range(len(slots)), key=lambda i: (-scores[i], _ref_key(entries[slots[i]])))[:k]
-        return [slots[i] for i in order], [scores[i] for i in order]
+        """The best `k` by score, ties by (scope, key). Only the entries tied with the k-th score
+        compete for the last places, so a crowd of equal scores costs one partial selection."""
+        if not slots:
+            return [], []
+        by_score: dict[float, list[int]] = {}
+        for s, v in zip(slots, scores, strict=True):
+            by_score.setdefault(v, []).append(s)
+        refs = self.refs
+        out_slots: list[int] = []
+        out_scores: list[float] = []
+        for v in sorted(by_score, reverse=True):
+            room = k - len(out_slots)
+            if room <= 0:
+                break
+            group = by_score[v]
+            chosen = (
+                sorted(group, key=refs.__getitem__)
+                if len(group) <= room
+                else heapq.nsmallest(room, group, key=refs.__getitem__)
+            )
+            out_slots += chosen
+            out_scores += [v] * len(chosen)
+        return out_slots, out_scores
 
     def stats(self) -> dict[str, Any]:
         live = len(self.slot_of)
@@ -220,8 +246,3 @@ class EntryIndex:
             "indexed_words_avg": round(self.lexical.average_length(), 2),
             "change_counter": self.seq,
         }
-
-
-def _ref_key(e: Entry | None) -> tuple[Scope, str]:
-    assert e is not None
-    return e.scope, e.key
