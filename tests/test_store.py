@@ -209,3 +209,19 @@ def test_the_receipt_is_read_in_the_transaction_of_the_change(tmp_path: Path) ->
     assert receipt.keys == ((("u", "1"), "x"), (("u", "1", "s"), "y"))
     assert a.search_text("meal") == [] and b.list() == []
     backend.close()
+
+
+def test_the_command_line_looks_inside_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hippograph.cli import main
+
+    with hg.open_store("s", path=tmp_path / "s") as store:
+        store.put(("users", "u1"), "diet", "vegetarian, allergic to peanuts")
+        store.put(("users", "u2"), "trip", "flight to Lisbon", pending=True)
+    assert main(["store", "stats", "--path", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert "entries          2" in out and "pending          1" in out
+    assert main(["store", "verify", "--path", str(tmp_path / "s")]) == 0
+    assert "checked entries    2" in capsys.readouterr().out
+    assert main(["store", "search", "peanuts", "--path", str(tmp_path / "s"), "--scope", "users"]) == 0
+    assert "users/u1 :: diet" in capsys.readouterr().out
+    assert main(["store", "stats", "--path", str(tmp_path / "missing")]) == 1

@@ -1,6 +1,7 @@
-"""The ``hippograph`` command line: ``demo``, ``stats``, ``verify`` and ``index``.
+"""The ``hippograph`` command line: ``demo``, ``stats``, ``verify``, ``index`` and ``store``.
 
-Each command works on an LMDB repo (``--path DIR``, or ``./.hippograph/<name>``).
+Each command works on an LMDB repo (``--path DIR``, or ``./.hippograph/<name>``); ``store stats |
+verify | search`` look at the scoped store kept in such a directory.
 docs/graph-memory.md describes every command and its exit status: 0 on
 success, 2 on a usage error, 1 when hippograph reports an error (on stderr).
 """
@@ -25,6 +26,8 @@ from .graph.model import Episodic, IngestionReceipt, Node, NodeType, Semantic, S
 from .graph.repo import Hit, Repo, open_repo, store_path
 from .graph.structuring import episodic
 from .graph.trajectory import Step, Trajectory
+from .store import Store
+from .store.inspect import print_hits, print_stats, verify_entries
 
 __all__ = ["DEMO_QUERIES", "demo_trajectories", "format_hits", "main", "progress_bar"]
 
@@ -202,6 +205,26 @@ def _verify(name: str, path: str | None, out: TextIO) -> bool:
     return report.ok
 
 
+def _store(args: argparse.Namespace, out: TextIO) -> bool:
+    """One ``store`` subcommand on an existing directory; False when ``verify`` found a problem."""
+    where = _existing_store(args.name, args.path)
+    with LMDB(where, readonly=True) as backend:
+        store = Store(backend)
+        if args.action == "stats":
+            print_stats(store, str(where), out)
+        elif args.action == "search":
+            print_hits(store, tuple(args.scope), args.text, args.limit, out)
+        else:
+            count, problems = verify_entries(backend)
+            print(f"store at {where}\n  checked entries    {count}", file=out)
+            for problem in problems:
+                print(f"    - {problem}", file=out)
+            if not problems:
+                print("  ok: every entry reads back whole", file=out)
+            return not problems
+    return True
+
+
 def progress_bar(err: TextIO, width: int = 30) -> Progress:
     """A progress callback: a redrawn bar per phase on a terminal, a line per tenth otherwise (logs)."""
     tty = err.isatty()
@@ -250,6 +273,17 @@ def _parser() -> argparse.ArgumentParser:
     index = commands.add_parser("index", help="build (or load) and save the vector indexes of a repo")
     index.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/NAME)")
     index.add_argument("--name", default=DEMO_NAME, help="repo name (default: demo)")
+    store = commands.add_parser("store", help="look at the scoped store in a directory")
+    actions = store.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, about in (("stats", "entries by status, scopes, dimension"), ("verify", "check every entry"),
+                          ("search", "search the entries by words")):  # fmt: skip
+        sub = actions.add_parser(action, help=about)
+        sub.add_argument("--path", metavar="DIR", help="store directory (default: ./.hippograph/NAME)")
+        sub.add_argument("--name", default=DEMO_NAME, help="store name (default: demo)")
+        if action == "search":
+            sub.add_argument("text", help="the words to look for")
+            sub.add_argument("--scope", nargs="*", default=[], metavar="SEGMENT", help="only under this scope")
+            sub.add_argument("--limit", type=int, default=10)
     return parser
 
 
@@ -264,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
             _demo(args.path, sys.stdout)
         elif args.command == "verify":
             if not _verify(args.name, args.path, sys.stdout):
+                return 1
+        elif args.command == "store":
+            if not _store(args, sys.stdout):
                 return 1
         elif args.command == "index":
             _index(args.name, args.path, sys.stdout, sys.stderr)
