@@ -153,9 +153,9 @@ def test_a_scoped_search_ranks_only_its_scope(monkeypatch: pytest.MonkeyPatch) -
     ix = store._index
     real = ix.ranked_vector
 
-    def spy(vector: Any, allowed: Any, k: int) -> Any:
+    def spy(vector: Any, allowed: Any, k: int, now: Any = None) -> Any:
         seen.append(len(allowed))
-        return real(vector, allowed, k)
+        return real(vector, allowed, k, now)
 
     monkeypatch.setattr(ix, "ranked_vector", spy)
     hits = store.search(("u", "7"), text="meal", limit=20)
@@ -225,3 +225,29 @@ def test_the_command_line_looks_inside_a_store(tmp_path: Path, capsys: pytest.Ca
     assert main(["store", "search", "peanuts", "--path", str(tmp_path / "s"), "--scope", "users"]) == 0
     assert "users/u1 :: diet" in capsys.readouterr().out
     assert main(["store", "stats", "--path", str(tmp_path / "missing")]) == 1
+
+
+def test_unrestricted_vector_searches_use_the_calibrated_index_and_hide_what_reads_must_not_see() -> None:
+    config = hg.AnnConfig(min_nodes=100, ef_search=64, background=False, min_speedup=0)
+    store = hg.Store(InMemory(), ann=config)
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((1500, 16)).astype(np.float32)
+    store.put_many([{"scope": ("s", str(i % 7)), "key": f"k{i:04d}", "embedding": v} for i, v in enumerate(vectors)])
+    assert store.build_vector_index()
+    stats = store.vector_index_stats()
+    assert stats["available"] and stats["calibrated_rows"] == 1500 and not stats["exact_fallback"]
+    q = rng.standard_normal(16).astype(np.float32)
+    cos = vectors @ q / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(q))
+    want = [f"k{i:04d}" for i in np.argsort(-cos)[:10]]
+    assert [h.entry.key for h in store.search_vector(q)] == want
+    # Entries a read must not return, placed right on the query: never surfaced by the index.
+    store.put(("s",), "pending", embedding=q, pending=True)
+    store.put(("s",), "retracted", embedding=q)
+    store.retract(("s",), "retracted")
+    store.put(("s",), "brief", embedding=q, ttl=0.01)
+    import time
+
+    time.sleep(0.05)
+    assert [h.entry.key for h in store.search_vector(q)] == want
+    store.put(("s",), "fresh", embedding=q)
+    assert store.search_vector(q)[0].entry.key == "fresh"

@@ -10,9 +10,11 @@ ranks, so neither route returns them and a scoped read never ranks the whole sto
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
+from ..engine.columns import TypeColumns
+from ..engine.query import ScanParams, calibrate, scan
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError
 from .codec import ref_bytes
 from .model import Entry, Scope, in_scope
@@ -32,11 +37,32 @@ Ranked = tuple[list[int], list[float]]
 """Slots best first and their route scores."""
 
 
-class EntryIndex:
-    """One backend's entries as slots: `entries[slot]`, vectors in `matrix`, words in `lexical`."""
+_COSINE = ScanParams(threshold=float(np.nextafter(0.0, 1.0)), top_k=1, gate="relevance", lam=0.0, k=1.0,
+                     base_floor=1.0, beta=0.0)  # fmt: skip
+"""Relevance alone: rows without usage metadata score their cosine, and only those above 0 count."""
 
-    def __init__(self) -> None:
+
+class _Held:
+    """The index's one lock, offered to the vector index's upkeep thread as its shared lock."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+
+    def read(self) -> AbstractContextManager[None]:
+        return self._lock  # type: ignore[return-value]
+
+
+class EntryIndex:
+    """One backend's entries as slots: `entries[slot]`, vectors in `matrix`, words in `lexical`; the
+    vectors of active entries also in `columns`, whose HNSW index (`hippograph.engine`) answers
+    unrestricted vector searches once the store outgrows `AnnConfig.min_nodes`."""
+
+    def __init__(self, ann: AnnConfig | None = DEFAULT_ANN) -> None:
         self.lock = threading.RLock()
+        self.ann = ann
+        self.columns = TypeColumns(ann, _Held(self.lock))
+        self.expiring = 0
+        """Active entries with an expiry: an unrestricted search asks the vector index for as many more."""
         self.seq = -1
         self.entries: list[Entry | None] = []
         self.refs: list[bytes] = []
@@ -82,7 +108,12 @@ class EntryIndex:
             self.seq = seq
 
     def _reset(self) -> None:
-        self.__init__()  # type: ignore[misc]
+        self.close()
+        self.__init__(self.ann)  # type: ignore[misc]
+
+    def close(self) -> None:
+        for thread in self.columns.close_background_builds():
+            thread.join()
 
     def _grow(self, need: int) -> None:
         cap = len(self.active)
@@ -110,9 +141,10 @@ class EntryIndex:
             self.slot_of[e.ref] = slot
             self.scopes.setdefault(e.scope, set()).add(slot)
         else:
-            self.hidden -= self._hides(self.entries[slot])
+            self._forget_counts(self.entries[slot])
         self.entries[slot] = e
         self.hidden += self._hides(e)
+        self.expiring += e.status == "active" and e.expires_at is not None
         self.active[slot] = e.status == "active"
         self.expires[slot] = np.inf if e.expires_at is None else e.expires_at.timestamp()
         if e.embedding is None:
@@ -125,17 +157,27 @@ class EntryIndex:
                 raise ConfigError(f"entry {e.key!r:.80} has dimension {len(e.embedding)}; the store's is {self.dim}")
             self.matrix[slot] = e.embedding
             self.norms[slot] = float(np.linalg.norm(e.embedding))
+        rid = self.refs[slot].decode()
+        if e.status == "active" and e.embedding is not None:
+            self.columns.upsert(rid, e.embedding, None)
+        else:
+            self.columns.remove(rid)
         self.lexical.set(slot, e.text)
 
     @staticmethod
     def _hides(e: Entry | None) -> bool:
         return e is not None and (e.status != "active" or e.expires_at is not None)
 
+    def _forget_counts(self, e: Entry | None) -> None:
+        self.hidden -= self._hides(e)
+        self.expiring -= e is not None and e.status == "active" and e.expires_at is not None
+
     def remove(self, ref: tuple[Scope, str]) -> None:
         slot = self.slot_of.pop(ref, None)
         if slot is None:
             return
-        self.hidden -= self._hides(self.entries[slot])
+        self._forget_counts(self.entries[slot])
+        self.columns.remove(self.refs[slot].decode())
         self.entries[slot] = None
         members = self.scopes[ref[0]]
         members.discard(slot)
@@ -185,10 +227,26 @@ class EntryIndex:
         docs, scores = self.lexical.search(query, k, allowed)
         return self._cut(docs.tolist(), scores.tolist(), k)
 
-    def ranked_vector(self, vector: npt.NDArray[np.float32], allowed: Slots | None, k: int) -> Ranked:
-        """The best `k` slots by cosine (only those above 0), ties by (scope, key)."""
+    def unrestricted(self, scope: Scope, keep: object, include_pending: bool = False) -> bool:
+        """Every active entry may be returned, expired ones aside."""
+        return not scope and keep is None and not include_pending and self.hidden == self.expiring
+
+    def ranked_vector(
+        self, vector: npt.NDArray[np.float32], allowed: Slots | None, k: int, now: datetime | None = None
+    ) -> Ranked:
+        """The best `k` slots by cosine (only those above 0), ties by (scope, key).
+
+        With `now` (the caller found the search `unrestricted`), it goes through the engine's scan,
+        which answers from the calibrated HNSW index when there is one (certified candidates,
+        recall stated in `vector_stats`), asking for as many more as there are entries that may
+        have expired by `now`, which it then drops.
+        """
         if k <= 0 or self.dim is None:
             return [], []
+        if now is not None and self.expiring <= 4 * k and len(self.columns.ids):
+            got = self._scanned(vector, k + self.expiring, now)
+            if got is not None:
+                return got[0][:k], got[1][:k]
         qn = float(np.linalg.norm(vector))
         if qn == 0.0:
             return [], []
@@ -210,6 +268,34 @@ class EntryIndex:
             at = np.flatnonzero(sims >= kth)  # every tie with the k-th: (scope, key) decides below
             rows, sims = rows[at], sims[at]
         return self._cut(rows.tolist(), np.minimum(sims, 1.0).tolist(), k)
+
+    def _scanned(self, vector: npt.NDArray[np.float32], depth: int, now: datetime) -> Ranked | None:
+        params = dataclasses.replace(_COSINE, top_k=depth)
+        found = scan(self.columns, np.ascontiguousarray(vector[None, :], np.float32), params, now.timestamp(),
+                     approximate=True)  # fmt: skip
+        at = now.timestamp()
+        slots: list[int] = []
+        scores: list[float] = []
+        for rid, score in found:
+            slot = self.slot_of.get(_ref_of(rid))
+            if slot is None or self.expires[slot] <= at:
+                continue
+            slots.append(slot)
+            scores.append(min(1.0, float(score)))
+        return slots, scores
+
+    def build_vector_index(self, now: datetime) -> bool:
+        """Builds and measures the HNSW index of the active entries' vectors now (recall@10, the
+        default limit); True when this call built it."""
+        built = self.columns.build_vector_index()
+        ann = self.columns.ann
+        if ann is not None and ann.needs_calibration():
+            with self.columns.calibrating:
+                calibrate(self.columns, ann, dataclasses.replace(_COSINE, top_k=10), now.timestamp())
+        return built
+
+    def vector_stats(self) -> dict[str, Any]:
+        return self.columns.vector_index_stats()
 
     def _cut(self, slots: list[int], scores: list[float], k: int) -> Ranked:
         """The best `k` by score, ties by (scope, key). Only the entries tied with the k-th score
@@ -246,3 +332,9 @@ class EntryIndex:
             "indexed_words_avg": round(self.lexical.average_length(), 2),
             "change_counter": self.seq,
         }
+
+
+def _ref_of(rid: str) -> tuple[Scope, str]:
+    """The (scope, key) a row id of `columns` stands for (`codec.ref_bytes`, decoded)."""
+    head, _, key = rid.partition("\0\0") if not rid.startswith("\0") else ("", "", rid[1:])
+    return (tuple(head.split("\0")) if head else ()), key

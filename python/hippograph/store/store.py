@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from ..engine.checks import as_datetime, as_embedding, finite_float, utcnow
 from ..engine.paths import check_repo_name, store_path
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, NotFoundError, StorageError, ValidationError
 from .filters import compile_filter
 from .index import EntryIndex, Ranked
@@ -94,7 +95,15 @@ def _weights(value: object) -> tuple[float, float]:
 class Store:
     """A scoped memory store over any `EntryBackend` (`open_store` opens one on LMDB)."""
 
-    def __init__(self, backend: EntryBackend, *, embed: Embedder | None = None, owns_backend: bool = False) -> None:
+    def __init__(
+        self,
+        backend: EntryBackend,
+        *,
+        embed: Embedder | None = None,
+        ann: AnnConfig | None = DEFAULT_ANN,
+        owns_backend: bool = False,
+    ) -> None:
+        """`ann`: the vector index of unrestricted vector searches (None: always the exact scan)."""
         for name in ("entry_write", "entry_read"):
             if not callable(getattr(backend, name, None)):
                 raise ConfigError(f"{type(backend).__name__} does not hold entries (no {name})")
@@ -103,7 +112,9 @@ class Store:
         self.backend = backend
         self.embed = embed
         self._owns = owns_backend
-        self._index = EntryIndex()
+        if ann is not None and not isinstance(ann, AnnConfig):
+            raise ConfigError(f"ann must be an AnnConfig or None, got {type(ann).__name__}")
+        self._index = EntryIndex(ann)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -114,6 +125,7 @@ class Store:
         if self._closed:
             return
         self._closed = True
+        self._index.close()
         close = getattr(self.backend, "close", None)
         if self._owns and callable(close):
             close()
@@ -497,7 +509,8 @@ class Store:
             fused = lexical and semantic
             depth = max(4 * want, 50) if fused else want
             by_text: Ranked = ix.ranked_text(text, allowed, depth) if lexical and text is not None else ([], [])
-            by_vector: Ranked = ix.ranked_vector(qv, allowed, depth) if semantic and qv is not None else ([], [])
+            wide = now if ix.unrestricted(sc, keep) else None
+            by_vector: Ranked = ix.ranked_vector(qv, allowed, depth, wide) if semantic and qv is not None else ([], [])
             hits = _fuse(ix, by_text, by_vector, w, fused)
         hits = [h for h in hits if h.score > floor]
         hits.sort(key=lambda h: (-h.score, h.entry.ref))
@@ -546,6 +559,21 @@ class Store:
             (s if depth is None else s[:depth]) for s in found if _matches(s, pre, False) and _matches(s, suf, True)
         }
         return sorted(chosen)[offset : offset + limit]
+
+    def build_vector_index(self) -> bool:
+        """Builds and measures the vector index now instead of in the background after the first
+        unrestricted vector search (below `AnnConfig.min_nodes` entries there is none: the exact scan
+        answers); True when this call built it."""
+        self._open("build_vector_index")
+        with self._index.lock:
+            return self._fresh().build_vector_index(utcnow())
+
+    def vector_index_stats(self) -> dict[str, Any]:
+        """The vector index's state and calibration, as `GraphBackend.vector_index_stats` reports a type's."""
+        self._open("vector_index_stats")
+        with self._index.lock:
+            self._fresh()
+            return self._index.vector_stats()
 
     def stats(self) -> dict[str, Any]:
         """Counts by status and the derived indexes' sizes."""
@@ -603,6 +631,7 @@ def open_store(
     backend: EntryBackend | None = None,
     embed: Embedder | None = None,
     durability: Literal["sync", "fast"] = "sync",
+    ann: AnnConfig | None = DEFAULT_ANN,
 ) -> Store:
     """Opens (creating if needed) the store `name`: LMDB in `path`, or ``./.hippograph/<name>``; or
     any `EntryBackend` passed as `backend`. The directory may hold a graph repo as well."""
@@ -610,7 +639,7 @@ def open_store(
     if backend is not None and path is not None:
         raise ValidationError("pass either path or backend, not both")
     if backend is not None:
-        return Store(backend, embed=embed)
+        return Store(backend, embed=embed, ann=ann)
     from ..backends.lmdb import LMDB
 
-    return Store(LMDB(store_path(name, path), durability=durability), embed=embed, owns_backend=True)
+    return Store(LMDB(store_path(name, path), durability=durability), embed=embed, ann=ann, owns_backend=True)
