@@ -18,7 +18,7 @@ from typing import Any, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from ..engine.checks import as_datetime, as_embedding, finite_float, utcnow
+from ..engine.checks import as_datetime, as_embedding, check_text, finite_float, utcnow
 from ..engine.paths import check_repo_name, store_path
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, NotFoundError, StorageError, ValidationError
@@ -157,8 +157,12 @@ class Store:
         return [as_embedding(row, "embedder output") for row in raw]
 
     def _check_dims(self, vectors: Iterable[npt.NDArray[np.float32] | None], what: str) -> None:
-        """Every vector has the store's dimension (the first vector written sets it)."""
-        dim = self._fresh().dim
+        """Every vector has the store's dimension (the first vector written sets it; once known it
+        never changes, so only a store that has none yet is read for it)."""
+        vectors = [v for v in vectors if v is not None]
+        dim = self._index.dim
+        if dim is None and vectors:
+            dim = self._fresh().dim
         for v in vectors:
             if v is None:
                 continue
@@ -196,7 +200,7 @@ class Store:
         return {
             "scope": check_scope(item["scope"]),
             "key": check_key(item["key"]),
-            "text": check_value({"t": text})["t"],
+            "text": check_text(text, f"{where}: text"),
             "value": check_value(item.get("value")),
             "embedding": check_embedding(item.get("embedding")),
             "kind": check_kind(item.get("kind", "semantic")),
@@ -288,7 +292,7 @@ class Store:
         if "text" in changes:
             if not isinstance(changes["text"], str):
                 raise ValidationError("text must be a str")
-            fields["text"] = check_value({"t": changes["text"]})["t"]
+            fields["text"] = check_text(changes["text"], "text")
         if "value" in changes:
             fields["value"] = check_value(changes["value"])
         if "kind" in changes:
@@ -559,6 +563,12 @@ class Store:
             (s if depth is None else s[:depth]) for s in found if _matches(s, pre, False) and _matches(s, suf, True)
         }
         return sorted(chosen)[offset : offset + limit]
+
+    def refresh(self) -> None:
+        """Catches the derived indexes (words, vectors, scopes) up with every write committed so far,
+        by any process; every read does this first, so calling it only moves that work off a read."""
+        self._open("refresh")
+        self._fresh()
 
     def build_vector_index(self) -> bool:
         """Builds and measures the vector index now instead of in the background after the first

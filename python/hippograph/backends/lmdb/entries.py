@@ -10,6 +10,7 @@ changes, its log record included, commits in its one LMDB transaction.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ _SEQ = b"entry_seq"
 Ref = tuple[Scope, str]
 
 
+@functools.lru_cache(maxsize=4096)
 def _scope_digest(scope: Scope) -> bytes:
     return hashlib.sha256(msgpack.packb(list(scope))).digest()[:16]
 
