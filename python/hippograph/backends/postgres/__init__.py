@@ -5,8 +5,9 @@ Install with ``pip install 'hippograph[postgres]'`` (psycopg 3 and psycopg-pool)
 retries, the derived cache and its change log, portability, forking);
 ``docs/architecture.md`` has the rules every backend shares. The modules: `backend`
 (the `Postgres` class), `tx` (transactions and retries), `cache` (the scoring columns
-caught up from the change log), `schema` (tables, statements, migrations, `drop_repo`),
-`config` (option checks) and `reports` (stats and storage checks).
+caught up from the change log), `entries` (a scoped store's entries and their change
+log), `schema` (tables, statements, migrations, `drop_repo`), `config` (option checks)
+and `reports` (stats and storage checks).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The class checks its options (`config`), migrates the schema (`schema`) and opens the connection
 pool, runs every call as one transaction through `tx._Runner`, and answers queries from its
-`cache._Cache`, brought up to date from the change log in the query's own snapshot.
+`cache._Cache`, brought up to date from the change log in the query's own snapshot. A scoped
+store's entries go through `entries.PgEntryTxn`, in transactions of the same runner.
 ``docs/postgres.md`` is the operator's guide and the design.
 """
 
@@ -40,9 +41,11 @@ from ...graph.model import (
 from ...graph.protocol import existing_receipt
 from ...graph.recall import find_candidates
 from ...graph.value import ValueFunctionConfig
+from ...store.protocol import EntryTxn
 from .._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record
 from .cache import _Cache
 from .config import _check_repo, _positive_int, _resolve_dsn, _seconds, _where
+from .entries import PgEntryTxn
 from .reports import _counts, _problems
 from .schema import _check_schema, _migrate, _sql_map
 from .tx import Conn, _id, _key, _Retry, _Runner, _Tx, _Write
@@ -56,7 +59,8 @@ _TRIM_EVERY = 1024
 
 
 class Postgres(DerivedBackend):
-    """The `GraphBackend` contract on PostgreSQL, shared by any number of processes and hosts.
+    """The `GraphBackend` contract on PostgreSQL, shared by any number of processes and hosts; also
+    an `EntryBackend`, holding a scoped store's entries in the same repo (`hippograph.Store`).
 
     `dsn`: a libpq connection string or URI; when None, ``$HIPPOGRAPH_PG_DSN``
     (neither → `ConfigError`). `repo`: the memory to use in that database
@@ -203,6 +207,25 @@ class Postgres(DerivedBackend):
             with contextlib.suppress(StorageError):  # housekeeping: the next trigger tries again
                 self.trim_log()
         return result
+
+    # -- scoped-store entries ----------------------------------------------------------------
+
+    def entry_write(self, fn: Callable[[EntryTxn], T]) -> T:
+        """`EntryBackend.entry_write`: one transaction holding the repo's entry counter lock, its
+        change-log row included. `fn` runs again if the transaction is retried."""
+
+        def run(tx: _Tx) -> T:
+            et = PgEntryTxn(tx, True)
+            et.lock()
+            result = fn(et)
+            et.finish()
+            return result
+
+        return self._transaction("entry_write", run, write=True)
+
+    def entry_read(self, fn: Callable[[EntryTxn], T]) -> T:
+        """`EntryBackend.entry_read`: one REPEATABLE READ READ ONLY transaction (one snapshot)."""
+        return self._read("entry_read", lambda tx: fn(PgEntryTxn(tx, False)))
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -85,6 +85,30 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "INSERT INTO {s}.log_floor (id, seq) VALUES (1, 0)",
         ),
     ),
+    (
+        2,
+        "scoped-store entries, their change counters and change log",
+        (
+            """CREATE TABLE {s}.entries (
+                repo text NOT NULL,
+                scope_key bytea NOT NULL,
+                key bytea NOT NULL,
+                record bytea NOT NULL,
+                PRIMARY KEY (repo, scope_key, key)
+            )""",
+            """CREATE TABLE {s}.entry_counters (
+                repo text PRIMARY KEY,
+                seq bigint NOT NULL DEFAULT 0,
+                floor bigint NOT NULL DEFAULT 0
+            )""",
+            """CREATE TABLE {s}.entry_changes (
+                repo text NOT NULL,
+                seq bigint NOT NULL,
+                refs bytea NOT NULL,
+                PRIMARY KEY (repo, seq)
+            )""",
+        ),
+    ),
 )
 
 SCHEMA_VERSION: Final = _MIGRATIONS[-1][0]
@@ -178,6 +202,25 @@ _SQL: Final[dict[str, str]] = {
     "count_links": "SELECT count(*) FROM {s}.links WHERE repo = %s",
     "count_records": "SELECT count(*) FROM {s}.ingestion WHERE repo = %s",
     "count_meta": "SELECT count(*) FROM {s}.metadata WHERE repo = %s",
+    # scoped-store entries (`entries.PgEntryTxn`)
+    "entry_get": "SELECT record FROM {s}.entries WHERE repo = %s AND scope_key = %s AND key = %s",
+    "entry_scan": "SELECT record FROM {s}.entries WHERE repo = %s AND scope_key >= %s AND scope_key < %s",
+    "entry_scan_all": "SELECT record FROM {s}.entries WHERE repo = %s",
+    "entry_put": (
+        "INSERT INTO {s}.entries (repo, scope_key, key, record) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (repo, scope_key, key) DO UPDATE SET record = EXCLUDED.record"
+    ),
+    "entry_delete": "DELETE FROM {s}.entries WHERE repo = %s AND scope_key = %s AND key = %s RETURNING 1",
+    "entry_lock": "SELECT seq, floor FROM {s}.entry_counters WHERE repo = %s FOR UPDATE",
+    "entry_counter_new": "INSERT INTO {s}.entry_counters (repo) VALUES (%s) ON CONFLICT (repo) DO NOTHING",
+    "entry_counter": "SELECT seq, floor FROM {s}.entry_counters WHERE repo = %s",
+    "entry_bump": (
+        "UPDATE {s}.entry_counters SET seq = seq + 1, floor = GREATEST(floor, seq + 1 - %s) "
+        "WHERE repo = %s RETURNING seq, floor"
+    ),
+    "entry_log": "INSERT INTO {s}.entry_changes (repo, seq, refs) VALUES (%s, %s, %s)",
+    "entry_log_trim": "DELETE FROM {s}.entry_changes WHERE repo = %s AND seq <= %s",
+    "entry_log_since": "SELECT refs FROM {s}.entry_changes WHERE repo = %s AND seq > %s ORDER BY seq",
 }
 
 _DROP_REPO: Final = (
@@ -186,6 +229,17 @@ _DROP_REPO: Final = (
     "DELETE FROM {s}.ingestion WHERE repo = %s",
     "DELETE FROM {s}.repos WHERE repo = %s",
 )
+
+_DROP_ENTRIES: Final = (
+    # The counter row stays, moved past every seq handed out with its floor raised to match: a store
+    # still open on the repo finds its position below the floor and rescans (an empty repo), where a
+    # counter restarting at 0 would let it skip the new repo's first writes.
+    "UPDATE {s}.entry_counters SET seq = seq + 1, floor = seq + 1 WHERE repo = %s",
+    "DELETE FROM {s}.entries WHERE repo = %s",
+    "DELETE FROM {s}.entry_changes WHERE repo = %s",
+)
+_ENTRIES_SINCE: Final = 2
+"""The schema version that added the entry tables (`drop_repo` on an older schema skips them)."""
 
 
 def _check_schema(schema: object) -> str:
@@ -269,7 +323,8 @@ def _bootstrap(conn: Conn, schema: str, quoted: str) -> None:
 
 def drop_repo(dsn: str | None = None, *, repo: str, schema: str = "hippograph") -> bool:
     """Deletes every node, link, embedding, metadata and ingestion record of one
-    repo, in one transaction; returns whether the repo existed.
+    repo, and its scoped-store entries with their change log, in one
+    transaction; returns whether the repo existed.
 
     Processes that have the repo open see it empty from their next call (their
     caches notice the repo was dropped and rebuild). Other repos are untouched.
@@ -279,14 +334,16 @@ def drop_repo(dsn: str | None = None, *, repo: str, schema: str = "hippograph") 
     quoted = f'"{_check_schema(schema)}"'
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            if _schema_version(conn, quoted) is None:
+            version = _schema_version(conn, quoted)
+            if version is None:
                 return False
+            statements = (_DROP_ENTRIES if version >= _ENTRIES_SINCE else ()) + _DROP_REPO
             with conn.transaction():
                 existed = conn.execute(
                     f"SELECT 1 FROM {quoted}.repos WHERE repo = %s",
                     (repo,),
                 ).fetchone()
-                for statement in _DROP_REPO:
+                for statement in statements:
                     conn.execute(statement.replace("{s}", quoted), (repo,))
             return existed is not None
     except psycopg.Error as exc:
