@@ -14,6 +14,15 @@ def relevance(
 ) -> npt.NDArray[np.float32]:
     """max(0, max over query rows of cos(query, row)) for every stored row; GIL released."""
 
+def relevance_of_rows(
+    matrix: npt.NDArray[np.float32],
+    norms: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    rows: npt.NDArray[np.uint32],
+) -> npt.NDArray[np.float32]:
+    """`relevance` of the listed rows only, in their order (a row past the matrix: ValidationError);
+    GIL released."""
+
 def select_top(
     scores: npt.NDArray[np.float64], threshold: float, top_k: int, rank: npt.NDArray[np.uint32] | None = None
 ) -> npt.NDArray[np.int64]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -70,6 +70,7 @@ class EntryIndex:
         self.slot_of: dict[tuple[Scope, str], int] = {}
         self.free: list[int] = []
         self.scopes: dict[Scope, set[int]] = {}
+        self._arrays: dict[Scope, Slots] = {}
         self.dim: int | None = None
         self.matrix = np.zeros((0, 0), np.float32)
         self.norms = np.zeros(0, np.float32)
@@ -140,6 +141,7 @@ class EntryIndex:
             self._grow(slot + 1)
             self.slot_of[e.ref] = slot
             self.scopes.setdefault(e.scope, set()).add(slot)
+            self._arrays.pop(e.scope, None)
         else:
             self._forget_counts(self.entries[slot])
         self.entries[slot] = e
@@ -181,6 +183,7 @@ class EntryIndex:
         self.entries[slot] = None
         members = self.scopes[ref[0]]
         members.discard(slot)
+        self._arrays.pop(ref[0], None)
         if not members:
             del self.scopes[ref[0]]
         self.active[slot] = False
@@ -190,10 +193,17 @@ class EntryIndex:
 
     # -- what a read may see --------------------------------------------------------------------
 
-    def in_scope(self, scope: Scope) -> Iterable[int]:
-        if not scope:
-            return (s for members in self.scopes.values() for s in members)
-        return (s for sc, members in self.scopes.items() if in_scope(sc, scope) for s in members)
+    def _members(self, scope: Scope) -> Slots:
+        """The slots filed exactly under `scope`, as an array kept until that scope changes."""
+        got = self._arrays.get(scope)
+        if got is None:
+            got = self._arrays[scope] = np.fromiter(self.scopes[scope], np.uint32, len(self.scopes[scope]))
+        return got
+
+    def in_scope(self, scope: Scope) -> Slots:
+        """The slots at `scope` or below it."""
+        parts = [self._members(sc) for sc in self.scopes if in_scope(sc, scope)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint32)
 
     def candidates(
         self, scope: Scope, now: datetime, keep: Callable[[Entry], bool] | None, include_pending: bool = False
@@ -202,11 +212,7 @@ class EntryIndex:
         filter), which lets each route skip the mask."""
         if not scope and keep is None and self.hidden == 0 and not include_pending:
             return None
-        n = len(self.entries)
-        if scope:
-            slots = np.fromiter(self.in_scope(scope), np.uint32)
-        else:
-            slots = np.flatnonzero(~np.isin(np.arange(n), self.free)).astype(np.uint32)
+        slots = self.in_scope(scope)
         if self.hidden:
             if include_pending:
                 statuses = np.array([self.entries[s].status != "retracted" for s in slots.tolist()], bool)
@@ -254,12 +260,13 @@ class EntryIndex:
         if allowed is None:
             rows = np.flatnonzero(self.norms[: len(self.entries)] > 0)
             sims = (self.matrix[: len(self.entries)] @ vector)[rows]
+            sims = sims / (self.norms[rows] * qn)
         else:
             rows = allowed[self.norms[allowed] > 0]
-            sims = self.matrix[rows] @ vector
+            query = np.ascontiguousarray(vector[None, :], np.float32)
+            sims = _core.relevance_of_rows(self.matrix, self.norms, query, rows)  # reads only these rows
         if not len(rows):
             return [], []
-        sims = sims / (self.norms[rows] * qn)
         good = sims > 0
         rows, sims = rows[good], sims[good]
         if len(rows) > k:

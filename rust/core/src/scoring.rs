@@ -387,6 +387,32 @@ pub fn relevance(stored: Stored<'_>, queries: &[f32]) -> Result<Vec<f32>, ShapeE
     Ok(out)
 }
 
+/// `relevance` of the listed `rows` only (a scope, a filter), in their order: a restricted search
+/// reads just those rows, never the whole matrix.
+pub fn relevance_of_rows(stored: Stored<'_>, queries: &[f32], rows: &[u32]) -> Result<Vec<f32>, ShapeError> {
+    let n = stored.rows()?;
+    let dim = stored.dim;
+    if let Some(&bad) = rows.iter().find(|&&r| r as usize >= n) {
+        return Err(ShapeError(format!("row {bad} is past the {n} stored rows")));
+    }
+    if dim == 0 || queries.is_empty() {
+        return Ok(vec![0.0; rows.len()]);
+    }
+    if !queries.len().is_multiple_of(dim) {
+        return Err(ShapeError(format!("query values ({}) are not a multiple of the dimension {dim}", queries.len())));
+    }
+    let unit = normalise_queries(queries, dim);
+    let best = |r: usize| {
+        let norm = stored.norms[r];
+        if norm <= 0.0 {
+            return 0.0;
+        }
+        let row = &stored.data[r * dim..(r + 1) * dim];
+        unit.chunks_exact(dim).map(|q| dots::<1>(row, q, dim)[0] / norm).fold(0.0f32, f32::max)
+    };
+    Ok(rows.iter().map(|&r| best(r as usize)).collect())
+}
+
 /// The default value function for one candidate (docs/architecture.md, scoring).
 ///
 /// Never exceeds `relevance` for relevance ≥ 0: elapsed time is clamped at
@@ -711,6 +737,21 @@ mod tests {
         assert!(relevance(stored(&data, &[1.0], 2), &[1.0, 0.0]).is_err());
         let norms = [1.0];
         assert!(relevance(stored(&data[..2], &norms, 2), &[1.0, 0.0, 1.0]).is_err());
+    }
+
+    #[test]
+    fn relevance_of_rows_matches_relevance() {
+        let data: Vec<f32> = (0..40).map(|i| ((i * 7 % 11) as f32) - 5.0).collect();
+        let norms = row_norms(&data, 4);
+        let stored = Stored { data: &data, norms: &norms, dim: 4 };
+        let queries = [1.0, -2.0, 0.5, 3.0, 0.0, 1.0, 1.0, -1.0];
+        let all = relevance(stored, &queries).unwrap();
+        let rows = [7u32, 0, 3, 3, 9];
+        let some = relevance_of_rows(stored, &queries, &rows).unwrap();
+        for (got, &r) in some.iter().zip(&rows) {
+            assert!((got - all[r as usize]).abs() < 1e-6);
+        }
+        assert!(relevance_of_rows(stored, &queries, &[10]).is_err());
     }
 
     #[test]

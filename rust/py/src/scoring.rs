@@ -338,6 +338,24 @@ fn relevance<'py>(
     Ok(rel.into_pyarray(py))
 }
 
+/// `relevance` of the listed rows only, in their order; GIL released.
+#[pyfunction]
+fn relevance_of_rows<'py>(
+    py: Python<'py>,
+    matrix: PyReadonlyArray2<'py, f32>,
+    norms: PyReadonlyArray1<'py, f32>,
+    queries: PyReadonlyArray2<'py, f32>,
+    rows: PyReadonlyArray1<'py, u32>,
+) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    check_query_dim(py, &matrix, &queries)?;
+    let stored = stored(py, &matrix, &norms)?;
+    let q = contiguous(py, "queries", &queries)?;
+    let r = contiguous(py, "rows", &rows)?;
+    let rel = errors::detached(py, "relevance_of_rows", || scoring::relevance_of_rows(stored, q, r))?
+        .map_err(|e| shape(py, e))?;
+    Ok(rel.into_pyarray(py))
+}
+
 /// Best `top_k` indices with `score >= threshold`, ties by `rank` ascending.
 #[pyfunction]
 #[pyo3(signature = (scores, threshold, top_k, rank=None))]
@@ -418,6 +436,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<UsageColumns>()?;
     m.add_function(wrap_pyfunction!(row_norms, m)?)?;
     m.add_function(wrap_pyfunction!(relevance, m)?)?;
+    m.add_function(wrap_pyfunction!(relevance_of_rows, m)?)?;
     m.add_function(wrap_pyfunction!(select_top, m)?)?;
     m.add_function(wrap_pyfunction!(scan_default, m)?)?;
     m.add_function(wrap_pyfunction!(default_values, m)?)?;
