@@ -11,6 +11,7 @@ import builtins
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Self
@@ -512,9 +513,18 @@ class Store:
             allowed = ix.candidates(sc, now, keep)
             fused = lexical and semantic
             depth = max(4 * want, 50) if fused else want
-            by_text: Ranked = ix.ranked_text(text, allowed, depth) if lexical and text is not None else ([], [])
             wide = now if ix.unrestricted(sc, keep) else None
-            by_vector: Ranked = ix.ranked_vector(qv, allowed, depth, wide) if semantic and qv is not None else ([], [])
+            by_text: Ranked = ([], [])
+            by_vector: Ranked = ([], [])
+            if fused and text is not None and qv is not None:
+                # Both routes release the GIL: the words are ranked on another core meanwhile.
+                words = _routes().submit(ix.ranked_text, text, allowed, depth)
+                by_vector = ix.ranked_vector(qv, allowed, depth, wide)
+                by_text = words.result()
+            elif lexical and text is not None:
+                by_text = ix.ranked_text(text, allowed, depth)
+            elif semantic and qv is not None:
+                by_vector = ix.ranked_vector(qv, allowed, depth, wide)
             hits = _fuse(ix, by_text, by_vector, w, fused)
         hits = [h for h in hits if h.score > floor]
         hits.sort(key=lambda h: (-h.score, h.entry.ref))
@@ -604,6 +614,18 @@ def _matches(scope: Scope, pattern: Scope | None, from_end: bool) -> bool:
         return False
     part = scope[len(scope) - len(pattern) :] if from_end else scope[: len(pattern)]
     return all(p == "*" or p == s for p, s in zip(pattern, part, strict=True))
+
+
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _routes() -> ThreadPoolExecutor:
+    """The threads hybrid searches rank words on, started at the first one."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="hippograph-store-route"))
+        return _POOL[0]
 
 
 def _fuse(ix: EntryIndex, by_text: Ranked, by_vector: Ranked, w: tuple[float, float], fused: bool) -> list[Hit]:
