@@ -4,6 +4,7 @@ meet its target (or only slowly) leaves the answer to the exact scan, saying so.
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,36 @@ def test_a_saved_calibration_for_other_targets_is_measured_again(
 def test_calibration_settings_are_checked(bad: dict[str, Any]) -> None:
     with pytest.raises(hg.ConfigError):
         AnnConfig(**bad)
+
+
+def test_threads_still_measuring_at_exit_are_stopped_and_joined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exit hook stops a calibration at its next step and joins the upkeep thread, so no thread is
+    left inside hnswlib when the interpreter goes away (a daemon thread frozen there aborts the process)."""
+    import threading
+
+    from hippograph.engine import columns as columns_
+
+    inside, steps = threading.Event(), []
+
+    def slow(cols: Any, ann: Any, params: Any, now: float, hold: Any = None) -> None:
+        inside.set()
+        while True:  # a calibration that never ends by itself: only the exit hook stops it
+            with hold():
+                steps.append(1)
+            time.sleep(0.001)
+
+    b = InMemory(ann=AnnConfig(min_nodes=100, min_speedup=0))
+    b.apply_changeset(unclustered(400, 8, 12))
+    b.build_vector_index()
+    monkeypatch.setattr(query, "calibrate", slow)
+    type_columns = b._derived.columns[hg.NodeType.SEMANTIC]
+    type_columns.ann.changes = 10_000  # the index asks to be measured again
+    ids(b, np.ones(8, np.float32), exact=False)
+    assert inside.wait(30)
+    worker = type_columns._worker
+    assert worker is not None and worker.is_alive()
+    import weakref
+
+    monkeypatch.setattr(columns_, "_LIVE", weakref.WeakSet([type_columns]))  # other tests' owners stay open
+    columns_._stop_all_threads()
+    assert not worker.is_alive() and type_columns.upkeep_error is None and steps
