@@ -153,9 +153,9 @@ def test_a_scoped_search_ranks_only_its_scope(monkeypatch: pytest.MonkeyPatch) -
     ix = store._index
     real = ix.ranked_vector
 
-    def spy(vector: Any, allowed: Any, k: int, now: Any = None) -> Any:
+    def spy(vector: Any, allowed: Any, k: int, now: Any = None, scope: Any = ()) -> Any:
         seen.append(len(allowed))
-        return real(vector, allowed, k, now)
+        return real(vector, allowed, k, now, scope)
 
     monkeypatch.setattr(ix, "ranked_vector", spy)
     hits = store.search(("u", "7"), text="meal", limit=20)
@@ -251,3 +251,26 @@ def test_unrestricted_vector_searches_use_the_calibrated_index_and_hide_what_rea
     assert [h.entry.key for h in store.search_vector(q)] == want
     store.put(("s",), "fresh", embedding=q)
     assert store.search_vector(q)[0].entry.key == "fresh"
+
+
+def test_scoped_vector_searches_follow_every_change_to_their_scope() -> None:
+    store = hg.Store(InMemory(), ann=None)
+    rng = np.random.default_rng(9)
+    vectors = rng.standard_normal((400, 8)).astype(np.float32)
+    store.put_many([{"scope": ("u", str(i % 40)), "key": f"k{i:03d}", "embedding": v} for i, v in enumerate(vectors)])
+    q = rng.standard_normal(8).astype(np.float32)
+
+    def exact(scope: tuple[str, ...]) -> list[str]:
+        live = [e for e in store.list(scope, limit=1000) if e.embedding is not None]
+        cos = [float(e.embedding @ q / (np.linalg.norm(e.embedding) * np.linalg.norm(q))) for e in live]
+        ranked = sorted((c, e.key) for c, e in zip(cos, live, strict=True) if c > 0)
+        return [k for _, k in sorted(ranked, key=lambda t: (-t[0], t[1]))[:10]]
+
+    scope = ("u", "3")
+    assert [h.entry.key for h in store.search_vector(q, scope)] == exact(scope)
+    store.put(scope, "new", embedding=q)  # the scope's cached vectors must follow
+    assert store.search_vector(q, scope)[0].entry.key == "new"
+    store.retract(scope, "new")
+    store.put(scope, "k003", embedding=-q)
+    assert [h.entry.key for h in store.search_vector(q, scope)] == exact(scope)
+    assert "k003" not in exact(scope)

@@ -71,6 +71,13 @@ class EntryIndex:
         self.free: list[int] = []
         self.scopes: dict[Scope, set[int]] = {}
         self._arrays: dict[Scope, Slots] = {}
+        self._asked: set[Scope] = set()
+        """Subtrees searched by vector before: the second search copies their vectors into blocks."""
+        self._under: dict[Scope, list[Scope]] = {}
+        """Per subtree asked for, the scopes in it: kept until a scope is added or emptied."""
+        self._blocks: dict[Scope, tuple[Slots, npt.NDArray[np.float32], npt.NDArray[np.float32]]] = {}
+        """Per scope searched by vector: its embedded slots with a contiguous copy of their vectors and
+        norms, dropped when anything in the scope changes (a scoped search then reads one block)."""
         self.dim: int | None = None
         self.matrix = np.zeros((0, 0), np.float32)
         self.norms = np.zeros(0, np.float32)
@@ -140,10 +147,14 @@ class EntryIndex:
             self.refs[slot] = ref_bytes(e.scope, e.key)
             self._grow(slot + 1)
             self.slot_of[e.ref] = slot
-            self.scopes.setdefault(e.scope, set()).add(slot)
+            if e.scope not in self.scopes:
+                self.scopes[e.scope] = set()
+                self._under.clear()
+            self.scopes[e.scope].add(slot)
             self._arrays.pop(e.scope, None)
         else:
             self._forget_counts(self.entries[slot])
+        self._blocks.pop(e.scope, None)
         self.entries[slot] = e
         self.hidden += self._hides(e)
         self.expiring += e.status == "active" and e.expires_at is not None
@@ -184,8 +195,10 @@ class EntryIndex:
         members = self.scopes[ref[0]]
         members.discard(slot)
         self._arrays.pop(ref[0], None)
+        self._blocks.pop(ref[0], None)
         if not members:
             del self.scopes[ref[0]]
+            self._under.clear()
         self.active[slot] = False
         self.norms[slot] = 0.0
         self.lexical.remove(slot)
@@ -200,9 +213,18 @@ class EntryIndex:
             got = self._arrays[scope] = np.fromiter(self.scopes[scope], np.uint32, len(self.scopes[scope]))
         return got
 
+    def scopes_under(self, scope: Scope) -> list[Scope]:
+        """The scopes holding entries at `scope` or below it."""
+        got = self._under.get(scope)
+        if got is None:
+            got = self._under[scope] = [sc for sc in self.scopes if in_scope(sc, scope)]
+        return got
+
     def in_scope(self, scope: Scope) -> Slots:
         """The slots at `scope` or below it."""
-        parts = [self._members(sc) for sc in self.scopes if in_scope(sc, scope)]
+        parts = [self._members(sc) for sc in self.scopes_under(scope)]
+        if len(parts) == 1:
+            return parts[0]
         return np.concatenate(parts) if parts else np.zeros(0, np.uint32)
 
     def candidates(
@@ -237,8 +259,42 @@ class EntryIndex:
         """Every active entry may be returned, expired ones aside."""
         return not scope and keep is None and not include_pending and self.hidden == self.expiring
 
+    def _block(self, scope: Scope) -> tuple[Slots, npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        got = self._blocks.get(scope)
+        if got is None:
+            members = self._members(scope)
+            embedded = members[self.norms[members] > 0]
+            got = self._blocks[scope] = (embedded, self.matrix[embedded], self.norms[embedded])
+        return got
+
+    def _scoped_sims(self, scope: Scope, allowed: Slots, unit: npt.NDArray[np.float32]) -> tuple[Slots, Any] | None:
+        """Cosines of the `allowed` slots of a small subtree from its scopes' blocks (None: the subtree
+        holds more than an eighth of the store, which keeps no copy of it)."""
+        scopes = self.scopes_under(scope)
+        members = sum(len(self.scopes[sc]) for sc in scopes)
+        if members * 8 > len(self.slot_of) or not scopes:
+            return None
+        if scope not in self._asked:  # the first search of a subtree reads its rows where they are
+            self._asked.add(scope)
+            return None
+        blocks = [self._block(sc) for sc in scopes]
+        if len(blocks) == 1:
+            slots, sims = blocks[0][0], (blocks[0][1] @ unit) / blocks[0][2]
+        else:
+            slots = np.concatenate([b[0] for b in blocks])
+            sims = np.concatenate([(b[1] @ unit) / b[2] for b in blocks])
+        if len(allowed) == members:  # nothing in the subtree is hidden or filtered out
+            return slots, sims
+        keep = np.isin(slots, allowed, assume_unique=True)
+        return slots[keep], sims[keep]
+
     def ranked_vector(
-        self, vector: npt.NDArray[np.float32], allowed: Slots | None, k: int, now: datetime | None = None
+        self,
+        vector: npt.NDArray[np.float32],
+        allowed: Slots | None,
+        k: int,
+        now: datetime | None = None,
+        scope: Scope = (),
     ) -> Ranked:
         """The best `k` slots by cosine (only those above 0), ties by (scope, key).
 
@@ -262,9 +318,13 @@ class EntryIndex:
             sims = (self.matrix[: len(self.entries)] @ vector)[rows]
             sims = sims / (self.norms[rows] * qn)
         else:
-            rows = allowed[self.norms[allowed] > 0]
-            query = np.ascontiguousarray(vector[None, :], np.float32)
-            sims = _core.relevance_of_rows(self.matrix, self.norms, query, rows)  # reads only these rows
+            blocked = self._scoped_sims(scope, allowed, vector / qn) if scope else None
+            if blocked is not None:
+                rows, sims = blocked
+            else:
+                rows = allowed[self.norms[allowed] > 0]
+                query = np.ascontiguousarray(vector[None, :], np.float32)
+                sims = _core.relevance_of_rows(self.matrix, self.norms, query, rows)  # reads only these rows
         if not len(rows):
             return [], []
         good = sims > 0

@@ -519,12 +519,12 @@ class Store:
             if fused and text is not None and qv is not None:
                 # Both routes release the GIL: the words are ranked on another core meanwhile.
                 words = _routes().submit(ix.ranked_text, text, allowed, depth)
-                by_vector = ix.ranked_vector(qv, allowed, depth, wide)
+                by_vector = ix.ranked_vector(qv, allowed, depth, wide, sc)
                 by_text = words.result()
             elif lexical and text is not None:
                 by_text = ix.ranked_text(text, allowed, depth)
             elif semantic and qv is not None:
-                by_vector = ix.ranked_vector(qv, allowed, depth, wide)
+                by_vector = ix.ranked_vector(qv, allowed, depth, wide, sc)
             hits = _fuse(ix, by_text, by_vector, w, fused)
         hits = [h for h in hits if h.score > floor]
         hits.sort(key=lambda h: (-h.score, h.entry.ref))
