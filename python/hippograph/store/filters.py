@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import ValidationError
-from .model import check_value
+from .model import check_json
 
 __all__ = ["Predicate", "compile_filter"]
 
@@ -55,14 +55,14 @@ def _condition(path: tuple[str, ...], op: str, operand: Any, where: str) -> Pred
     if op in ("$in", "$nin"):
         if not isinstance(operand, (list, tuple)):
             raise ValidationError(f"filter {where}: {op} needs a list, got {type(operand).__name__}")
-        options = check_value({"o": list(operand)})["o"]
+        options = check_json(list(operand), f"filter {where} {op} operand")
 
         def member(v: Mapping[str, Any]) -> bool:
             got = _lookup(v, path)
             return got is not _MISSING and any(_same(got, o) for o in options)
 
         return member if op == "$in" else (lambda v: not member(v))
-    x = check_value({"o": operand})["o"]
+    x = check_json(operand, f"filter {where} {op} operand")
     if op == "$eq":
         return lambda v: (got := _lookup(v, path)) is not _MISSING and _same(got, x)
     if op == "$ne":

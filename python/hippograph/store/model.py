@@ -28,6 +28,7 @@ __all__ = [
     "Scope",
     "ScopeReceipt",
     "Status",
+    "check_json",
     "check_key",
     "check_scope",
     "check_value",
@@ -105,6 +106,11 @@ def _check_json(value: object, path: str, depth: int) -> Any:
     raise ValidationError(
         f"value at {path} has type {type(value).__name__}; allowed: None, bool, int, float, str, list, dict"
     )
+
+
+def check_json(value: object, what: str) -> Any:
+    """A JSON-compatible copy of any value (a filter's operand), errors naming it as `what`."""
+    return _check_json(value, what, 0)
 
 
 def check_value(value: object) -> dict[str, Any]:
