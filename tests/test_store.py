@@ -133,17 +133,12 @@ def test_scoped_text_search_equals_the_unscoped_one_restricted(words: list[str],
 
 
 def test_fusion_gives_first_in_both_routes_one_and_decreases_with_rank() -> None:
-    store = hg.Store(InMemory())
-    for k in "abc":
-        store.put(("s",), k, k)
-    ix = store._fresh()
-    slots = [ix.slot_of[(("s",), k)] for k in "abc"]
-    hits = _fuse(ix, (slots, [3.0, 2.0, 1.0]), (slots[::-1], [0.9, 0.8, 0.7]), (0.5, 0.5), True)
-    by = {h.entry.key: h.score for h in hits}
-    assert by["b"] == pytest.approx((1 / (RRF_K + 2)) / (1 / (RRF_K + 1)))
-    first = _fuse(ix, (slots, [3.0, 2.0, 1.0]), (slots, [0.9, 0.8, 0.7]), (0.3, 0.7), True)
-    assert next(h.score for h in first) == pytest.approx(1.0)
-    assert [h.entry.key for h in sorted(first, key=lambda h: -h.score)] == ["a", "b", "c"]
+    scores, _, _ = _fuse(([0, 1, 2], [3.0, 2.0, 1.0]), ([2, 1, 0], [0.9, 0.8, 0.7]), (0.5, 0.5), True)
+    assert scores[1] == pytest.approx((1 / (RRF_K + 2)) / (1 / (RRF_K + 1)))
+    first, _, _ = _fuse(([0, 1, 2], [3.0, 2.0, 1.0]), ([0, 1, 2], [0.9, 0.8, 0.7]), (0.3, 0.7), True)
+    assert first[0] == pytest.approx(1.0) and first[0] > first[1] > first[2]
+    single, text, vector = _fuse(([4], [3.0]), ([], []), (1.0, 0.0), False)
+    assert single == text == {4: text_similarity(3.0)} and vector == {}
 
 
 def test_a_scoped_search_ranks_only_its_scope(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -305,7 +305,7 @@ class EntryIndex:
         """
         if k <= 0 or self.dim is None:
             return [], []
-        if now is not None and self.expiring <= 4 * k and len(self.columns.ids):
+        if now is not None and self.expiring <= 4 * k and self.columns.wants_vector_index():
             got = self._scanned(vector, k + self.expiring, now)
             if got is not None:
                 return got[0][:k], got[1][:k]

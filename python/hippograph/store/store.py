@@ -516,19 +516,17 @@ class Store:
             wide = now if ix.unrestricted(sc, keep) else None
             by_text: Ranked = ([], [])
             by_vector: Ranked = ([], [])
-            if fused and text is not None and qv is not None:
+            if fused and text is not None and qv is not None and len(ix.slot_of) >= _PARALLEL_MIN:
                 # Both routes release the GIL: the words are ranked on another core meanwhile.
                 words = _routes().submit(ix.ranked_text, text, allowed, depth)
                 by_vector = ix.ranked_vector(qv, allowed, depth, wide, sc)
                 by_text = words.result()
-            elif lexical and text is not None:
-                by_text = ix.ranked_text(text, allowed, depth)
-            elif semantic and qv is not None:
-                by_vector = ix.ranked_vector(qv, allowed, depth, wide, sc)
-            hits = _fuse(ix, by_text, by_vector, w, fused)
-        hits = [h for h in hits if h.score > floor]
-        hits.sort(key=lambda h: (-h.score, h.entry.ref))
-        hits = hits[offset : offset + limit]
+            else:
+                if lexical and text is not None:
+                    by_text = ix.ranked_text(text, allowed, depth)
+                if semantic and qv is not None:
+                    by_vector = ix.ranked_vector(qv, allowed, depth, wide, sc)
+            hits = _best_hits(ix, _fuse(by_text, by_vector, w, fused), floor, offset, limit)
         if refresh_ttl and hits:
             touched = self._touch([h.entry.ref for h in hits], now, True)
             hits = [replace(h, entry=touched[h.entry.ref]) for h in hits if h.entry.ref in touched]
@@ -616,6 +614,9 @@ def _matches(scope: Scope, pattern: Scope | None, from_end: bool) -> bool:
     return all(p == "*" or p == s for p, s in zip(pattern, part, strict=True))
 
 
+_PARALLEL_MIN = 20_000
+"""Entries from which a hybrid search ranks words on another thread (below, the hand-over costs more)."""
+
 _POOL: list[ThreadPoolExecutor] = []
 _POOL_LOCK = threading.Lock()
 
@@ -628,28 +629,38 @@ def _routes() -> ThreadPoolExecutor:
         return _POOL[0]
 
 
-def _fuse(ix: EntryIndex, by_text: Ranked, by_vector: Ranked, w: tuple[float, float], fused: bool) -> list[Hit]:
+Fused = tuple[dict[int, float], dict[int, float], dict[int, float]]
+"""Per slot: the score, the text route's similarity, the vector route's similarity."""
+
+
+def _fuse(by_text: Ranked, by_vector: Ranked, w: tuple[float, float], fused: bool) -> Fused:
     """Weighted reciprocal-rank fusion of the routes that ran, normalised so that first place in every
     route scores 1.0; a single route keeps its own similarity as the score."""
     text_scores = {s: text_similarity(v) for s, v in zip(*by_text, strict=True)}
     vector_scores = dict(zip(*by_vector, strict=True))
     if not fused:
-        own = text_scores or vector_scores
-        return [
-            Hit(e, float(score), text_scores.get(s), vector_scores.get(s))
-            for s, score in own.items()
-            if (e := ix.entries[s]) is not None
-        ]
+        return (text_scores or vector_scores), text_scores, vector_scores
     total = w[0] / (RRF_K + 1) + w[1] / (RRF_K + 1)
     score: dict[int, float] = {}
     for weight, (slots, _) in ((w[0], by_text), (w[1], by_vector)):
         for rank, s in enumerate(slots, start=1):
             score[s] = score.get(s, 0.0) + weight / (RRF_K + rank)
-    return [
-        Hit(e, min(1.0, v / total), text_scores.get(s), vector_scores.get(s))
-        for s, v in score.items()
-        if (e := ix.entries[s]) is not None
-    ]
+    return {s: min(1.0, v / total) for s, v in score.items()}, text_scores, vector_scores
+
+
+def _best_hits(ix: EntryIndex, fused: Fused, floor: float, offset: int, limit: int) -> list[Hit]:
+    """Hits above `floor`, best first (ties by scope, key), after `offset`, at most `limit`: only those
+    become `Hit`s."""
+    scores, text_scores, vector_scores = fused
+    refs = ix.refs
+    kept = [s for s, v in scores.items() if v > floor and ix.entries[s] is not None]
+    kept.sort(key=lambda s: (-scores[s], refs[s]))
+    out = []
+    for s in kept[offset : offset + limit]:
+        e = ix.entries[s]
+        assert e is not None
+        out.append(Hit(e, float(scores[s]), text_scores.get(s), vector_scores.get(s)))
+    return out
 
 
 def _ref_text(scope: Scope, key: str) -> str:
