@@ -233,7 +233,7 @@ def test_threads_still_measuring_at_exit_are_stopped_and_joined(monkeypatch: pyt
     left inside hnswlib when the interpreter goes away (a daemon thread frozen there aborts the process)."""
     import threading
 
-    from hippograph.engine import columns as columns_
+    from hippograph.engine import shutdown
 
     inside, steps = threading.Event(), []
 
@@ -256,6 +256,6 @@ def test_threads_still_measuring_at_exit_are_stopped_and_joined(monkeypatch: pyt
     assert worker is not None and worker.is_alive()
     import weakref
 
-    monkeypatch.setattr(columns_, "_LIVE", weakref.WeakSet([type_columns]))  # other tests' owners stay open
-    columns_._stop_all_threads()
+    monkeypatch.setattr(shutdown, "_LIVE", weakref.WeakSet([type_columns]))  # other tests' owners stay open
+    shutdown._stop_all_threads()
     assert not worker.is_alive() and type_columns.upkeep_error is None and steps

@@ -10,11 +10,9 @@ nothing of nodes: a family maps its records onto ids, vectors and `Usage`.
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import threading
 import warnings
-import weakref
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ import numpy.typing as npt
 from .. import _core
 from ..errors import ValidationError
 from . import regions as regions_
-from . import vector_index
+from . import shutdown, vector_index
 from .checks import Embedding
 from .regions import Regions
 from .tiebreak import TieBreak
@@ -118,24 +116,6 @@ class SharedLock(Protocol):
     def read(self) -> AbstractContextManager[None]: ...
 
 
-class _Closed(Exception):
-    """Raised into a calibration running on the upkeep thread once its columns are closed."""
-
-
-_LIVE: weakref.WeakSet[TypeColumns] = weakref.WeakSet()
-"""Every TypeColumns not yet collected: their threads are stopped before the interpreter exits."""
-
-
-@atexit.register
-def _stop_all_threads() -> None:
-    """Stops and joins every background build and upkeep thread still running at exit. A daemon
-    thread frozen by the interpreter's exit in the middle of hnswlib's threaded code would abort the
-    process; an owner nobody closed must not do that."""
-    threads = [t for columns in list(_LIVE) for t in columns.close_background_builds()]
-    for thread in threads:
-        thread.join(timeout=30)
-
-
 class TypeColumns:
     """Rows of one node type, in insertion order with swap-remove on delete.
 
@@ -184,7 +164,7 @@ class TypeColumns:
         self.upkeep_error: BaseException | None = None
         """Why the upkeep thread's last round failed (None: it did not)."""
         self._wake = threading.Event()
-        _LIVE.add(self)
+        shutdown.track(self)
         self._pending_rows: tuple[VectorIndex, int, npt.NDArray[np.uint32]] | None = None
         self.ids: list[str] = []
         self.row: dict[str, int] = {}
@@ -370,7 +350,7 @@ class TypeColumns:
                     if ann.needs_calibration():
                         with self.calibrating:
                             job(ann, self._held(lock))
-            except _Closed:
+            except shutdown.Closed:
                 return
             except Exception as exc:  # queries go on as they are; the next write or query asks again
                 self.upkeep_error = exc
@@ -380,7 +360,7 @@ class TypeColumns:
 
         def hold() -> AbstractContextManager[None]:
             if self._builds_closed:
-                raise _Closed
+                raise shutdown.Closed
             return lock.read()
 
         return hold
