@@ -267,7 +267,7 @@ class EntryIndex:
             got = self._blocks[scope] = (embedded, self.matrix[embedded], self.norms[embedded])
         return got
 
-    def _scoped_sims(self, scope: Scope, allowed: Slots, unit: npt.NDArray[np.float32]) -> tuple[Slots, Any] | None:
+    def _scoped_sims(self, scope: Scope, allowed: Slots, query: npt.NDArray[np.float32]) -> tuple[Slots, Any] | None:
         """Cosines of the `allowed` slots of a small subtree from its scopes' blocks (None: the subtree
         holds more than an eighth of the store, which keeps no copy of it)."""
         scopes = self.scopes_under(scope)
@@ -279,10 +279,10 @@ class EntryIndex:
             return None
         blocks = [self._block(sc) for sc in scopes]
         if len(blocks) == 1:
-            slots, sims = blocks[0][0], (blocks[0][1] @ unit) / blocks[0][2]
+            slots, sims = blocks[0][0], _core.relevance(blocks[0][1], blocks[0][2], query)
         else:
             slots = np.concatenate([b[0] for b in blocks])
-            sims = np.concatenate([(b[1] @ unit) / b[2] for b in blocks])
+            sims = np.concatenate([_core.relevance(b[1], b[2], query) for b in blocks])
         if len(allowed) == members:  # nothing in the subtree is hidden or filtered out
             return slots, sims
         keep = np.isin(slots, allowed, assume_unique=True)
@@ -313,17 +313,18 @@ class EntryIndex:
         if qn == 0.0:
             return [], []
         rows: npt.NDArray[Any]
+        query = np.ascontiguousarray(vector[None, :], np.float32)
         if allowed is None:
-            rows = np.flatnonzero(self.norms[: len(self.entries)] > 0)
-            sims = (self.matrix[: len(self.entries)] @ vector)[rows]
-            sims = sims / (self.norms[rows] * qn)
+            n = len(self.entries)
+            rows = np.flatnonzero(self.norms[:n] > 0)
+            # The Rust scan, not BLAS: no thread pool to wake or oversubscribe on a busy machine.
+            sims = _core.relevance(self.matrix[:n], self.norms[:n], query)[rows]
         else:
-            blocked = self._scoped_sims(scope, allowed, vector / qn) if scope else None
+            blocked = self._scoped_sims(scope, allowed, query) if scope else None
             if blocked is not None:
                 rows, sims = blocked
             else:
                 rows = allowed[self.norms[allowed] > 0]
-                query = np.ascontiguousarray(vector[None, :], np.float32)
                 sims = _core.relevance_of_rows(self.matrix, self.norms, query, rows)  # reads only these rows
         if not len(rows):
             return [], []
