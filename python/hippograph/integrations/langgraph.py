@@ -18,10 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import logging
-import threading
-import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -74,10 +70,9 @@ from ._langgraph_rank import (
     listing,
     vector_scope,
 )
+from ._langgraph_ttl import Sweeper
 
 __all__ = ["VECTOR_KIND", "VECTOR_SEGMENT", "HippographStore", "NamespaceLimitError"]
-
-logger = logging.getLogger(__name__)
 
 _MAX_DEPTH = MAX_SEGMENTS - 1
 """One level is kept for the scopes of the extra vectors."""
@@ -261,9 +256,7 @@ class HippographStore(BaseStore):
             )
         self.store: Store = store
         self._closed = False
-        self._sweeper: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._sweeper_lock = threading.Lock()
+        self._sweeper: Sweeper[HippographStore] = Sweeper()
 
     @classmethod
     @contextmanager
@@ -542,56 +535,17 @@ class HippographStore(BaseStore):
         """Deletes expired items every `sweep_interval_minutes` (else the TTL config's, else 5) on a
         daemon thread, as LangGraph's SqliteStore does. The future completes when the sweeper stops;
         cancelling it stops the sweeper. Without a TTL config or an interval nothing starts."""
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self.ttl_config and sweep_interval_minutes is None:
+            future: concurrent.futures.Future[None] = concurrent.futures.Future()
             future.set_result(None)
             return future
         minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
         interval = finite_float(minutes, "sweep_interval_minutes") * 60.0
         if interval <= 0:
             raise ConfigError("sweep_interval_minutes must be positive")
-        with self._sweeper_lock:
-            self._check_open("start_ttl_sweeper")
-            if self._sweeper is not None and self._sweeper.is_alive():
-                logger.info("the TTL sweeper is already running")
-                stop = self._stop
-                future.add_done_callback(lambda f: stop.set() if f.cancelled() else None)
-                return future
-            stop = self._stop = threading.Event()
-            me = weakref.ref(self)  # the thread does not keep the store alive
-
-            def loop() -> None:
-                while not stop.wait(interval):
-                    store = me()
-                    if store is None:
-                        break
-                    try:
-                        swept = store.sweep_ttl()
-                        if swept:
-                            logger.info("TTL sweep deleted %d expired items", swept)
-                    except Exception:
-                        logger.exception("TTL sweep failed")
-                    del store
-                with contextlib.suppress(concurrent.futures.InvalidStateError):
-                    future.set_result(None)
-
-            self._sweeper = threading.Thread(target=loop, daemon=True, name="hippograph-ttl-sweeper")
-            self._sweeper.start()
-        future.add_done_callback(lambda f: stop.set() if f.cancelled() else None)
-        return future
+        self._check_open("start_ttl_sweeper")
+        return self._sweeper.start(self, HippographStore.sweep_ttl, interval)
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
         """Stops the sweeper; False when it did not stop within `timeout` seconds."""
-        with self._sweeper_lock:
-            thread = self._sweeper
-            if thread is None or not thread.is_alive():
-                self._sweeper = None
-                return True
-            self._stop.set()
-        thread.join(timeout)
-        if thread.is_alive():
-            return False
-        with self._sweeper_lock:
-            if self._sweeper is thread:
-                self._sweeper = None
-        return True
+        return self._sweeper.stop(timeout)
