@@ -269,3 +269,33 @@ def test_scoped_vector_searches_follow_every_change_to_their_scope() -> None:
     store.put(scope, "k003", embedding=-q)
     assert [h.entry.key for h in store.search_vector(q, scope)] == exact(scope)
     assert "k003" not in exact(scope)
+
+
+def test_a_refreshed_ttl_keeps_its_length(tmp_path: Path) -> None:
+    import time
+
+    store = hg.Store(InMemory())
+    first = store.put(("s",), "k", "x", ttl=10)
+    assert first.expires_at is not None
+    length = first.expires_at - first.updated_at
+    for _ in range(3):
+        time.sleep(0.02)
+        got = store.get(("s",), "k", refresh_ttl=True)
+        assert got is not None and got.expires_at is not None
+        assert got.expires_at - got.accessed_at == length
+    updated = store.update(("s",), "k", value={"v": 1})
+    assert updated.expires_at is not None and updated.expires_at - updated.updated_at == length
+
+
+@pytest.mark.parametrize("make", [lambda p: InMemory(), lambda p: LMDB(p / "s")])
+def test_returned_entries_do_not_share_their_value_with_the_store(tmp_path: Path, make: Any) -> None:
+    backend = make(tmp_path)
+    store = hg.Store(backend)
+    put = store.put(("a",), "k", "x", {"x": 1, "l": [1]})
+    put.value["x"] = 2
+    for got in (store.get(("a",), "k"), store.list(("a",))[0], store.search_text("x")[0].entry):
+        assert got is not None and got.value == {"x": 1, "l": [1]}
+        got.value["x"] = 3
+        got.value["l"].append(9)
+    assert store.list(("a",), filter={"x": 3}) == [] and store.get(("a",), "k").value == {"x": 1, "l": [1]}  # type: ignore[union-attr]
+    backend.close()

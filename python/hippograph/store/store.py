@@ -280,7 +280,7 @@ class Store:
                 out.append(e)
             return out
 
-        return self.backend.entry_write(run)
+        return [_own(e) for e in self.backend.entry_write(run)]
 
     def update(self, scope: Sequence[str], key: str, **changes: Any) -> Entry:
         """Changes the named fields of an existing entry (`NotFoundError` if there is none)."""
@@ -315,11 +315,13 @@ class Store:
             extra: dict[str, Any] = {"updated_at": now}
             if "ttl" in changes:
                 extra["expires_at"] = None if ttl is None else now + timedelta(seconds=ttl)
+            elif old.expires_at is not None:  # a write restarts the TTL at its length
+                extra["expires_at"] = now + _ttl_length(old)
             new = replace(old, **fields, **extra)
             t.put(new)
             return new
 
-        return self.backend.entry_write(run)
+        return _own(self.backend.entry_write(run))
 
     def delete(self, scope: Sequence[str], key: str) -> bool:
         """Removes the entry at `(scope, key)`, whatever its status; False when there was none."""
@@ -409,7 +411,7 @@ class Store:
                     continue
                 expires = e.expires_at
                 if refresh_ttl and expires is not None:
-                    expires = now + (expires - e.updated_at)
+                    expires = now + _ttl_length(e)
                 new = replace(e, accessed_at=now, access_count=e.access_count + 1, expires_at=expires)
                 t.put(new)
                 out[new.ref] = new
@@ -431,8 +433,9 @@ class Store:
         if e.status == "pending" and not include_pending:
             return None
         if refresh_ttl and e.status == "active":
-            return self._touch([e.ref], now, True).get(e.ref)
-        return e
+            touched = self._touch([e.ref], now, True).get(e.ref)
+            return None if touched is None else _own(touched)
+        return _own(e)
 
     def list(
         self,
@@ -461,7 +464,7 @@ class Store:
         else:
             chosen.sort(key=lambda e: e.ref)
             chosen.sort(key=lambda e: e.updated_at, reverse=order == "newest")
-        return chosen[offset : offset + limit]
+        return [_own(e) for e in chosen[offset : offset + limit]]
 
     @staticmethod
     def _keep(filter: object, kinds: object) -> Callable[[Entry], bool] | None:
@@ -529,7 +532,7 @@ class Store:
             hits = _best_hits(ix, _fuse(by_text, by_vector, w, fused), floor, offset, limit)
         if refresh_ttl and hits:
             touched = self._touch([h.entry.ref for h in hits], now, True)
-            hits = [replace(h, entry=touched[h.entry.ref]) for h in hits if h.entry.ref in touched]
+            hits = [replace(h, entry=_own(touched[h.entry.ref])) for h in hits if h.entry.ref in touched]
         return hits
 
     def search_text(self, query: str, scope: Sequence[str] = (), **kw: Any) -> builtins.list[Hit]:
@@ -659,8 +662,27 @@ def _best_hits(ix: EntryIndex, fused: Fused, floor: float, offset: int, limit: i
     for s in kept[offset : offset + limit]:
         e = ix.entries[s]
         assert e is not None
-        out.append(Hit(e, float(scores[s]), text_scores.get(s), vector_scores.get(s)))
+        out.append(Hit(_own(e), float(scores[s]), text_scores.get(s), vector_scores.get(s)))
     return out
+
+
+def _ttl_length(e: Entry) -> timedelta:
+    """How long an entry's TTL runs: from its last write or refresh to its expiry."""
+    assert e.expires_at is not None
+    return e.expires_at - max(e.updated_at, e.accessed_at)
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
+
+
+def _own(e: Entry) -> Entry:
+    """`e` with a value of its own: the caller may change it without changing what the index holds."""
+    return replace(e, value=_copied(e.value)) if e.value else e
 
 
 def _ref_text(scope: Scope, key: str) -> str:
