@@ -18,7 +18,7 @@ from hippograph import _core
 from hippograph.backends import LMDB, InMemory
 from hippograph.errors import ValidationError
 from hippograph.store import filters, model
-from hippograph.store.store import RRF_K, _fuse, text_similarity
+from hippograph.store.fusion import RRF_K, fuse, text_similarity
 from hippograph.testing.store import fake_embed
 
 segments = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=1, max_size=20)
@@ -133,11 +133,11 @@ def test_scoped_text_search_equals_the_unscoped_one_restricted(words: list[str],
 
 
 def test_fusion_gives_first_in_both_routes_one_and_decreases_with_rank() -> None:
-    scores, _, _ = _fuse(([0, 1, 2], [3.0, 2.0, 1.0]), ([2, 1, 0], [0.9, 0.8, 0.7]), (0.5, 0.5), True)
+    scores, _, _ = fuse(([0, 1, 2], [3.0, 2.0, 1.0]), ([2, 1, 0], [0.9, 0.8, 0.7]), (0.5, 0.5), True)
     assert scores[1] == pytest.approx((1 / (RRF_K + 2)) / (1 / (RRF_K + 1)))
-    first, _, _ = _fuse(([0, 1, 2], [3.0, 2.0, 1.0]), ([0, 1, 2], [0.9, 0.8, 0.7]), (0.3, 0.7), True)
+    first, _, _ = fuse(([0, 1, 2], [3.0, 2.0, 1.0]), ([0, 1, 2], [0.9, 0.8, 0.7]), (0.3, 0.7), True)
     assert first[0] == pytest.approx(1.0) and first[0] > first[1] > first[2]
-    single, text, vector = _fuse(([4], [3.0]), ([], []), (1.0, 0.0), False)
+    single, text, vector = fuse(([4], [3.0]), ([], []), (1.0, 0.0), False)
     assert single == text == {4: text_similarity(3.0)} and vector == {}
 
 

@@ -20,8 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..store import Entry, Hit, Scope, Store
+from ..store.fusion import RRF_K
 from ..store.model import MAX_SEGMENTS
-from ..store.store import RRF_K
 from ._langgraph_filter import Predicate
 
 __all__ = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -32,6 +32,7 @@ __all__ = [
     "check_key",
     "check_scope",
     "check_value",
+    "detached",
     "in_scope",
 ]
 
@@ -214,3 +215,16 @@ class ScopeReceipt:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
+
+
+def detached(e: Entry) -> Entry:
+    """`e` with a value of its own: the caller may change it without changing what the index holds."""
+    return replace(e, value=_copied(e.value)) if e.value else e

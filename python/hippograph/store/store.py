@@ -11,7 +11,6 @@ import builtins
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Self
@@ -24,6 +23,7 @@ from ..engine.paths import check_repo_name, store_path
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, NotFoundError, StorageError, ValidationError
 from .filters import compile_filter
+from .fusion import PARALLEL_MIN, RRF_K, best_hits, fuse, routes, text_similarity
 from .index import EntryIndex, Ranked
 from .model import (
     Entry,
@@ -36,6 +36,7 @@ from .model import (
     check_kind,
     check_scope,
     check_value,
+    detached,
 )
 from .protocol import EntryBackend, EntryTxn
 
@@ -44,19 +45,10 @@ __all__ = ["RRF_K", "Embedder", "Store", "open_store", "text_similarity"]
 Embedder = Callable[[list[str]], Any]
 """Maps texts to an ``(n, d)`` array of vectors."""
 
-RRF_K = 60
-"""Reciprocal-rank fusion's constant: a route's rank r contributes ``w / (RRF_K + r)``."""
-
 _PUT_FIELDS = frozenset({"scope", "key", "text", "value", "embedding", "kind", "importance", "pending", "ttl"})
 _UPDATE_FIELDS = frozenset({"text", "value", "embedding", "kind", "importance", "ttl"})
 _ORDERS = ("newest", "oldest", "key")
 _MAX_LIMIT = 1 << 20
-
-
-def text_similarity(bm25: float) -> float:
-    """BM25 mapped monotonically into [0, 1): ``s / (s + 1)``, so 1 needs a perfect match and the
-    order of any two scores is kept."""
-    return bm25 / (bm25 + 1.0)
 
 
 def _count(value: object, what: str, most: int = _MAX_LIMIT) -> int:
@@ -280,7 +272,7 @@ class Store:
                 out.append(e)
             return out
 
-        return [_own(e) for e in self.backend.entry_write(run)]
+        return [detached(e) for e in self.backend.entry_write(run)]
 
     def update(self, scope: Sequence[str], key: str, **changes: Any) -> Entry:
         """Changes the named fields of an existing entry (`NotFoundError` if there is none)."""
@@ -321,7 +313,7 @@ class Store:
             t.put(new)
             return new
 
-        return _own(self.backend.entry_write(run))
+        return detached(self.backend.entry_write(run))
 
     def delete(self, scope: Sequence[str], key: str) -> bool:
         """Removes the entry at `(scope, key)`, whatever its status; False when there was none."""
@@ -434,8 +426,8 @@ class Store:
             return None
         if refresh_ttl and e.status == "active":
             touched = self._touch([e.ref], now, True).get(e.ref)
-            return None if touched is None else _own(touched)
-        return _own(e)
+            return None if touched is None else detached(touched)
+        return detached(e)
 
     def list(
         self,
@@ -464,7 +456,7 @@ class Store:
         else:
             chosen.sort(key=lambda e: e.ref)
             chosen.sort(key=lambda e: e.updated_at, reverse=order == "newest")
-        return [_own(e) for e in chosen[offset : offset + limit]]
+        return [detached(e) for e in chosen[offset : offset + limit]]
 
     @staticmethod
     def _keep(filter: object, kinds: object) -> Callable[[Entry], bool] | None:
@@ -519,9 +511,9 @@ class Store:
             wide = now if ix.unrestricted(sc, keep) else None
             by_text: Ranked = ([], [])
             by_vector: Ranked = ([], [])
-            if fused and text is not None and qv is not None and len(ix.slot_of) >= _PARALLEL_MIN:
+            if fused and text is not None and qv is not None and len(ix.slot_of) >= PARALLEL_MIN:
                 # Both routes release the GIL: the words are ranked on another core meanwhile.
-                words = _routes().submit(ix.ranked_text, text, allowed, depth)
+                words = routes().submit(ix.ranked_text, text, allowed, depth)
                 by_vector = ix.ranked_vector(qv, allowed, depth, wide, sc)
                 by_text = words.result()
             else:
@@ -529,10 +521,10 @@ class Store:
                     by_text = ix.ranked_text(text, allowed, depth)
                 if semantic and qv is not None:
                     by_vector = ix.ranked_vector(qv, allowed, depth, wide, sc)
-            hits = _best_hits(ix, _fuse(by_text, by_vector, w, fused), floor, offset, limit)
+            hits = best_hits(ix, fuse(by_text, by_vector, w, fused), floor, offset, limit)
         if refresh_ttl and hits:
             touched = self._touch([h.entry.ref for h in hits], now, True)
-            hits = [replace(h, entry=_own(touched[h.entry.ref])) for h in hits if h.entry.ref in touched]
+            hits = [replace(h, entry=detached(touched[h.entry.ref])) for h in hits if h.entry.ref in touched]
         return hits
 
     def search_text(self, query: str, scope: Sequence[str] = (), **kw: Any) -> builtins.list[Hit]:
@@ -617,72 +609,10 @@ def _matches(scope: Scope, pattern: Scope | None, from_end: bool) -> bool:
     return all(p == "*" or p == s for p, s in zip(pattern, part, strict=True))
 
 
-_PARALLEL_MIN = 20_000
-"""Entries from which a hybrid search ranks words on another thread (below, the hand-over costs more)."""
-
-_POOL: list[ThreadPoolExecutor] = []
-_POOL_LOCK = threading.Lock()
-
-
-def _routes() -> ThreadPoolExecutor:
-    """The threads hybrid searches rank words on, started at the first one."""
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="hippograph-store-route"))
-        return _POOL[0]
-
-
-Fused = tuple[dict[int, float], dict[int, float], dict[int, float]]
-"""Per slot: the score, the text route's similarity, the vector route's similarity."""
-
-
-def _fuse(by_text: Ranked, by_vector: Ranked, w: tuple[float, float], fused: bool) -> Fused:
-    """Weighted reciprocal-rank fusion of the routes that ran, normalised so that first place in every
-    route scores 1.0; a single route keeps its own similarity as the score."""
-    text_scores = {s: text_similarity(v) for s, v in zip(*by_text, strict=True)}
-    vector_scores = dict(zip(*by_vector, strict=True))
-    if not fused:
-        return (text_scores or vector_scores), text_scores, vector_scores
-    total = w[0] / (RRF_K + 1) + w[1] / (RRF_K + 1)
-    score: dict[int, float] = {}
-    for weight, (slots, _) in ((w[0], by_text), (w[1], by_vector)):
-        for rank, s in enumerate(slots, start=1):
-            score[s] = score.get(s, 0.0) + weight / (RRF_K + rank)
-    return {s: min(1.0, v / total) for s, v in score.items()}, text_scores, vector_scores
-
-
-def _best_hits(ix: EntryIndex, fused: Fused, floor: float, offset: int, limit: int) -> list[Hit]:
-    """Hits above `floor`, best first (ties by scope, key), after `offset`, at most `limit`: only those
-    become `Hit`s."""
-    scores, text_scores, vector_scores = fused
-    refs = ix.refs
-    kept = [s for s, v in scores.items() if v > floor and ix.entries[s] is not None]
-    kept.sort(key=lambda s: (-scores[s], refs[s]))
-    out = []
-    for s in kept[offset : offset + limit]:
-        e = ix.entries[s]
-        assert e is not None
-        out.append(Hit(_own(e), float(scores[s]), text_scores.get(s), vector_scores.get(s)))
-    return out
-
-
 def _ttl_length(e: Entry) -> timedelta:
     """How long an entry's TTL runs: from its last write or refresh to its expiry."""
     assert e.expires_at is not None
     return e.expires_at - max(e.updated_at, e.accessed_at)
-
-
-def _copied(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copied(v) for v in value]
-    return value
-
-
-def _own(e: Entry) -> Entry:
-    """`e` with a value of its own: the caller may change it without changing what the index holds."""
-    return replace(e, value=_copied(e.value)) if e.value else e
 
 
 def _ref_text(scope: Scope, key: str) -> str:
