@@ -696,43 +696,52 @@ def test_async_embedder() -> None:
     asyncio.run(run())
 
 
-async def _ticks_during(work: Any) -> tuple[Any, int]:
-    ticks = 0
-    done = asyncio.Event()
-
-    async def tick() -> None:
-        nonlocal ticks
-        while not done.is_set():
-            ticks += 1
-            await asyncio.sleep(0.01)
-
-    ticker = asyncio.create_task(tick())
-    try:
-        return await work, ticks
-    finally:
-        done.set()
-        await ticker
-
-
 def test_a_slow_search_does_not_block_the_event_loop() -> None:
+    """The embedder and the store read each wait until the event loop has ticked five times: run on
+    the loop, they would wait out their 10 s and the loop would not have ticked meanwhile."""
+    import threading
+
+    ticked = threading.Event()
+    waited: list[bool] = []
+
+    def wait_for_the_loop() -> None:
+        waited.append(ticked.wait(10))
+        ticked.clear()
+
     def slow_embed(texts: Sequence[str]) -> list[list[float]]:
-        time.sleep(0.4)
+        wait_for_the_loop()
         return fake_embed(texts)
 
     class SlowStore(hg.Store):
         def search_vector(self, vector: object, scope: Sequence[str] = (), **kw: Any) -> list[hg.StoreHit]:
-            time.sleep(0.4)
+            wait_for_the_loop()
             return super().search_vector(vector, scope, **kw)
+
+    async def during(work: Any) -> Any:
+        done = asyncio.Event()
+
+        async def tick() -> None:
+            count = 0
+            while not done.is_set():
+                count += 1
+                if count % 5 == 0:
+                    ticked.set()
+                await asyncio.sleep(0.001)
+
+        ticker = asyncio.create_task(tick())
+        try:
+            return await work
+        finally:
+            done.set()
+            await ticker
 
     async def run() -> None:
         index: Any = {"dims": DIM, "embed": slow_embed, "fields": ["text"]}
         with HippographStore(SlowStore(InMemory()), index=index) as store:
-            _, ticks = await _ticks_during(store.aput(("a",), "k", {"text": "apple"}))
-            assert ticks >= 5
-            started = time.monotonic()
-            hits, ticks = await _ticks_during(store.asearch(("a",), query="apple"))
-            assert time.monotonic() - started >= 0.8 and ticks >= 10  # both the embedder and the read ran off the loop
+            await during(store.aput(("a",), "k", {"text": "apple"}))
+            hits = await during(store.asearch(("a",), query="apple"))
             assert hits[0].key == "k"
+        assert waited and all(waited)  # every slow step saw the loop tick while it ran
 
     asyncio.run(run())
 
