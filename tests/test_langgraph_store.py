@@ -60,6 +60,7 @@ from hippograph.backends import InMemory
 from hippograph.errors import ConfigError, StorageError, ValidationError
 from hippograph.integrations._langgraph_rank import VECTOR_KIND, hidden
 from hippograph.integrations.langgraph import HippographStore, NamespaceLimitError
+from loop_witness import LoopWitness
 
 ROOT = Path(__file__).resolve().parent.parent
 DIFF_EXAMPLES = int(os.environ.get("HIPPOGRAPH_DIFF_EXAMPLES", "200"))
@@ -697,51 +698,25 @@ def test_async_embedder() -> None:
 
 
 def test_a_slow_search_does_not_block_the_event_loop() -> None:
-    """The embedder and the store read each wait until the event loop has ticked five times: run on
-    the loop, they would wait out their 10 s and the loop would not have ticked meanwhile."""
-    import threading
-
-    ticked = threading.Event()
-    waited: list[bool] = []
-
-    def wait_for_the_loop() -> None:
-        waited.append(ticked.wait(10))
-        ticked.clear()
+    """The embedder and the store read each wait until the event loop has ticked (see `LoopWitness`)."""
+    witness = LoopWitness()
 
     def slow_embed(texts: Sequence[str]) -> list[list[float]]:
-        wait_for_the_loop()
+        witness.wait()
         return fake_embed(texts)
 
     class SlowStore(hg.Store):
         def search_vector(self, vector: object, scope: Sequence[str] = (), **kw: Any) -> list[hg.StoreHit]:
-            wait_for_the_loop()
+            witness.wait()
             return super().search_vector(vector, scope, **kw)
-
-    async def during(work: Any) -> Any:
-        done = asyncio.Event()
-
-        async def tick() -> None:
-            count = 0
-            while not done.is_set():
-                count += 1
-                if count % 5 == 0:
-                    ticked.set()
-                await asyncio.sleep(0.001)
-
-        ticker = asyncio.create_task(tick())
-        try:
-            return await work
-        finally:
-            done.set()
-            await ticker
 
     async def run() -> None:
         index: Any = {"dims": DIM, "embed": slow_embed, "fields": ["text"]}
         with HippographStore(SlowStore(InMemory()), index=index) as store:
-            await during(store.aput(("a",), "k", {"text": "apple"}))
-            hits = await during(store.asearch(("a",), query="apple"))
+            await witness.during(store.aput(("a",), "k", {"text": "apple"}))
+            hits = await witness.during(store.asearch(("a",), query="apple"))
             assert hits[0].key == "k"
-        assert waited and all(waited)  # every slow step saw the loop tick while it ran
+        assert witness.proven
 
     asyncio.run(run())
 

@@ -274,7 +274,7 @@ class Store:
 
         return [detached(e) for e in self.backend.entry_write(run)]
 
-    def update(self, scope: Sequence[str], key: str, **changes: Any) -> Entry:
+    def update(self, /, scope: Sequence[str], key: str, **changes: Any) -> Entry:
         """Changes the named fields of an existing entry (`NotFoundError` if there is none)."""
         self._open("update")
         sc, k = check_scope(scope), check_key(key)
@@ -527,13 +527,13 @@ class Store:
             hits = [replace(h, entry=detached(touched[h.entry.ref])) for h in hits if h.entry.ref in touched]
         return hits
 
-    def search_text(self, query: str, scope: Sequence[str] = (), **kw: Any) -> builtins.list[Hit]:
+    def search_text(self, /, query: str, scope: Sequence[str] = (), **kw: Any) -> builtins.list[Hit]:
         """The lexical route alone."""
         if not isinstance(query, str):
             raise ValidationError(f"query must be a str, got {type(query).__name__}")
         return self.search(scope, text=query, weights=(1.0, 0.0), **kw)
 
-    def search_vector(self, vector: object, scope: Sequence[str] = (), **kw: Any) -> builtins.list[Hit]:
+    def search_vector(self, /, vector: object, scope: Sequence[str] = (), **kw: Any) -> builtins.list[Hit]:
         """The vector route alone."""
         if vector is None:
             raise ValidationError("vector must be a sequence of numbers, got None")
