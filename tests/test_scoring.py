@@ -161,6 +161,33 @@ def test_relevance_matches_numpy(case: Case) -> None:
 
 
 @SETTINGS
+@given(cases(), st.integers(0, 2**32 - 1), st.integers(0, 12), st.booleans())
+def test_top_relevance_keeps_the_best_k_positive_rows_and_their_ties(
+    case: Case, seed: int, k: int, listed: bool
+) -> None:
+    """Against numpy: every returned row is positive and at least the k-th best; every row scoring
+    above the k-th is returned; at most k rows plus those tied with the k-th."""
+    n = case.matrix.shape[0]
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False).astype(np.uint32) if listed else None
+    got_rows, got_sims = _core.top_relevance(case.matrix, case.norms, case.queries, k, rows)
+    candidates = np.arange(n, dtype=np.uint32) if rows is None else rows
+    full = _core.relevance(case.matrix, case.norms, case.queries)
+    np.testing.assert_array_equal(got_sims, full[got_rows])
+    assert len(set(got_rows.tolist())) == len(got_rows) and set(got_rows.tolist()) <= set(candidates.tolist())
+    positive = np.sort(full[candidates][full[candidates] > 0])[::-1]
+    if k == 0 or not len(positive):
+        assert len(got_rows) == 0
+        return
+    kth = positive[min(k, len(positive)) - 1]
+    assert (got_sims >= kth).all() and (got_sims > 0).all()
+    assert len(got_rows) == int((full[candidates] >= kth).sum())
+    np.testing.assert_allclose(
+        _core.relevance_of_rows(case.matrix, case.norms, case.queries, candidates), full[candidates], atol=0
+    )
+
+
+@SETTINGS
 @given(cases())
 def test_row_norms_match_numpy(case: Case) -> None:
     np.testing.assert_allclose(_core.row_norms(case.matrix), case.norms, rtol=1e-6)

@@ -148,9 +148,9 @@ def test_a_scoped_search_ranks_only_its_scope(monkeypatch: pytest.MonkeyPatch) -
     ix = store._index
     real = ix.ranked_vector
 
-    def spy(vector: Any, allowed: Any, k: int, now: Any = None, scope: Any = ()) -> Any:
+    def spy(vector: Any, allowed: Any, k: int, now: Any = None) -> Any:
         seen.append(len(allowed))
-        return real(vector, allowed, k, now, scope)
+        return real(vector, allowed, k, now)
 
     monkeypatch.setattr(ix, "ranked_vector", spy)
     hits = store.search(("u", "7"), text="meal", limit=20)

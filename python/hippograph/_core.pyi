@@ -23,6 +23,16 @@ def relevance_of_rows(
     """`relevance` of the listed rows only, in their order (a row past the matrix: ValidationError);
     GIL released."""
 
+def top_relevance(
+    matrix: npt.NDArray[np.float32],
+    norms: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    k: int,
+    rows: npt.NDArray[np.uint32] | None = None,
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32]]:
+    """The best `k` rows (of all, or of the listed `rows`) by positive relevance, and every row tied
+    with the k-th, unordered: (rows, relevances). GIL released."""
+
 def select_top(
     scores: npt.NDArray[np.float64], threshold: float, top_k: int, rank: npt.NDArray[np.uint32] | None = None
 ) -> npt.NDArray[np.int64]:

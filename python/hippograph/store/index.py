@@ -71,13 +71,8 @@ class EntryIndex:
         self.free: list[int] = []
         self.scopes: dict[Scope, set[int]] = {}
         self._arrays: dict[Scope, Slots] = {}
-        self._asked: set[Scope] = set()
-        """Subtrees searched by vector before: the second search copies their vectors into blocks."""
         self._under: dict[Scope, list[Scope]] = {}
         """Per subtree asked for, the scopes in it: kept until a scope is added or emptied."""
-        self._blocks: dict[Scope, tuple[Slots, npt.NDArray[np.float32], npt.NDArray[np.float32]]] = {}
-        """Per scope searched by vector: its embedded slots with a contiguous copy of their vectors and
-        norms, dropped when anything in the scope changes (a scoped search then reads one block)."""
         self.dim: int | None = None
         self.matrix = np.zeros((0, 0), np.float32)
         self.norms = np.zeros(0, np.float32)
@@ -154,7 +149,6 @@ class EntryIndex:
             self._arrays.pop(e.scope, None)
         else:
             self._forget_counts(self.entries[slot])
-        self._blocks.pop(e.scope, None)
         self.entries[slot] = e
         self.hidden += self._hides(e)
         self.expiring += e.status == "active" and e.expires_at is not None
@@ -195,7 +189,6 @@ class EntryIndex:
         members = self.scopes[ref[0]]
         members.discard(slot)
         self._arrays.pop(ref[0], None)
-        self._blocks.pop(ref[0], None)
         if not members:
             del self.scopes[ref[0]]
             self._under.clear()
@@ -259,42 +252,12 @@ class EntryIndex:
         """Every active entry may be returned, expired ones aside."""
         return not scope and keep is None and not include_pending and self.hidden == self.expiring
 
-    def _block(self, scope: Scope) -> tuple[Slots, npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-        got = self._blocks.get(scope)
-        if got is None:
-            members = self._members(scope)
-            embedded = members[self.norms[members] > 0]
-            got = self._blocks[scope] = (embedded, self.matrix[embedded], self.norms[embedded])
-        return got
-
-    def _scoped_sims(self, scope: Scope, allowed: Slots, query: npt.NDArray[np.float32]) -> tuple[Slots, Any] | None:
-        """Cosines of the `allowed` slots of a small subtree from its scopes' blocks (None: the subtree
-        holds more than an eighth of the store, which keeps no copy of it)."""
-        scopes = self.scopes_under(scope)
-        members = sum(len(self.scopes[sc]) for sc in scopes)
-        if members * 8 > len(self.slot_of) or not scopes:
-            return None
-        if scope not in self._asked:  # the first search of a subtree reads its rows where they are
-            self._asked.add(scope)
-            return None
-        blocks = [self._block(sc) for sc in scopes]
-        if len(blocks) == 1:
-            slots, sims = blocks[0][0], _core.relevance(blocks[0][1], blocks[0][2], query)
-        else:
-            slots = np.concatenate([b[0] for b in blocks])
-            sims = np.concatenate([_core.relevance(b[1], b[2], query) for b in blocks])
-        if len(allowed) == members:  # nothing in the subtree is hidden or filtered out
-            return slots, sims
-        keep = np.isin(slots, allowed, assume_unique=True)
-        return slots[keep], sims[keep]
-
     def ranked_vector(
         self,
         vector: npt.NDArray[np.float32],
         allowed: Slots | None,
         k: int,
         now: datetime | None = None,
-        scope: Scope = (),
     ) -> Ranked:
         """The best `k` slots by cosine (only those above 0), ties by (scope, key).
 
@@ -309,33 +272,17 @@ class EntryIndex:
             got = self._scanned(vector, k + self.expiring, now)
             if got is not None:
                 return got[0][:k], got[1][:k]
-        qn = float(np.linalg.norm(vector))
-        if qn == 0.0:
+        if not np.linalg.norm(vector) or (allowed is not None and not len(allowed)):
             return [], []
-        rows: npt.NDArray[Any]
         query = np.ascontiguousarray(vector[None, :], np.float32)
+        # One Rust call scores the rows (only the allowed ones when restricted; a scope's rows are
+        # read where they are) and keeps the best k with their ties: no numpy pass over n follows.
         if allowed is None:
             n = len(self.entries)
-            rows = np.flatnonzero(self.norms[:n] > 0)
-            # The Rust scan, not BLAS: no thread pool to wake or oversubscribe on a busy machine.
-            sims = _core.relevance(self.matrix[:n], self.norms[:n], query)[rows]
+            rows, sims = _core.top_relevance(self.matrix[:n], self.norms[:n], query, k)
         else:
-            blocked = self._scoped_sims(scope, allowed, query) if scope else None
-            if blocked is not None:
-                rows, sims = blocked
-            else:
-                rows = allowed[self.norms[allowed] > 0]
-                sims = _core.relevance_of_rows(self.matrix, self.norms, query, rows)  # reads only these rows
-        if not len(rows):
-            return [], []
-        good = sims > 0
-        rows, sims = rows[good], sims[good]
-        if len(rows) > k:
-            at = np.argpartition(-sims, k - 1)[:k]
-            kth = sims[at].min()
-            at = np.flatnonzero(sims >= kth)  # every tie with the k-th: (scope, key) decides below
-            rows, sims = rows[at], sims[at]
-        return self._cut(rows.tolist(), np.minimum(sims, 1.0).tolist(), k)
+            rows, sims = _core.top_relevance(self.matrix, self.norms, query, k, allowed)
+        return self._cut(rows.tolist(), sims.tolist(), k)
 
     def _scanned(self, vector: npt.NDArray[np.float32], depth: int, now: datetime) -> Ranked | None:
         params = dataclasses.replace(_COSINE, top_k=depth)

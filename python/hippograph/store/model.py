@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -219,12 +219,18 @@ class ScopeReceipt:
 
 def _copied(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
+        return {k: _copied(v) if isinstance(v, (dict, list)) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [_copied(v) for v in value]
+        return [_copied(v) if isinstance(v, (dict, list)) else v for v in value]
     return value
 
 
 def detached(e: Entry) -> Entry:
-    """`e` with a value of its own: the caller may change it without changing what the index holds."""
-    return replace(e, value=_copied(e.value)) if e.value else e
+    """`e` with a value of its own: the caller may change it without changing what the index holds.
+    Every other field is immutable and shared; nothing is validated again (`e` already was)."""
+    if not e.value:
+        return e
+    out = object.__new__(Entry)
+    out.__dict__.update(e.__dict__)
+    out.__dict__["value"] = _copied(e.value)
+    return out

@@ -514,13 +514,13 @@ class Store:
             if fused and text is not None and qv is not None and len(ix.slot_of) >= PARALLEL_MIN:
                 # Both routes release the GIL: the words are ranked on another core meanwhile.
                 words = routes().submit(ix.ranked_text, text, allowed, depth)
-                by_vector = ix.ranked_vector(qv, allowed, depth, wide, sc)
+                by_vector = ix.ranked_vector(qv, allowed, depth, wide)
                 by_text = words.result()
             else:
                 if lexical and text is not None:
                     by_text = ix.ranked_text(text, allowed, depth)
                 if semantic and qv is not None:
-                    by_vector = ix.ranked_vector(qv, allowed, depth, wide, sc)
+                    by_vector = ix.ranked_vector(qv, allowed, depth, wide)
             hits = best_hits(ix, fuse(by_text, by_vector, w, fused), floor, offset, limit)
         if refresh_ttl and hits:
             touched = self._touch([h.entry.ref for h in hits], now, True)

@@ -7,7 +7,8 @@
 //! memory-bandwidth bound, which is the best an exact scan can do.
 
 use rayon::prelude::*;
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 /// Rows per parallel task; large enough to amortise scheduling, small enough
@@ -15,6 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 const PAR_CHUNK_ROWS: usize = 2048;
 /// Below this many matrix elements the scan runs on the calling thread.
 const PAR_MIN_ELEMS: usize = 1 << 21;
+/// A listed-rows scan splits across threads from this many elements, in tasks of so many rows.
+const PAR_MIN_LISTED_ELEMS: usize = 1 << 18;
+const PAR_LISTED_ROWS: usize = 256;
+/// How many listed rows ahead of the one being scored are prefetched.
+const PREFETCH_ROWS_AHEAD: usize = 2;
 /// Lanes per accumulator; eight f32 fill one AVX register.
 const LANES: usize = 8;
 
@@ -360,6 +366,18 @@ pub(crate) fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f
     relevance_block_impl(data, norms, dim, unit, out)
 }
 
+/// Hints the CPU to bring `values` into cache; no effect on results, none off x86-64.
+#[inline(always)]
+fn prefetch(values: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in values.chunks(16) {
+        // SAFETY: prefetching is a hint; the pointer is in bounds and never dereferenced.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = values;
+}
+
 /// `max(0, cos(q, e), max_t cos(t, e))` for every stored row `e`.
 ///
 /// `queries` is a row-major `m × dim` matrix holding the query and the tag
@@ -388,29 +406,99 @@ pub fn relevance(stored: Stored<'_>, queries: &[f32]) -> Result<Vec<f32>, ShapeE
 }
 
 /// `relevance` of the listed `rows` only (a scope, a filter), in their order: a restricted search
-/// reads just those rows, never the whole matrix.
+/// reads just those rows, never the whole matrix. Runs of consecutive rows go through the kernel
+/// together, and a long list is split across threads.
 pub fn relevance_of_rows(stored: Stored<'_>, queries: &[f32], rows: &[u32]) -> Result<Vec<f32>, ShapeError> {
     let n = stored.rows()?;
     let dim = stored.dim;
     if let Some(&bad) = rows.iter().find(|&&r| r as usize >= n) {
         return Err(ShapeError(format!("row {bad} is past the {n} stored rows")));
     }
+    let mut out = vec![0.0f32; rows.len()];
     if dim == 0 || queries.is_empty() {
-        return Ok(vec![0.0; rows.len()]);
+        return Ok(out);
     }
     if !queries.len().is_multiple_of(dim) {
         return Err(ShapeError(format!("query values ({}) are not a multiple of the dimension {dim}", queries.len())));
     }
     let unit = normalise_queries(queries, dim);
-    let best = |r: usize| {
-        let norm = stored.norms[r];
-        if norm <= 0.0 {
-            return 0.0;
+    let fill = |rows: &[u32], out: &mut [f32]| {
+        let mut i = 0;
+        while i < rows.len() {
+            let start = rows[i] as usize;
+            let mut j = i + 1;
+            while j < rows.len() && rows[j] as usize == start + (j - i) {
+                j += 1;
+            }
+            // Scattered rows defeat the hardware prefetcher: ask for the rows a few places ahead.
+            for &ahead in rows.iter().skip(j).take(PREFETCH_ROWS_AHEAD) {
+                prefetch(&stored.data[ahead as usize * dim..(ahead as usize + 1) * dim]);
+            }
+            let end = start + (j - i);
+            relevance_block(
+                &stored.data[start * dim..end * dim],
+                &stored.norms[start..end],
+                dim,
+                &unit,
+                &mut out[i..j],
+            );
+            i = j;
         }
-        let row = &stored.data[r * dim..(r + 1) * dim];
-        unit.chunks_exact(dim).map(|q| dots::<1>(row, q, dim)[0] / norm).fold(0.0f32, f32::max)
     };
-    Ok(rows.iter().map(|&r| best(r as usize)).collect())
+    if rows.len() * dim >= PAR_MIN_LISTED_ELEMS && rayon::current_num_threads() > 1 {
+        out.par_chunks_mut(PAR_LISTED_ROWS).zip(rows.par_chunks(PAR_LISTED_ROWS)).for_each(|(o, r)| fill(r, o));
+    } else {
+        fill(rows, &mut out);
+    }
+    Ok(out)
+}
+
+/// The rows (every stored row, or the listed ones) with a positive relevance among the best `k`,
+/// and every row tied with the k-th: `(rows, relevances)`, in no particular order, so the caller
+/// breaks ties its own way. One call replaces a scan and a selection over the whole result.
+pub fn top_relevance(
+    stored: Stored<'_>,
+    queries: &[f32],
+    k: usize,
+    rows: Option<&[u32]>,
+) -> Result<(Vec<u32>, Vec<f32>), ShapeError> {
+    let sims = match rows {
+        Some(listed) => relevance_of_rows(stored, queries, listed)?,
+        None => relevance(stored, queries)?,
+    };
+    let row_of = |i: usize| rows.map_or(i as u32, |listed| listed[i]);
+    if k == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    // Positive f32 order as their bit patterns do; anything else maps to 0. Branch-free mapping
+    // and one comparison against the heap's least (0 while filling) keep a random mix of signs
+    // from costing a mispredicted branch per row.
+    let key = |s: f32| if s > 0.0 { s.to_bits() } else { 0 };
+    let mut best: BinaryHeap<Reverse<u32>> = BinaryHeap::with_capacity(k + 1);
+    let mut least = 0u32;
+    for &s in &sims {
+        let bits = key(s);
+        if bits > least {
+            best.push(Reverse(bits));
+            if best.len() > k {
+                best.pop();
+            }
+            if best.len() == k {
+                least = best.peek().map_or(0, |low| low.0);
+            }
+        }
+    }
+    let Some(&Reverse(kth)) = best.peek() else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let (mut out_rows, mut out_sims) = (Vec::with_capacity(k), Vec::with_capacity(k));
+    for (i, &s) in sims.iter().enumerate() {
+        if key(s) >= kth {
+            out_rows.push(row_of(i));
+            out_sims.push(s);
+        }
+    }
+    Ok((out_rows, out_sims))
 }
 
 /// The default value function for one candidate (docs/architecture.md, scoring).
@@ -752,6 +840,47 @@ mod tests {
             assert!((got - all[r as usize]).abs() < 1e-6);
         }
         assert!(relevance_of_rows(stored, &queries, &[10]).is_err());
+    }
+
+    #[test]
+    fn long_row_lists_with_runs_match_relevance() {
+        let (n, dim) = (6000usize, 64usize);
+        let data: Vec<f32> = (0..n * dim).map(|i| ((i * 2654435761usize % 1000) as f32) / 500.0 - 1.0).collect();
+        let mut norms = row_norms(&data, dim);
+        norms[17] = 0.0;
+        let stored = Stored { data: &data, norms: &norms, dim };
+        let queries: Vec<f32> = (0..dim).map(|i| (i as f32 * 0.37).sin()).collect();
+        let all = relevance(stored, &queries).unwrap();
+        let rows: Vec<u32> = (0..n as u32).filter(|r| r % 7 != 3).rev().chain(10..30).collect();
+        assert!(rows.len() * dim >= PAR_MIN_LISTED_ELEMS);
+        let some = relevance_of_rows(stored, &queries, &rows).unwrap();
+        for (got, &r) in some.iter().zip(&rows) {
+            assert!((got - all[r as usize]).abs() < 1e-6, "row {r}");
+        }
+    }
+
+    #[test]
+    fn top_relevance_keeps_the_best_k_positive_rows_and_every_tie() {
+        let dim = 2;
+        let data = [1.0, 0.0, 1.0, 0.0, 0.6, 0.8, -1.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.8, 0.6];
+        let norms = row_norms(&data, dim);
+        let stored = Stored { data: &data, norms: &norms, dim };
+        let q = [1.0, 0.0];
+        let sorted = |(r, s): (Vec<u32>, Vec<f32>)| {
+            let mut v: Vec<(u32, f32)> = r.into_iter().zip(s).collect();
+            v.sort_by_key(|p| p.0);
+            v
+        };
+        // Rows 0, 1 and 4 tie at 1.0: asking for 2 returns all three.
+        let got = sorted(top_relevance(stored, &q, 2, None).unwrap());
+        assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), vec![0, 1, 4]);
+        // Fewer positive rows than k: every positive row, none of the zero or negative ones.
+        let got = sorted(top_relevance(stored, &q, 10, None).unwrap());
+        assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), vec![0, 1, 2, 4, 6]);
+        let got = sorted(top_relevance(stored, &q, 1, Some(&[6, 3, 2])).unwrap());
+        assert_eq!(got, vec![(6, 0.8)]);
+        assert!(top_relevance(stored, &q, 0, None).unwrap().0.is_empty());
+        assert!(top_relevance(stored, &[-1.0, 0.0], 3, Some(&[0, 1])).unwrap().0.is_empty());
     }
 
     #[test]

@@ -356,6 +356,30 @@ fn relevance_of_rows<'py>(
     Ok(rel.into_pyarray(py))
 }
 
+/// The best `k` rows by positive relevance and every tie with the k-th, unordered; GIL released.
+#[pyfunction]
+#[pyo3(signature = (matrix, norms, queries, k, rows=None))]
+#[expect(clippy::type_complexity, reason = "a pair of numpy arrays, as the Python signature says")]
+fn top_relevance<'py>(
+    py: Python<'py>,
+    matrix: PyReadonlyArray2<'py, f32>,
+    norms: PyReadonlyArray1<'py, f32>,
+    queries: PyReadonlyArray2<'py, f32>,
+    k: usize,
+    rows: Option<PyReadonlyArray1<'py, u32>>,
+) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<f32>>)> {
+    check_query_dim(py, &matrix, &queries)?;
+    let stored = stored(py, &matrix, &norms)?;
+    let q = contiguous(py, "queries", &queries)?;
+    let r = match &rows {
+        Some(r) => Some(contiguous(py, "rows", r)?),
+        None => None,
+    };
+    let (found, sims) =
+        errors::detached(py, "top_relevance", || scoring::top_relevance(stored, q, k, r))?.map_err(|e| shape(py, e))?;
+    Ok((found.into_pyarray(py), sims.into_pyarray(py)))
+}
+
 /// Best `top_k` indices with `score >= threshold`, ties by `rank` ascending.
 #[pyfunction]
 #[pyo3(signature = (scores, threshold, top_k, rank=None))]
@@ -437,6 +461,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(row_norms, m)?)?;
     m.add_function(wrap_pyfunction!(relevance, m)?)?;
     m.add_function(wrap_pyfunction!(relevance_of_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(top_relevance, m)?)?;
     m.add_function(wrap_pyfunction!(select_top, m)?)?;
     m.add_function(wrap_pyfunction!(scan_default, m)?)?;
     m.add_function(wrap_pyfunction!(default_values, m)?)?;
