@@ -324,13 +324,14 @@ def ratios(rows: list[tuple[str, float, float, str]]) -> list[str]:
     return out
 
 
-def write_section(out: Path, lines: list[str]) -> None:
-    """Replaces this script's section of `out` (or appends it), leaving every other section alone."""
+def write_section(out: Path, lines: list[str], heading: str = HEADING) -> None:
+    """Replaces the section under `heading` (a script's own) of `out`, or appends it, leaving every
+    other section alone."""
     old = out.read_text().splitlines() if out.exists() else []
     kept, skipping = [], False
     for line in old:
         if line.startswith("## "):
-            skipping = line == HEADING
+            skipping = line == heading
         if not skipping:
             kept.append(line)
     while kept and not kept[-1]:

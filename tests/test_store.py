@@ -157,6 +157,31 @@ def test_a_scoped_search_ranks_only_its_scope(monkeypatch: pytest.MonkeyPatch) -
     assert seen == [10] and len(hits) == 10 and all(h.entry.scope == ("u", "7") for h in hits)
 
 
+@pytest.mark.parametrize("kind", ["memory", "lmdb"])
+def test_a_writer_indexes_its_own_puts_and_still_sees_writes_made_in_between(kind: str, tmp_path: Path) -> None:
+    """A store takes its own committed entries into its index without reading them back, only when
+    nothing else was written since its index last caught up; another handle's write in between is
+    found by the next read all the same."""
+    backend: Any = InMemory() if kind == "memory" else LMDB(tmp_path / "s", durability="fast")
+    mine, other = hg.Store(backend, embed=fake_embed), hg.Store(backend, embed=fake_embed)
+    mine.put(("u",), "first", "apple")
+    assert [h.entry.key for h in mine.search_text("apple")] == ["first"]
+    other.put(("u",), "between", "apple pie")
+    mine.put(("u",), "last", "apple tart")
+    mine.update(("u",), "first", text="apple crumble")
+    assert {h.entry.key for h in mine.search_text("apple")} == {"first", "between", "last"}
+    assert [h.entry.key for h in mine.search_text("crumble")] == ["first"]
+    other.delete(("u",), "last")
+    mine.put(("u",), "after", "apple juice")
+    assert {h.entry.key for h in mine.search_text("apple")} == {"first", "between", "after"}
+    assert {h.entry.key for h in mine.search(("u",), vector=fake_embed(["apple"])[0], limit=10)} == {
+        "first",
+        "between",
+        "after",
+    }
+    backend.close()
+
+
 def test_a_graph_repo_and_a_store_share_one_lmdb_directory(tmp_path: Path) -> None:
     backend = LMDB(tmp_path / "both")
     repo = hg.Repo(backend)

@@ -72,8 +72,10 @@ class MemoryEntries:
         self.log: list[Ref] = []
         self.base = 0
 
-    def write(self, fn: Callable[[_Txn], T]) -> T:
+    def write(self, fn: Callable[[_Txn], T]) -> tuple[T, int, int]:
+        """`fn`'s result, and the change counter before and after (`CountsWrites`)."""
         with self.lock:
+            before = self.base + len(self.log)
             t = _Txn(self, True)
             result = fn(t)
             for ref, got in t.staged.items():
@@ -86,7 +88,7 @@ class MemoryEntries:
                 drop = len(self.log) - _LOG_KEEP
                 del self.log[:drop]
                 self.base += drop
-            return result
+            return result, before, self.base + len(self.log)
 
     def read(self, fn: Callable[[_Txn], T]) -> T:
         with self.lock:

@@ -214,6 +214,10 @@ class InMemory(DerivedBackend):
     # -- entries of a scoped store ----------------------------------------------
 
     def entry_write(self, fn: Callable[[EntryTxn], T]) -> T:
+        return self.entry_write_counted(fn)[0]
+
+    def entry_write_counted(self, fn: Callable[[EntryTxn], T]) -> tuple[T, int, int]:
+        """`store.protocol.CountsWrites`: `entry_write` and the counter before and after."""
         self._guard("entry_write")
         return self._entries.write(fn)
 

@@ -111,10 +111,11 @@ def _not_real(value: object, raw: npt.NDArray[Any]) -> bool:
     """Elements numpy would convert to float32 but that are no real numbers (strings, bools, complex)."""
     if raw.dtype.kind in "bcSUVMm":
         return True
+    # A list mixing bools and floats arrives as float64: look at the elements' types (a few distinct
+    # types however long the vector, so an embedder's list of floats costs one pass in C).
     if raw.dtype.kind == "O":
-        return any(isinstance(x, _NOT_REAL) for x in raw.flat)
-    # A list mixing bools and floats arrives as float64: look at the elements themselves.
-    return isinstance(value, (list, tuple)) and any(isinstance(x, _NOT_REAL) for x in value)
+        return any(issubclass(t, _NOT_REAL) for t in set(map(type, raw.flat)))
+    return isinstance(value, (list, tuple)) and any(issubclass(t, _NOT_REAL) for t in set(map(type, value)))
 
 
 def as_embedding(value: object, what: str = "embedding") -> Embedding:

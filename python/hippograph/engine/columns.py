@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -164,6 +165,8 @@ class TypeColumns:
         self.upkeep_error: BaseException | None = None
         """Why the upkeep thread's last round failed (None: it did not)."""
         self._wake = threading.Event()
+        self._woken_at = 0.0
+        """When a write or query last woke the upkeep thread (monotonic seconds)."""
         shutdown.track(self)
         self._pending_rows: tuple[VectorIndex, int, npt.NDArray[np.uint32]] | None = None
         self.ids: list[str] = []
@@ -289,6 +292,7 @@ class TypeColumns:
 
     def _wake_worker(self) -> None:
         """Starts the thread that keeps the vector index up (absorbs pending vectors, calibrates), or wakes it."""
+        self._woken_at = time.monotonic()
         self._wake.set()
         worker = self._worker
         if worker is not None and worker.is_alive():
@@ -337,8 +341,13 @@ class TypeColumns:
             self._wake.clear()
             # Let a burst of writes (an ingestion, the recall that follows it) pass first: pending
             # vectors are answered exactly meanwhile, and inserting them would compete with that recall.
-            while self._wake.wait(_SETTLE_S) and not self._builds_closed and len(self._pending_of()) < _ABSORB_NOW:
-                self._wake.clear()
+            # It sleeps rather than waits on `_wake`, so a write during the burst wakes no thread.
+            while not self._builds_closed and len(self._pending_of()) < _ABSORB_NOW:
+                quiet = time.monotonic() - self._woken_at
+                if quiet >= _SETTLE_S:
+                    break
+                time.sleep(_SETTLE_S - quiet)
+            self._wake.clear()
             try:
                 while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
                     pass

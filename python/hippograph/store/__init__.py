@@ -6,10 +6,11 @@ memory's `hippograph.Hit` is a recalled node).
 from __future__ import annotations
 
 from .model import Entry, Hit, Scope, ScopeReceipt
-from .protocol import EntryBackend, EntryTxn
+from .protocol import CountsWrites, EntryBackend, EntryTxn
 from .store import Store, open_store, text_similarity
 
 __all__ = [
+    "CountsWrites",
     "Entry",
     "EntryBackend",
     "EntryTxn",

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -110,6 +111,20 @@ class EntryIndex:
                         self.set(got)
             self.seq = seq
 
+    def take_own(self, before: int, after: int, written: Iterable[Entry]) -> None:
+        """Indexes a write this process just committed, from its own entries, when the index stood
+        at the counter that write started from: nothing else changed in between. Otherwise, or while
+        a search holds the index (a writer never waits for one), the next read catches up by the log."""
+        if after <= before or not self.lock.acquire(blocking=False):
+            return
+        try:
+            if self.seq == before:
+                for e in written:
+                    self.set(e)
+                self.seq = after
+        finally:
+            self.lock.release()
+
     def _reset(self) -> None:
         self.close()
         self.__init__(self.ann)  # type: ignore[misc]
@@ -163,7 +178,7 @@ class EntryIndex:
             if len(e.embedding) != self.dim:  # the store refuses this before writing; another writer did not
                 raise ConfigError(f"entry {e.key!r:.80} has dimension {len(e.embedding)}; the store's is {self.dim}")
             self.matrix[slot] = e.embedding
-            self.norms[slot] = float(np.linalg.norm(e.embedding))
+            self.norms[slot] = math.sqrt(float(np.dot(e.embedding, e.embedding)))
         rid = self.refs[slot].decode()
         if e.status == "active" and e.embedding is not None:
             self.columns.upsert(rid, e.embedding, None)

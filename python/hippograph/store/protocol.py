@@ -57,3 +57,14 @@ class EntryBackend(Protocol):
     def entry_read(self, fn: Callable[[EntryTxn], T]) -> T:
         """Runs `fn` on a read-only snapshot (`put` and `delete` refused)."""
         ...
+
+
+@runtime_checkable
+class CountsWrites(Protocol):
+    """Optional for an `EntryBackend`: `entry_write` that also reports the change counter before
+    and after its transaction, so a store indexes its own write without reading it back."""
+
+    def entry_write_counted(self, fn: Callable[[EntryTxn], T]) -> tuple[T, int, int]:
+        """`entry_write(fn)`, and the counter its transaction started from and ended at (equal when
+        nothing changed)."""
+        ...

@@ -38,7 +38,7 @@ from .model import (
     check_value,
     detached,
 )
-from .protocol import EntryBackend, EntryTxn
+from .protocol import CountsWrites, EntryBackend, EntryTxn
 
 __all__ = ["RRF_K", "Embedder", "Store", "open_store", "text_similarity"]
 
@@ -85,6 +85,9 @@ def _weights(value: object) -> tuple[float, float]:
     return w
 
 
+_CountedWrite = Callable[[Callable[[EntryTxn], list[Entry]]], tuple[list[Entry], int, int]]
+
+
 class Store:
     """A scoped memory store over any `EntryBackend` (`open_store` opens one on LMDB)."""
 
@@ -108,6 +111,9 @@ class Store:
         if ann is not None and not isinstance(ann, AnnConfig):
             raise ConfigError(f"ann must be an AnnConfig or None, got {type(ann).__name__}")
         self._index = EntryIndex(ann)
+        self._counted: _CountedWrite | None = None
+        if isinstance(backend, CountsWrites):
+            self._counted = backend.entry_write_counted
         self._closed = False
         self._lock = threading.Lock()
 
@@ -177,6 +183,15 @@ class Store:
         return None
 
     # -- writes ---------------------------------------------------------------------------------
+
+    def _put_entries(self, run: Callable[[EntryTxn], builtins.list[Entry]]) -> builtins.list[Entry]:
+        """Runs a write whose result is every entry it put. With a backend that reports its change
+        counter, the index takes those entries in at once instead of reading them back later."""
+        if self._counted is None:
+            return self.backend.entry_write(run)
+        written, before, after = self._counted(run)
+        self._index.take_own(before, after, written)
+        return written
 
     def _prepared(self, item: Mapping[str, Any], where: str) -> dict[str, Any]:
         unknown = set(item) - _PUT_FIELDS
@@ -272,7 +287,7 @@ class Store:
                 out.append(e)
             return out
 
-        return [detached(e) for e in self.backend.entry_write(run)]
+        return [detached(e) for e in self._put_entries(run)]
 
     def update(self, /, scope: Sequence[str], key: str, **changes: Any) -> Entry:
         """Changes the named fields of an existing entry (`NotFoundError` if there is none)."""
@@ -300,7 +315,7 @@ class Store:
         ttl = _ttl(changes["ttl"]) if "ttl" in changes else None
         now = utcnow()
 
-        def run(t: EntryTxn) -> Entry:
+        def run(t: EntryTxn) -> builtins.list[Entry]:
             old = t.get(sc, k)
             if old is None:
                 raise NotFoundError("entry", _ref_text(sc, k))
@@ -311,9 +326,9 @@ class Store:
                 extra["expires_at"] = now + _ttl_length(old)
             new = replace(old, **fields, **extra)
             t.put(new)
-            return new
+            return [new]
 
-        return detached(self.backend.entry_write(run))
+        return detached(self._put_entries(run)[0])
 
     def delete(self, scope: Sequence[str], key: str) -> bool:
         """Removes the entry at `(scope, key)`, whatever its status; False when there was none."""

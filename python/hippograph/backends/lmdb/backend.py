@@ -173,12 +173,17 @@ class LMDB(DerivedBackend):
 
     def entry_write(self, fn: Callable[[EntryTxn], T]) -> T:
         """`EntryBackend.entry_write`: one write transaction, its change-log record included."""
+        return self.entry_write_counted(fn)[0]
 
-        def run(t: _Txn) -> T:
+    def entry_write_counted(self, fn: Callable[[EntryTxn], T]) -> tuple[T, int, int]:
+        """`store.protocol.CountsWrites`: `entry_write` and the counter before and after."""
+
+        def run(t: _Txn) -> tuple[T, int, int]:
             et = LmdbEntryTxn(t.txn, self._dbs, True)
+            before = et.seq()
             result = fn(et)
             et.finish()
-            return result
+            return result, before, et.seq()
 
         return self._write("entry_write", run)
 

@@ -214,12 +214,17 @@ class Postgres(DerivedBackend):
         """`EntryBackend.entry_write`: one transaction holding the repo's entry counter lock, its
         change-log row included. `fn` runs again if the transaction is retried."""
 
-        def run(tx: _Tx) -> T:
+        return self.entry_write_counted(fn)[0]
+
+    def entry_write_counted(self, fn: Callable[[EntryTxn], T]) -> tuple[T, int, int]:
+        """`store.protocol.CountsWrites`: `entry_write` and the counter before and after."""
+
+        def run(tx: _Tx) -> tuple[T, int, int]:
             et = PgEntryTxn(tx, True)
             et.lock()
             result = fn(et)
             et.finish()
-            return result
+            return result, et.before, et.after
 
         return self._transaction("entry_write", run, write=True)
 

@@ -65,6 +65,8 @@ class PgEntryTxn:
         self.writable = writable
         self.changed: set[Ref] = set()
         self.floor = 0
+        self.before = self.after = 0
+        """The counter when `lock` took it, and once `finish` bumped it."""
 
     def get(self, scope: Scope, key: str) -> Entry | None:
         row = self.tx.one("entry_get", (self.tx.repo, _scope_col(scope), key.encode("utf-8")))
@@ -123,6 +125,7 @@ class PgEntryTxn:
         if row is None:
             raise StorageError("the entry change counter vanished", operation="entry_write")
         self.floor = int(row[1])
+        self.before = self.after = int(row[0])
 
     def finish(self) -> None:
         """Bumps the counter, logs the refs changed and trims the log (nothing when nothing changed).
@@ -138,6 +141,7 @@ class PgEntryTxn:
         if row is None:
             raise StorageError("the entry change counter vanished", operation="entry_write")
         seq, floor = int(row[0]), int(row[1])
+        self.after = seq
         self.tx.run("entry_log", (self.tx.repo, seq, _encode_refs(self.changed)))
         if floor > self.floor:
             self.tx.run("entry_log_trim", (self.tx.repo, floor))

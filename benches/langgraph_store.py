@@ -15,60 +15,33 @@ field embedded through the same lookup; HippographStore on LMDB with durability 
 SqliteStore on a file in WAL mode with ``synchronous=NORMAL`` (neither syncs a commit to disk), and
 the durable pair, "sync" beside ``synchronous=FULL``.
 
-    python benches/langgraph.py [--sizes 1000,10000,100000] [--queries 100] [--puts N] [--out benches/RESULTS.md]
-    python benches/langgraph.py --sizes 1000 --queries 10 --out /tmp/langgraph.md   # quick (CI)
+    python benches/langgraph_store.py [--sizes 1000,10000,100000] [--queries 100] [--puts N] [--out benches/RESULTS.md]
+    python benches/langgraph_store.py --sizes 1000 --queries 10 --out /tmp/langgraph.md   # quick (CI)
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import contextlib
+import gc
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
-BENCHES = Path(__file__).resolve().parent
+import numpy as np
+import numpy.typing as npt
+from langgraph.store.base import BaseStore, IndexConfig, PutOp, SearchItem
+from langgraph.store.memory import InMemoryStore
+from store import DIM, SCOPES, fmt, timed, workload, write_section  # benches/store.py, beside this script
 
+from hippograph.integrations.langgraph import HippographStore
 
-def _without_benches(path: list[str]) -> list[str]:
-    return [p for p in path if Path(p or ".").resolve() != BENCHES]
-
-
-# This file is `langgraph.py`: wherever its folder is on sys.path, `import langgraph` finds it
-# before LangGraph's namespace package (a module beats a namespace package anywhere on the path).
-if __name__ == "langgraph":
-    # Another script of this folder (store.py, compare.py) imported LangGraph and got this file: hand
-    # it LangGraph's package instead (an import returns what sys.modules holds once the file has run).
-    import importlib.machinery
-    import importlib.util
-
-    _spec = importlib.machinery.PathFinder.find_spec(__name__, _without_benches(sys.path))
-    if _spec is not None:
-        sys.modules[__name__] = importlib.util.module_from_spec(_spec)
-elif __name__ == "__main__":
-    sys.path[:] = _without_benches(sys.path)  # off the path while LangGraph loads, back on below
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import gc  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from typing import Any, Literal  # noqa: E402
-
-import numpy as np  # noqa: E402
-import numpy.typing as npt  # noqa: E402
-from langgraph.store.base import BaseStore, IndexConfig, PutOp, SearchItem  # noqa: E402
-from langgraph.store.memory import InMemoryStore  # noqa: E402
-
-from hippograph.integrations.langgraph import HippographStore  # noqa: E402
-
-if __name__ == "__main__":
-    sys.path.append(str(BENCHES))
-import store as scoped  # noqa: E402  (benches/store.py: the workload, `timed`, `fmt`, `write_section`)
-from store import DIM, SCOPES, fmt, timed, workload  # noqa: E402
-
-HEADING = "## LangGraph store (benches/langgraph.py)"
+HEADING = "## LangGraph store (benches/langgraph_store.py)"
 PREFIX = ("users",)
 LIMIT = 10
 LOAD_BATCH = 1000
@@ -442,15 +415,6 @@ def run(sizes: list[int], queries: int, puts: int) -> list[str]:
     return [*head, "", *ratios(search, writes), ""]
 
 
-def write_section(out: Path, lines: list[str]) -> None:
-    """store.py's `write_section`, for this script's heading."""
-    saved, scoped.HEADING = scoped.HEADING, HEADING
-    try:
-        scoped.write_section(out, lines)
-    finally:
-        scoped.HEADING = saved
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="items per search run, comma-separated")
@@ -467,13 +431,13 @@ def main() -> None:
         default=None,
         help="single puts per store (default: 20 per query, at most 2,000); as many items again go in batches of 100",
     )
-    parser.add_argument("--out", type=Path, default=BENCHES / "RESULTS.md")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     puts = args.puts if args.puts is not None else min(2000, 20 * args.queries)
     lines = run(sizes, args.queries, puts)
     print("\n".join(lines))
-    write_section(args.out, lines)
+    write_section(args.out, lines, HEADING)
 
 
 if __name__ == "__main__":
