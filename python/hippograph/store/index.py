@@ -332,10 +332,13 @@ class EntryIndex:
         compete for the last places, so a crowd of equal scores costs one partial selection."""
         if not slots:
             return [], []
+        refs = self.refs
+        if len(slots) <= 2 * k:  # the usual case: a plain sort of a few
+            order = sorted(zip(slots, scores, strict=True), key=lambda p: (-p[1], refs[p[0]]))[:k]
+            return [p[0] for p in order], [p[1] for p in order]
         by_score: dict[float, list[int]] = {}
         for s, v in zip(slots, scores, strict=True):
             by_score.setdefault(v, []).append(s)
-        refs = self.refs
         out_slots: list[int] = []
         out_scores: list[float] = []
         for v in sorted(by_score, reverse=True):
