@@ -247,6 +247,33 @@ def test_the_command_line_looks_inside_a_store(tmp_path: Path, capsys: pytest.Ca
     assert main(["store", "stats", "--path", str(tmp_path / "missing")]) == 1
 
 
+def test_a_prefix_over_every_entry_is_searched_as_the_whole_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A namespace prefix that holds every entry (LangGraph's ``("users",)``) is the whole store:
+    the vector index answers it; a prefix over part of the store is scanned exactly."""
+    config = hg.AnnConfig(min_nodes=100, ef_search=64, background=False, min_speedup=0)
+    store = hg.Store(InMemory(), ann=config)
+    rng = np.random.default_rng(6)
+    vectors = rng.standard_normal((600, 16)).astype(np.float32)
+    store.put_many([{"scope": ("u", str(i % 3)), "key": f"k{i:04d}", "embedding": v} for i, v in enumerate(vectors)])
+    assert store.build_vector_index()
+    ix = store._index
+    real, asked = ix._scanned, []
+
+    def spy(*args: Any) -> Any:
+        asked.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(ix, "_scanned", spy)
+    q = rng.standard_normal(16).astype(np.float32)
+    whole = store.search_vector(q, ("u",))
+    assert len(asked) == 1 and whole == store.search_vector(q) and len(asked) == 2
+    part = store.search_vector(q, ("u", "1"))
+    assert len(asked) == 2 and all(h.entry.scope == ("u", "1") for h in part)
+    store.put(("v",), "elsewhere", embedding=q)  # ("u",) no longer holds everything
+    assert all(h.entry.scope[0] == "u" for h in store.search_vector(q, ("u",))) and len(asked) == 2
+    assert store.search_vector(q)[0].entry.key == "elsewhere" and len(asked) == 3
+
+
 def test_unrestricted_vector_searches_use_the_calibrated_index_and_hide_what_reads_must_not_see() -> None:
     config = hg.AnnConfig(min_nodes=100, ef_search=64, background=False, min_speedup=0)
     store = hg.Store(InMemory(), ann=config)

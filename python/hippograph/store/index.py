@@ -240,7 +240,7 @@ class EntryIndex:
     ) -> Slots | None:
         """The slots a read may return, or None for "every live slot" (nothing hidden, no scope, no
         filter), which lets each route skip the mask."""
-        if not scope and keep is None and self.hidden == 0 and not include_pending:
+        if keep is None and self.hidden == 0 and not include_pending and self._everything(scope):
             return None
         slots = self.in_scope(scope)
         if self.hidden:
@@ -264,8 +264,12 @@ class EntryIndex:
         return self._cut(docs.tolist(), scores.tolist(), k)
 
     def unrestricted(self, scope: Scope, keep: object, include_pending: bool = False) -> bool:
-        """Every active entry may be returned, expired ones aside."""
-        return not scope and keep is None and not include_pending and self.hidden == self.expiring
+        """Every active entry may be returned, expired ones aside (the subtree holds every entry)."""
+        return keep is None and not include_pending and self.hidden == self.expiring and self._everything(scope)
+
+    def _everything(self, scope: Scope) -> bool:
+        """The subtree holds every entry of the store (the root, or one prefix over all the scopes)."""
+        return not scope or sum(len(self.scopes[sc]) for sc in self.scopes_under(scope)) == len(self.slot_of)
 
     def ranked_vector(
         self,
