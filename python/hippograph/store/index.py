@@ -268,8 +268,9 @@ class EntryIndex:
         return keep is None and not include_pending and self.hidden == self.expiring and self._everything(scope)
 
     def _everything(self, scope: Scope) -> bool:
-        """The subtree holds every entry of the store (the root, or one prefix over all the scopes)."""
-        return not scope or sum(len(self.scopes[sc]) for sc in self.scopes_under(scope)) == len(self.slot_of)
+        """The subtree holds every entry of the store (the root, or one prefix over all the scopes:
+        a scope is listed only while it holds an entry)."""
+        return not scope or len(self.scopes_under(scope)) == len(self.scopes)
 
     def ranked_vector(
         self,
