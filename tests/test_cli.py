@@ -11,7 +11,7 @@ import pytest
 
 import hippograph as hg
 from hippograph.backends import LMDB
-from hippograph.cli import demo_trajectories, main, progress_bar
+from hippograph.cli import demo_trajectories, human_size, main, progress_bar
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -131,6 +131,49 @@ def test_stats_of_a_missing_repo_exits_1_and_creates_nothing(
     assert "no hippograph repo" in err
     assert "Traceback" not in err
     assert not missing.exists()
+    # ... and it says how to make one
+    assert "hippograph.open_repo('demo', path=...)" in err and f"hippograph demo --path {missing}" in err
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"hippograph {hg.__version__}"
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", hg.__version__)
+
+
+def test_second_demo_run_says_its_recalls_still_record_accesses(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
+    run(capsys, "demo", "--path", str(store))
+    with hg.open_repo("demo", path=store, flush_interval=0) as repo:
+        before = repo.backend.get_metadata([n.id for n in repo.backend.get_nodes_by_type(list(hg.NodeType))])
+    _, out, _ = run(capsys, "demo", "--path", str(store))
+    assert "no memory was added" in out and "record their accesses" in out and "nothing was written" not in out
+    with hg.open_repo("demo", path=store, flush_interval=0) as repo:
+        after = repo.backend.get_metadata(list(before))
+    assert sum(m.access_count for m in after.values()) > sum(m.access_count for m in before.values())
+
+
+@pytest.mark.parametrize(("n", "shown"), [(0, "0 bytes"), (1023, "1,023 bytes"), (1536, "1.5 KiB (1,536 bytes)"),
+                                          (5 * 2**30, "5.0 GiB (5,368,709,120 bytes)")])  # fmt: skip
+def test_sizes_print_in_binary_units_beside_the_exact_count(n: int, shown: str) -> None:
+    assert human_size(n) == shown
+
+
+def test_stats_prints_the_size_on_disk_in_human_units(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    run(capsys, "demo", "--path", str(store))
+    _, out, _ = run(capsys, "stats", "--path", str(store))
+    assert re.search(r"on disk\s+\d+\.\d (KiB|MiB) \([\d,]+ bytes\)", out), out
+
+
+def test_verify_and_store_commands_report_progress_on_stderr(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    run(capsys, "demo", "--path", str(store))
+    _, _, err = run(capsys, "verify", "--path", str(store))
+    assert re.search(r"verify links: 100% \(\d+/\d+\)", err)
+    with hg.open_store("demo", path=store) as s:
+        s.put(("u",), "k", "peanuts")
+    code, out, err = run(capsys, "store", "stats", "--path", str(store))
+    assert code == 0 and "index entries: 100% (1/1)" in err and re.search(r"entries\s+1\b", out)
 
 
 def test_a_hippograph_error_exits_1_with_the_message_on_stderr(

@@ -6,6 +6,9 @@ Every public name of the data model is importable from here; backends live in
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from . import backends, errors
 from .engine.vector_index import AnnConfig
 from .errors import (
@@ -42,6 +45,11 @@ from .graph.trajectory import Step, Trajectory, validate_trajectory
 from .graph.value import DEFAULT_PARAMS, DefaultValueFunction, ValueFunction, ValueFunctionConfig
 from .store import Entry, EntryBackend, Scope, ScopeReceipt, Store, open_store
 from .store import Hit as StoreHit
+
+try:
+    __version__ = _version("hippograph")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "DEFAULT_PARAMS",

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
+from . import __version__
 from .backends.lmdb import LMDB
 from .embedding import ENGLISH_STOP_WORDS, HashingEmbedder
 from .engine.checks import Progress
@@ -29,7 +30,7 @@ from .graph.trajectory import Step, Trajectory
 from .store import Store
 from .store.inspect import print_hits, print_stats, verify_entries
 
-__all__ = ["DEMO_QUERIES", "demo_trajectories", "format_hits", "main", "progress_bar"]
+__all__ = ["DEMO_QUERIES", "demo_trajectories", "format_hits", "human_size", "main", "progress_bar"]
 
 DEMO_DATA = "demo_trajectories.json"
 DEMO_NAME = "demo"
@@ -103,6 +104,16 @@ def _format_receipt(receipt: IngestionReceipt) -> str:
     )
 
 
+def human_size(n: int) -> str:
+    """Bytes in binary units, the exact count beside them: ``1.5 MiB (1,572,864 bytes)``."""
+    value, unit = float(n), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{n:,} bytes" if unit == "bytes" else f"{value:.1f} {unit} ({n:,} bytes)"
+
+
 def _print_stats(repo: Repo, name: str, where: Path, out: TextIO) -> None:
     s = repo.stats()
     print(f"repo {name!r} at {where}", file=out)
@@ -114,10 +125,10 @@ def _print_stats(repo: Repo, name: str, where: Path, out: TextIO) -> None:
         ("ingestion records", s.ingestion_records),
         ("metadata records", s.metadata),
         ("dimension", s.dimension),
-        ("disk bytes", s.disk_bytes),
     )
     for label, value in figures:
         print(f"  {label:<18} {'n/a' if value is None else value}", file=out)
+    print(f"  {'on disk':<18} {'n/a' if s.disk_bytes is None else human_size(s.disk_bytes)}", file=out)
 
 
 def _demo(path: str | None, out: TextIO) -> None:
@@ -143,7 +154,11 @@ def _demo(path: str | None, out: TextIO) -> None:
             file=out,
         )
         if inserted == 0:
-            print("every trajectory was already ingested: all receipts are EXISTING, nothing was written", file=out)
+            print(
+                "every trajectory was already ingested: the receipts are the stored ones and no memory was "
+                "added (the recalls below still record their accesses, which feed the usage factor)",
+                file=out,
+            )
 
         first = trajectories[0]
         again = repo.ingest(first, _never_called)
@@ -174,25 +189,31 @@ def _never_called(trajectory: Trajectory) -> Changeset:
 
 
 def _stats(name: str, path: str | None, out: TextIO) -> None:
-    where = store_path(name, path)
-    if not (where / "data.mdb").is_file():
-        raise NotFoundError("repo", str(where), f"no hippograph repo at {str(where)!r}")
+    where = _existing_store(name, path)
     with open_repo(name, path=where, flush_interval=0) as repo:
         _print_stats(repo, name, where, out)
 
 
 def _existing_store(name: str, path: str | None) -> Path:
+    """The directory of an existing repo or store; `NotFoundError` saying how to make one."""
     where = store_path(name, path)
     if not (where / "data.mdb").is_file():
-        raise NotFoundError("repo", str(where), f"no hippograph repo at {str(where)!r}")
+        option = f" --path {where}" if path is not None else ""
+        raise NotFoundError(
+            "repo",
+            str(where),
+            f"no hippograph repo at {str(where)!r}: create one from Python with "
+            f"hippograph.open_repo({name!r}, path=...) or hippograph.open_store({name!r}, path=...), "
+            f"or try the sample one with `hippograph demo{option}`",
+        )
     return where
 
 
-def _verify(name: str, path: str | None, out: TextIO) -> bool:
+def _verify(name: str, path: str | None, out: TextIO, err: TextIO) -> bool:
     """Print the `Repo.verify` report of an existing repo; True when it found no problem."""
     where = _existing_store(name, path)
     with Repo(LMDB(where, readonly=True), flush_interval=0) as repo:
-        report = repo.verify()
+        report = repo.verify(progress=progress_bar(err))
     print(f"repo {name!r} at {where}", file=out)
     print(f"  checked nodes      {report.checked_nodes}", file=out)
     print(f"  checked records    {report.checked_records}", file=out)
@@ -205,11 +226,13 @@ def _verify(name: str, path: str | None, out: TextIO) -> bool:
     return report.ok
 
 
-def _store(args: argparse.Namespace, out: TextIO) -> bool:
+def _store(args: argparse.Namespace, out: TextIO, err: TextIO) -> bool:
     """One ``store`` subcommand on an existing directory; False when ``verify`` found a problem."""
     where = _existing_store(args.name, args.path)
     with LMDB(where, readonly=True) as backend:
         store = Store(backend)
+        if args.action != "verify":
+            store.refresh(progress=progress_bar(err))  # the derived index, built from a scan
         if args.action == "stats":
             print_stats(store, str(where), out)
         elif args.action == "search":
@@ -261,6 +284,7 @@ def _index(name: str, path: str | None, out: TextIO, err: TextIO) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hippograph", description="An embedded memory graph for AI agents.")
+    parser.add_argument("--version", action="version", version=f"hippograph {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser("demo", help="ingest sample trajectories and show recalls")
     demo.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/demo)")
@@ -297,10 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             _demo(args.path, sys.stdout)
         elif args.command == "verify":
-            if not _verify(args.name, args.path, sys.stdout):
+            if not _verify(args.name, args.path, sys.stdout, sys.stderr):
                 return 1
         elif args.command == "store":
-            if not _store(args, sys.stdout):
+            if not _store(args, sys.stdout, sys.stderr):
                 return 1
         elif args.command == "index":
             _index(args.name, args.path, sys.stdout, sys.stderr)

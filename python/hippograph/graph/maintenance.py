@@ -316,7 +316,11 @@ class VerifyReport:
         return not self.problems
 
 
-def verify(backend: GraphBackend, *, limit: int = 100) -> VerifyReport:
+_VERIFY_STEP = 4096
+"""Nodes between two progress reports of `verify`."""
+
+
+def verify(backend: GraphBackend, *, limit: int = 100, progress: Progress | None = None) -> VerifyReport:
     """Check the graph invariants through the protocol (and the backend's own checks).
 
     Invariants: every link ends at an existing node and is recorded on both
@@ -333,7 +337,9 @@ def verify(backend: GraphBackend, *, limit: int = 100) -> VerifyReport:
     dims = sorted({n.embedding.shape[0] for n in nodes.values() if n.embedding is not None})
     if len(dims) > 1:
         problems.append(f"embeddings have several dimensions: {dims}")
-    for node in nodes.values():
+    for done, node in enumerate(nodes.values(), start=1):
+        if progress is not None and (done % _VERIFY_STEP == 0 or done == len(nodes)):
+            progress("verify links", done, len(nodes))
         for edge, ids in node.links.items():
             for other in sorted(ids):
                 peer = nodes.get(other)

@@ -414,11 +414,13 @@ class Repo:
         self._check_open("reclaim_vector_index")
         return list(self.backend.reclaim_vector_index()) if isinstance(self.backend, VectorIndexed) else []
 
-    def verify(self) -> maintenance.VerifyReport:
-        """Check the store's invariants (links, dimensions, records); changes nothing."""
+    def verify(self, *, progress: maintenance.Progress | None = None) -> maintenance.VerifyReport:
+        """Check the store's invariants (links, dimensions, records); changes nothing. Reports
+        ``progress("verify links", nodes, total)``."""
+        check_progress(progress)
         self._check_open("verify")
         self.flush()
-        return maintenance.verify(self.backend)
+        return maintenance.verify(self.backend, progress=progress)
 
     def stats(self) -> RepoStats:
         """Node counts per type, links, ingestion records, dimension, bytes on disk."""

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
+from ..engine.checks import Progress
 from ..engine.columns import TypeColumns
 from ..engine.query import ScanParams, calibrate, scan
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
@@ -41,6 +42,10 @@ Ranked = tuple[list[int], list[float]]
 _COSINE = ScanParams(threshold=float(np.nextafter(0.0, 1.0)), top_k=1, gate="relevance", lam=0.0, k=1.0,
                      base_floor=1.0, beta=0.0)  # fmt: skip
 """Relevance alone: rows without usage metadata score their cosine, and only those above 0 count."""
+
+
+_PROGRESS_STEP = 4096
+"""Entries between two progress reports of a rebuild."""
 
 
 class _Held:
@@ -85,8 +90,9 @@ class EntryIndex:
 
     # -- keeping up with the backend ------------------------------------------------------------
 
-    def refresh(self, backend: EntryBackend) -> None:
-        """Catches up with every write committed so far (by any process)."""
+    def refresh(self, backend: EntryBackend, progress: Progress | None = None) -> None:
+        """Catches up with every write committed so far (by any process); a rebuild from a scan
+        reports ``progress("index entries", done, total)``."""
         with self.lock:
             since = self.seq
 
@@ -101,8 +107,10 @@ class EntryIndex:
             seq, changed, everything = backend.entry_read(read)
             if changed is None:
                 self._reset()
-                for e in everything:
+                for done, e in enumerate(everything, start=1):
                     self.set(e)
+                    if progress is not None and (done % _PROGRESS_STEP == 0 or done == len(everything)):
+                        progress("index entries", done, len(everything))
             else:
                 for ref, got in changed:
                     if got is None:

@@ -18,7 +18,7 @@ from typing import Any, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from ..engine.checks import as_datetime, as_embedding, check_text, finite_float, utcnow
+from ..engine.checks import Progress, as_datetime, as_embedding, check_progress, check_text, finite_float, utcnow
 from ..engine.paths import check_repo_name, store_path
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, NotFoundError, StorageError, ValidationError
@@ -582,11 +582,15 @@ class Store:
         }
         return sorted(chosen)[offset : offset + limit]
 
-    def refresh(self) -> None:
+    def refresh(self, *, progress: Progress | None = None) -> None:
         """Catches the derived indexes (words, vectors, scopes) up with every write committed so far,
-        by any process; every read does this first, so calling it only moves that work off a read."""
+        by any process; every read does this first, so calling it only moves that work off a read.
+        A first read (or one after the change log was trimmed) rebuilds them from a scan, reporting
+        ``progress("index entries", done, total)``."""
+        check_progress(progress)
         self._open("refresh")
-        self._fresh()
+        with self._index.lock:
+            self._index.refresh(self.backend, progress)
 
     def build_vector_index(self) -> bool:
         """Builds and measures the vector index now instead of in the background after the first
