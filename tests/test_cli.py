@@ -166,7 +166,25 @@ def test_stats_prints_the_size_on_disk_in_human_units(capsys: pytest.CaptureFixt
     assert re.search(r"on disk\s+\d+\.\d (KiB|MiB) \([\d,]+ bytes\)", out), out
 
 
-def test_verify_and_store_commands_report_progress_on_stderr(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+def test_progress_stays_silent_for_its_first_second() -> None:
+    now = [0.0]
+    log = io.StringIO()
+    show = progress_bar(log, clock=lambda: now[0])
+    show("phase", 10, 100)
+    now[0] = 0.99
+    show("phase", 50, 100)
+    assert log.getvalue() == ""
+    now[0] = 1.0
+    show("phase", 60, 100)
+    assert log.getvalue() == "phase: 60% (60/100)\n"
+
+
+def test_verify_and_store_commands_report_progress_on_stderr(
+    capsys: pytest.CaptureFixture[str], store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hippograph.cli as cli
+
+    monkeypatch.setattr(cli, "progress_bar", lambda err: progress_bar(err, after=0))
     run(capsys, "demo", "--path", str(store))
     _, _, err = run(capsys, "verify", "--path", str(store))
     assert re.search(r"verify links: 100% \(\d+/\d+\)", err)
@@ -270,7 +288,7 @@ class Terminal(io.StringIO):
 def test_progress_bar_redraws_one_line_on_a_terminal_and_logs_tenths_otherwise() -> None:
     tty, log = Terminal(), io.StringIO()
     for sink in (tty, log):
-        show = progress_bar(sink, width=10)
+        show = progress_bar(sink, width=10, after=0)
         for done in range(0, 101, 5):
             show("phase", done, 100)
     assert tty.getvalue().count("\r") == 21 and tty.getvalue().endswith("[##########] 100% 100/100\n")

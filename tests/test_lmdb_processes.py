@@ -307,3 +307,37 @@ def test_stored_at_round_trips_to_the_microsecond(tmp_path: Path) -> None:
     with LMDB(tmp_path / "s") as b:
         stored = b.get_ingestion("micro")
         assert stored is not None and stored.receipt == receipt
+
+
+def test_handles_on_one_directory_in_one_process_share_its_environment(tmp_path: Path) -> None:
+    """LMDB allows one environment per directory per process (py-lmdb 2 and later refuse a second
+    open): a repo and a store opened separately on one directory share it, each sees the other's
+    writes, and closing one leaves the other working."""
+    path = tmp_path / "both"
+    repo = hg.open_repo("r", path=path, durability="fast")
+    store = hg.open_store("s", path=path, durability="sync")
+    store.put(("u",), "k", "peanuts")
+    node = hg.Semantic(id="n1", proposition="p", confidence=0.5, embedding=vector(1))
+    repo.backend.apply_changeset(hg.Changeset(additions=[node]))
+    reader = LMDB(path, readonly=True)
+    assert reader.get_node("n1") is not None and hg.Store(reader).get(("u",), "k") is not None
+    with pytest.raises(hg.StorageError, match="read-only"):
+        reader.apply_changeset(hg.Changeset(additions=[hg.Semantic(id="n2", proposition="q", confidence=0.5)]))
+    repo.close()
+    store.put(("u",), "k2", "walnuts")  # the environment outlives the handle that opened it
+    assert [h.entry.key for h in store.search_text("walnuts")] == ["k2"]
+    store.close()
+    assert reader.get_node("n1") is not None
+    reader.close()
+    again = LMDB(path)  # every handle closed: a fresh open
+    assert again.get_node("n1") is not None
+    again.close()
+
+
+def test_a_directory_open_read_only_is_not_reopened_for_writing_in_the_same_process(tmp_path: Path) -> None:
+    LMDB(tmp_path / "s").close()
+    reader = LMDB(tmp_path / "s", readonly=True)
+    with pytest.raises(hg.StorageError, match="open read-only in this process"):
+        LMDB(tmp_path / "s")
+    reader.close()
+    LMDB(tmp_path / "s").close()

@@ -12,7 +12,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
@@ -248,12 +249,18 @@ def _store(args: argparse.Namespace, out: TextIO, err: TextIO) -> bool:
     return True
 
 
-def progress_bar(err: TextIO, width: int = 30) -> Progress:
-    """A progress callback: a redrawn bar per phase on a terminal, a line per tenth otherwise (logs)."""
+def progress_bar(
+    err: TextIO, width: int = 30, *, after: float = 1.0, clock: Callable[[], float] = time.monotonic
+) -> Progress:
+    """A progress callback: a redrawn bar per phase on a terminal, a line per tenth otherwise (logs).
+    Silent for the first `after` seconds, so a quick command prints nothing but its answer."""
     tty = err.isatty()
     tenths: dict[str, int] = {}
+    start = clock()
 
     def show(phase: str, done: int, total: int) -> None:
+        if clock() - start < after:
+            return
         pct = 100 if total <= 0 else min(100, done * 100 // total)
         if tty:
             filled = width * pct // 100

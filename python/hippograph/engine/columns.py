@@ -76,12 +76,9 @@ class _UsageOrder:
 
 _STALE_MAX = 1024
 
-_ABSORB_BATCH = 4
-"""Pending vectors inserted per hold of the graph's lock: a query waits at most for this many inserts."""
-_COPY_CHUNK = 8192
-"""Rows the upkeep thread copies per hold of the shared lock (rows written in between start in no region)."""
-_SETTLE_S = 0.01
-"""The upkeep thread starts once no write has woken it for this long (or `_ABSORB_NOW` vectors wait)."""
+_ABSORB_BATCH = 4  # pending vectors inserted per hold of the graph's lock: a query waits for at most so many
+_COPY_CHUNK = 8192  # rows the upkeep thread copies per hold of the shared lock (rows written meanwhile: no region)
+_SETTLE_S = 0.01  # the upkeep thread starts once no write woke it for this long (or `_ABSORB_NOW` vectors wait)
 _ABSORB_NOW = 1024
 _ABSORB_IDLE_S = 5.0
 """An upkeep thread with nothing to do for this long exits; the next write or query starts another."""
@@ -165,8 +162,7 @@ class TypeColumns:
         self.upkeep_error: BaseException | None = None
         """Why the upkeep thread's last round failed (None: it did not)."""
         self._wake = threading.Event()
-        self._woken_at = 0.0
-        """When a write or query last woke the upkeep thread (monotonic seconds)."""
+        self._woken_at = 0.0  # when a write or query last woke the upkeep thread (monotonic seconds)
         shutdown.track(self)
         self._pending_rows: tuple[VectorIndex, int, npt.NDArray[np.uint32]] | None = None
         self.ids: list[str] = []
@@ -339,12 +335,10 @@ class TypeColumns:
                         return
                 continue
             self._wake.clear()
-            # Let a burst of writes (an ingestion, the recall that follows it) pass first: pending
-            # vectors are answered exactly meanwhile, and inserting them would compete with that recall.
-            # It sleeps rather than waits on `_wake`, so a write during the burst wakes no thread.
+            # Let a burst of writes (an ingestion, the recall that follows it) pass first: pending vectors
+            # are answered exactly meanwhile. Sleeping, not waiting on `_wake`: a write wakes no thread.
             while not self._builds_closed and len(self._pending_of()) < _ABSORB_NOW:
-                quiet = time.monotonic() - self._woken_at
-                if quiet >= _SETTLE_S:
+                if (quiet := time.monotonic() - self._woken_at) >= _SETTLE_S:
                     break
                 time.sleep(_SETTLE_S - quiet)
             self._wake.clear()

@@ -43,7 +43,7 @@ from ...graph.recall import find_candidates
 from ...graph.value import ValueFunctionConfig
 from ...store.protocol import EntryTxn
 from .._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record
-from . import checks
+from . import checks, envs
 from .cache import _Cache
 from .checks import _private_dir
 from .entries import ENTRY_DBS, LmdbEntryTxn
@@ -80,7 +80,6 @@ class LMDB(DerivedBackend):
         self.durability = durability
         self._readonly = readonly
         self._pid = os.getpid()
-        self._gate = RWLock()
         self._cache_lock = RWLock()
         self._cache = self._derived = _Cache(ann, self.path / "ann", self._cache_lock, self._read)
         self._write_lock = threading.Lock()
@@ -94,8 +93,9 @@ class LMDB(DerivedBackend):
             raise StorageError(f"{str(self.path)!r} exists and is not a hippograph store", operation="open")
         if not existed:
             _private_dir(self.path)
-        try:
-            self._env = lmdb.open(
+
+        def opener() -> lmdb.Environment:
+            return lmdb.open(
                 str(self.path),
                 map_size=map_size,
                 max_dbs=len(_DBS) + len(ENTRY_DBS) + 1,
@@ -105,20 +105,36 @@ class LMDB(DerivedBackend):
                 mode=0o600,
                 max_readers=256,
             )
-            checks.refuse_truncated(self._env, self.path)
-            checks.refuse_damaged(self._env, self.path)
-            checks.refuse_foreign(self._env, self.path)
+
+        def check(env: lmdb.Environment) -> None:
+            checks.refuse_truncated(env, self.path)
+            checks.refuse_damaged(env, self.path)
+            checks.refuse_foreign(env, self.path)
+
+        try:
+            self._shared = envs.acquire(self.path, readonly, durability == "sync", opener, check)
+        except lmdb.Error as exc:
+            raise StorageError(f"cannot open {str(self.path)!r} as an LMDB store: {exc}", operation="open") from None
+        self._env, self._gate = self._shared.env, self._shared.gate
+        try:
+            self._open_dbs(readonly)
+            if not existed:  # LMDB applies the umask to `mode`; files of an existing store keep the owner's choice
+                for name in ("data.mdb", "lock.mdb"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.chmod(self.path / name, stat.S_IRUSR | stat.S_IWUSR)
+            self._init_info(readonly)
+        except BaseException:
+            envs.release(self._shared)
+            raise
+
+    def _open_dbs(self, readonly: bool) -> None:
+        try:
             self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in _DBS}
             for name in ENTRY_DBS:  # a store written before entries existed, opened read-only, has none
                 with contextlib.suppress(lmdb.NotFoundError):
                     self._dbs[name] = self._env.open_db(name.encode(), create=not readonly)
         except lmdb.Error as exc:
             raise StorageError(f"cannot open {str(self.path)!r} as an LMDB store: {exc}", operation="open") from None
-        if not existed:  # LMDB applies the umask to `mode`; files of an existing store keep the owner's choice
-            for name in ("data.mdb", "lock.mdb"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.chmod(self.path / name, stat.S_IRUSR | stat.S_IWUSR)
-        self._init_info(readonly)
 
     def _init_info(self, readonly: bool) -> None:
         if self._read(lambda t: checks.check_info(t, self.path)) or readonly:
@@ -163,7 +179,12 @@ class LMDB(DerivedBackend):
                 return fn(_Txn(txn, self._dbs))
 
         self._guard(operation)
+        if self._readonly:
+            raise StorageError("the store was opened read-only", operation=operation)
         result = self._retrying(operation, run)
+        if self.durability == "sync" and not self._shared.synced:
+            # Another handle of this process opened the environment without syncing each commit.
+            self._retrying(operation, lambda: self._env.sync(True))
         if self._cache.seq >= 0:  # the writer, not the next recall, brings this process's columns up
             with contextlib.suppress(Exception):  # the write stands; the next read refreshes and reports
                 self._refresh(operation)
@@ -524,5 +545,4 @@ class LMDB(DerivedBackend):
                     warnings.warn(f"hippograph: vector index not saved: {exc}", RuntimeWarning, stacklevel=2)
             self._closed = True
             if os.getpid() == self._pid:
-                with self._gate.write():
-                    self._env.close()
+                envs.release(self._shared)
