@@ -31,10 +31,25 @@ from ..errors import ConfigError
 
 try:
     import hnswlib
-except ImportError:  # pragma: no cover - hnswlib is a declared dependency
+except ImportError:  # the `ann` extra is not installed: every query is answered by the exact scan
     hnswlib = None
 
-__all__ = ["DEFAULT_ANN", "AnnConfig", "VectorIndex", "ann_available", "build_rows", "hnsw_index", "replay"]
+NO_HNSWLIB = (
+    "hnswlib is not installed (pip install 'hippograph[ann]'; it builds from source, so it needs a C++ "
+    "compiler): the exact scan answers every query"
+)
+"""What `vector_index_stats()` says when no vector index can exist."""
+
+__all__ = [
+    "DEFAULT_ANN",
+    "NO_HNSWLIB",
+    "AnnConfig",
+    "VectorIndex",
+    "ann_available",
+    "build_rows",
+    "hnsw_index",
+    "replay",
+]
 
 
 def ann_available() -> bool:
@@ -43,8 +58,8 @@ def ann_available() -> bool:
 
 def hnsw_index(dim: int) -> Any:
     """An empty hnswlib index over cosine distance (hnswlib must be installed)."""
-    if hnswlib is None:  # pragma: no cover
-        raise ConfigError("hnswlib is not installed; approximate recall is unavailable")
+    if hnswlib is None:
+        raise ConfigError(NO_HNSWLIB)
     return hnswlib.Index(space="cosine", dim=dim)
 
 

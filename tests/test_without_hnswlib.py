@@ -1,0 +1,51 @@
+"""Without the `ann` extra (no hnswlib, which builds from source): everything works on the exact scan,
+and the vector-index statistics say why. Run in a child process where ``import hnswlib`` fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["hnswlib"] = None  # `import hnswlib` raises ImportError, as without the extra
+    import numpy as np
+    import hippograph as hg
+    from hippograph.cli import main
+    from hippograph.embedding import HashingEmbedder
+    from hippograph.structuring import episodic
+
+    where = sys.argv[1]
+    embed = HashingEmbedder(dim=32)
+    out = {}
+    with hg.open_store("s", path=where + "/s", embed=embed) as store:
+        store.put_many([{"scope": ("u", str(i % 3)), "key": f"k{i}", "text": f"note {i} apple"} for i in range(300)])
+        out["search"] = [h.entry.key for h in store.search(("u",), text="note 7 apple", limit=3)]
+        out["exact"] = [h.entry.key for h in store.search(("u",), vector=embed(["note 7 apple"])[0], limit=3)]
+        out["built"] = store.build_vector_index()
+        out["store_stats"] = store.vector_index_stats()
+    with hg.open_repo("r", path=where + "/r") as repo:
+        repo.ingest(hg.Trajectory(source_id="a", goal="fix the build", steps=[hg.Step("look", "act")]), episodic(embed))
+        out["recall"] = [h.node.id for h in repo.recall(embed(["fix the build"])[0])]
+        out["repo_stats"] = repo.vector_index_stats()["episodic"]
+    main(["index", "--path", where + "/r"])
+    print(json.dumps(out))
+    """
+)
+
+
+def test_without_hnswlib_the_exact_scan_answers_and_the_stats_say_why(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    *cli, last = run.stdout.strip().splitlines()
+    out = json.loads(last)
+    assert out["search"][0] == "k7" and out["exact"][0] == "k7" and out["built"] is False
+    assert out["recall"] and all(node_id.startswith("a:") for node_id in out["recall"])
+    for stats in (out["store_stats"], out["repo_stats"]):
+        assert stats["available"] is False and stats["exact_fallback"] is True
+        assert "hippograph[ann]" in stats["fallback_reason"] and "exact scan" in stats["fallback_reason"]
+    assert any("hnswlib is not installed" in line for line in cli)
