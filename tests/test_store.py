@@ -182,6 +182,29 @@ def test_a_writer_indexes_its_own_puts_and_still_sees_writes_made_in_between(kin
     backend.close()
 
 
+def test_a_scopes_entries_lie_in_a_few_runs_of_rows_however_writes_interleave() -> None:
+    """Slots are reserved per scope in growing runs, so a scoped search reads a few contiguous runs
+    of the vector matrix, not rows scattered over it; slots freed by deletes are reused."""
+    store = hg.Store(InMemory(), embed=fake_embed)
+    store.put(("seed",), "k", "x")
+    for i in range(3000):  # one entry per scope in turn: the worst interleaving
+        store.put(("u", str(i % 10)), f"k{i}", "meal plan")
+    store.refresh()
+    ix = store._index
+    for scope in ix.scopes_under(("u",)):
+        rows = np.sort(ix._members(scope))
+        runs = 1 + int((np.diff(rows.astype(np.int64)) != 1).sum())
+        assert runs <= 300 / 32 + 6, (scope, runs)
+    assert len(ix.entries) <= 3001 + 10 * 32  # at most one run held in reserve per scope
+    for i in range(0, 3000, 10):
+        store.delete(("u", "0"), f"k{i}")
+    before = len(ix.entries)
+    for i in range(300):
+        store.put(("u", "0"), f"again{i}", "meal plan")
+    store.refresh()
+    assert len(ix.entries) == before and len(store.search_text("meal", ("u", "0"), limit=1000)) == 300
+
+
 def test_a_graph_repo_and_a_store_share_one_lmdb_directory(tmp_path: Path) -> None:
     backend = LMDB(tmp_path / "both")
     repo = hg.Repo(backend)

@@ -44,6 +44,8 @@ _COSINE = ScanParams(threshold=float(np.nextafter(0.0, 1.0)), top_k=1, gate="rel
 """Relevance alone: rows without usage metadata score their cosine, and only those above 0 count."""
 
 
+_RUN = 32
+"""Most slots reserved for a scope at once: a scope's vectors lie in runs of up to this many rows."""
 _PROGRESS_STEP = 4096
 """Entries between two progress reports of a rebuild."""
 
@@ -75,6 +77,9 @@ class EntryIndex:
         """Per slot, the ref as bytes that sort like (scope, key): the tie-break."""
         self.slot_of: dict[tuple[Scope, str], int] = {}
         self.free: list[int] = []
+        """Slots no scope holds (their scope emptied): taken before the matrix grows."""
+        self._spare: dict[Scope, list[int]] = {}
+        """Per scope, slots reserved for its next entries (`_take_slot`)."""
         self.scopes: dict[Scope, set[int]] = {}
         self._arrays: dict[Scope, Slots] = {}
         self._under: dict[Scope, list[Scope]] = {}
@@ -154,14 +159,29 @@ class EntryIndex:
         self.active = np.concatenate([self.active, np.zeros(new - cap, bool)])
         self.expires = np.concatenate([self.expires, np.zeros(new - cap, np.float64)])
 
+    def _take_slot(self, scope: Scope) -> int:
+        """A slot for a new entry of `scope`: one the scope holds in reserve, else one of an emptied
+        scope, else a run reserved for it at the end (as long as the scope already is, up to `_RUN`),
+        so a scope's vectors lie in a few contiguous runs and a scoped search reads them as such."""
+        spare = self._spare.get(scope)
+        if spare:
+            return spare.pop()
+        if self.free:
+            return self.free.pop()
+        size = min(_RUN, max(1, len(self.scopes.get(scope, ()))))
+        start = len(self.entries)
+        self.entries.extend([None] * size)
+        self.refs.extend([b""] * size)
+        self._grow(start + size)
+        if size > 1:
+            self._spare[scope] = list(range(start + size - 1, start, -1))  # popped lowest first
+        return start
+
     def set(self, e: Entry) -> None:
         """Indexes `e` at its ref, replacing what was there."""
         slot = self.slot_of.get(e.ref)
         if slot is None:
-            slot = self.free.pop() if self.free else len(self.entries)
-            if slot == len(self.entries):
-                self.entries.append(None)
-                self.refs.append(b"")
+            slot = self._take_slot(e.scope)
             self.refs[slot] = ref_bytes(e.scope, e.key)
             self._grow(slot + 1)
             self.slot_of[e.ref] = slot
@@ -212,13 +232,15 @@ class EntryIndex:
         members = self.scopes[ref[0]]
         members.discard(slot)
         self._arrays.pop(ref[0], None)
-        if not members:
-            del self.scopes[ref[0]]
-            self._under.clear()
         self.active[slot] = False
         self.norms[slot] = 0.0
         self.lexical.remove(slot)
-        self.free.append(slot)
+        if members:  # the scope's next entry takes the slot back
+            self._spare.setdefault(ref[0], []).append(slot)
+        else:
+            del self.scopes[ref[0]]
+            self._under.clear()
+            self.free += [slot, *self._spare.pop(ref[0], ())]
 
     # -- what a read may see --------------------------------------------------------------------
 
