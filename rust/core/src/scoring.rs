@@ -16,8 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 const PAR_CHUNK_ROWS: usize = 2048;
 /// Below this many matrix elements the scan runs on the calling thread.
 const PAR_MIN_ELEMS: usize = 1 << 21;
-/// A listed-rows scan splits across threads from this many elements, in tasks of so many rows.
-const PAR_MIN_LISTED_ELEMS: usize = 1 << 18;
+/// A listed-rows scan splits across threads from as many elements as a full scan does (below that,
+/// waking the pool costs more than a second core gains), in tasks of so many rows.
+const PAR_MIN_LISTED_ELEMS: usize = PAR_MIN_ELEMS;
 const PAR_LISTED_ROWS: usize = 256;
 /// How many listed rows ahead of the one being scored are prefetched.
 const PREFETCH_ROWS_AHEAD: usize = 2;
@@ -844,7 +845,7 @@ mod tests {
 
     #[test]
     fn long_row_lists_with_runs_match_relevance() {
-        let (n, dim) = (6000usize, 64usize);
+        let (n, dim) = (40_000usize, 64usize);
         let data: Vec<f32> = (0..n * dim).map(|i| ((i * 2654435761usize % 1000) as f32) / 500.0 - 1.0).collect();
         let mut norms = row_norms(&data, dim);
         norms[17] = 0.0;
