@@ -254,7 +254,12 @@ def large_store(path: Path, n: int) -> Path:
     return path
 
 
-def test_index_builds_saves_and_then_loads_the_vector_index(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_index_builds_saves_and_then_loads_the_vector_index(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hippograph.cli as cli
+
+    monkeypatch.setattr(cli, "progress_bar", lambda err: progress_bar(err, after=0))  # however fast the build
     store = large_store(tmp_path / "big", 20_001)
     code, out, err = run(capsys, "index", "--path", str(store))
     assert code == 0
