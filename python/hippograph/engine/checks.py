@@ -118,19 +118,28 @@ def _not_real(value: object, raw: npt.NDArray[Any]) -> bool:
     return isinstance(value, (list, tuple)) and any(issubclass(t, _NOT_REAL) for t in set(map(type, value)))
 
 
-def as_embedding(value: object, what: str = "embedding") -> Embedding:
-    """A finite, non-empty, 1-D float32 copy that nobody can mutate afterwards."""
+def _converted(value: object, what: str) -> npt.NDArray[np.float32] | None:
+    """`value` as a new float32 array, or None when it holds anything but real numbers."""
     if isinstance(value, (str, bytes)):
         raise ValidationError(f"{what} must be a sequence of numbers, got {type(value).__name__}")
     try:
         raw = np.asarray(value)
         # numpy would parse numeric strings, drop imaginary parts and read bools as 0/1: all refused.
-        refused = _not_real(value, raw)
+        if _not_real(value, raw):
+            return None
         with np.errstate(over="ignore", invalid="ignore"):
-            arr = None if refused else np.array(raw, dtype=np.float32, copy=True)
+            return np.array(raw, dtype=np.float32, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:
         # numpy's message quotes the element it choked on: user data, kept out of the error.
         raise ValidationError(f"{what} is not a numeric vector ({type(exc).__name__})") from None
+
+
+def as_embedding(value: object, what: str = "embedding") -> Embedding:
+    """A finite, non-empty, 1-D float32 copy that nobody can mutate afterwards."""
+    if type(value) is np.ndarray and value.dtype == np.float32:  # the common case: only the copy
+        arr: npt.NDArray[np.float32] | None = value.copy()
+    else:
+        arr = _converted(value, what)
     if arr is None:
         raise ValidationError(f"{what} must hold real numbers, not strings, booleans or complex numbers")
     if arr.ndim != 1:

@@ -48,6 +48,7 @@ class LmdbEntryTxn:
         self.dbs = dbs
         self.writable = writable
         self.changed: set[Ref] = set()
+        self._seq: int | None = None  # the counter as this transaction sees it (only `finish` moves it)
 
     def _db(self, name: str) -> Any:
         return self.dbs.get(name)
@@ -92,7 +93,8 @@ class LmdbEntryTxn:
         self._check()
         digest = _scope_digest(entry.scope)
         self.txn.put(digest + layout._key(entry.key), encode_entry(entry), db=self.dbs["entries"])
-        self.txn.put(digest, msgpack.packb(list(entry.scope)), db=self.dbs["escopes"], overwrite=True)
+        # The scope's record is the same bytes whenever it exists: written only when it does not.
+        self.txn.put(digest, msgpack.packb(list(entry.scope)), db=self.dbs["escopes"], overwrite=False)
         self.changed.add(entry.ref)
 
     def delete(self, scope: Scope, key: str) -> bool:
@@ -107,8 +109,10 @@ class LmdbEntryTxn:
         return True
 
     def seq(self) -> int:
-        raw = self.txn.get(_SEQ, db=self.dbs["info"])
-        return 0 if raw is None else layout._number(bytes(raw), ">Q", "entry change counter")
+        if self._seq is None:
+            raw = self.txn.get(_SEQ, db=self.dbs["info"])
+            self._seq = 0 if raw is None else layout._number(bytes(raw), ">Q", "entry change counter")
+        return self._seq
 
     def changes(self, since: int) -> tuple[int, list[Ref] | None]:
         seq = self.seq()
@@ -134,6 +138,7 @@ class LmdbEntryTxn:
             return
         seq = self.seq() + 1
         self.txn.put(_SEQ, struct.pack(">Q", seq), db=self.dbs["info"])
+        self._seq = seq
         refs = [[list(s), k] for s, k in sorted(self.changed)]
         self.txn.put(layout._seq_key(seq), msgpack.packb(refs), db=self.dbs["elog"])
         old = seq - layout.LOG_KEEP
