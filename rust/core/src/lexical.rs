@@ -28,8 +28,13 @@ struct Posting {
     tf: u32,
 }
 
-struct Doc {
+#[derive(Clone, Copy, Default)]
+struct Slot {
     generation: u32,
+    len: u32,
+}
+
+struct Doc {
     /// (term, frequency), sorted by term.
     terms: Vec<(u32, u32)>,
     len: u32,
@@ -42,7 +47,9 @@ pub struct LexicalIndex {
     postings: Vec<Vec<Posting>>,
     df: Vec<u32>,
     docs: Vec<Option<Doc>>,
-    generations: Vec<u32>,
+    /// Per document number: the generation its live postings carry (advanced on removal too, so
+    /// a removed document's postings match nothing) and its length; what a walk reads per posting.
+    slots: Vec<Slot>,
     live: u32,
     total_len: u64,
     stale: usize,
@@ -85,10 +92,9 @@ impl LexicalIndex {
         let at = doc as usize;
         if self.docs.len() <= at {
             self.docs.resize_with(at + 1, || None);
-            self.generations.resize(at + 1, 0);
+            self.slots.resize(at + 1, Slot::default());
         }
-        let generation = self.generations[at].wrapping_add(1);
-        self.generations[at] = generation;
+        let generation = self.slots[at].generation.wrapping_add(1);
         let mut counts: HashMap<u32, u32> = HashMap::new();
         let mut len = 0u32;
         for token in tokens(text) {
@@ -110,7 +116,8 @@ impl LexicalIndex {
         self.postings_len += terms.len();
         self.live += 1;
         self.total_len += u64::from(len);
-        self.docs[at] = Some(Doc { generation, terms, len });
+        self.docs[at] = Some(Doc { terms, len });
+        self.slots[at] = Slot { generation, len };
     }
 
     /// Forgets document `doc`; false when it was not indexed.
@@ -118,6 +125,8 @@ impl LexicalIndex {
         let Some(old) = self.docs.get_mut(doc as usize).and_then(Option::take) else {
             return false;
         };
+        let slot = &mut self.slots[doc as usize];
+        *slot = Slot { generation: slot.generation.wrapping_add(1), len: 0 };
         for &(term, _) in &old.terms {
             self.df[term as usize] -= 1;
         }
@@ -131,9 +140,9 @@ impl LexicalIndex {
     }
 
     fn compact(&mut self) {
-        let docs = &self.docs;
+        let slots = &self.slots;
         for list in &mut self.postings {
-            list.retain(|p| matches!(&docs[p.doc as usize], Some(d) if d.generation == p.generation));
+            list.retain(|p| slots[p.doc as usize].generation == p.generation);
         }
         self.postings_len -= self.stale;
         self.stale = 0;
@@ -153,10 +162,16 @@ impl LexicalIndex {
             .collect()
     }
 
-    fn term_score(&self, idf: f32, tf: u32, len: u32) -> f32 {
+    /// BM25's length normalisation `K1 * (1 - B + B * len / avg)` as `c0 + c1 * len`.
+    fn length_terms(&self) -> (f32, f32) {
         let avg = self.average_length().max(f32::MIN_POSITIVE);
+        (K1 * (1.0 - B), K1 * B / avg)
+    }
+
+    fn term_score(&self, idf: f32, tf: u32, len: u32) -> f32 {
+        let (c0, c1) = self.length_terms();
         let tf = tf as f32;
-        idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len as f32 / avg))
+        idf * tf * (K1 + 1.0) / (tf + c0 + c1 * len as f32)
     }
 
     /// The BM25 score of every document matching a word of `query`, restricted to `allowed` when
@@ -170,7 +185,7 @@ impl LexicalIndex {
         let scanned: usize = terms.iter().map(|&(t, _)| self.postings[t as usize].len()).sum();
         let found = match allowed {
             Some(subset) if subset.len().saturating_mul(terms.len()) < scanned => self.score_subset(&terms, subset),
-            _ => self.score_postings(&terms, allowed),
+            _ => self.score_postings(&terms, allowed, k),
         };
         top(found, k)
     }
@@ -193,8 +208,12 @@ impl LexicalIndex {
         out
     }
 
-    /// Walks the postings of the query's words, accumulating per document.
-    fn score_postings(&self, terms: &[(u32, f32)], allowed: Option<&[u32]>) -> Vec<Scored> {
+    /// Walks the postings of the query's words, rarest first, accumulating per document; once the
+    /// words left could not lift an unseen document to the k-th score found so far (MaxScore), they
+    /// are looked up in the documents already found instead, and documents that can no longer reach
+    /// the k-th score are dropped. The survivors are scored afresh in query order, so every path
+    /// gives the same sums.
+    fn score_postings(&self, terms: &[(u32, f32)], allowed: Option<&[u32]>, k: usize) -> Vec<Scored> {
         let mask = allowed.map(|subset| {
             let mut mask = vec![false; self.docs.len()];
             for &doc in subset {
@@ -204,23 +223,83 @@ impl LexicalIndex {
             }
             mask
         });
-        let mut acc = vec![0.0f32; self.docs.len()];
-        let mut touched = Vec::new();
-        for &(term, idf) in terms {
-            for p in &self.postings[term as usize] {
-                let at = p.doc as usize;
-                let Some(d) = &self.docs[at] else { continue };
-                if d.generation != p.generation || mask.as_ref().is_some_and(|m| !m[at]) {
-                    continue;
-                }
-                if acc[at] == 0.0 {
-                    touched.push(p.doc);
-                }
-                acc[at] += self.term_score(idf, p.tf, d.len);
-            }
+        let mut order: Vec<(u32, f32)> = terms.to_vec();
+        order.sort_by_key(|&(t, _)| (self.postings[t as usize].len(), t));
+        // `left[i]`: the most the words from order[i] on can add to one document.
+        let mut left = vec![0.0f32; order.len() + 1];
+        for i in (0..order.len()).rev() {
+            left[i] = left[i + 1] + order[i].1 * (K1 + 1.0);
         }
-        touched.into_iter().map(|doc| Scored { doc, score: acc[doc as usize] }).filter(|s| s.score > 0.0).collect()
+        let mut acc = vec![0.0f32; self.docs.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        let mut kth = 0.0f32;
+        let mut walked = 0;
+        for (i, &(term, idf)) in order.iter().enumerate() {
+            if touched.len() >= k && below(left[i], kth) {
+                break;
+            }
+            self.walk(term, idf, mask.as_deref(), &mut acc, Some(&mut touched));
+            walked = i + 1;
+            kth = kth_score(touched.iter().map(|&d| acc[d as usize]), k);
+        }
+        let mut alive = touched;
+        for (i, &(term, idf)) in order.iter().enumerate().skip(walked) {
+            alive.retain(|&doc| !below(acc[doc as usize] + left[i], kth));
+            if self.postings[term as usize].len() <= WALK_OVER_LOOKUP * alive.len() {
+                self.walk(term, idf, mask.as_deref(), &mut acc, None);
+            } else {
+                for &doc in &alive {
+                    let Some(d) = &self.docs[doc as usize] else { continue };
+                    if let Ok(j) = d.terms.binary_search_by_key(&term, |&(t, _)| t) {
+                        acc[doc as usize] += self.term_score(idf, d.terms[j].1, d.len);
+                    }
+                }
+            }
+            kth = kth_score(alive.iter().map(|&d| acc[d as usize]), k);
+        }
+        alive.retain(|&doc| !below(acc[doc as usize], kth));
+        self.score_subset(terms, &alive)
     }
+
+    /// Adds `term`'s part to the live, allowed documents of its postings: every one when `touched`
+    /// is given (which learns the new ones), else only those already found.
+    fn walk(&self, term: u32, idf: f32, mask: Option<&[bool]>, acc: &mut [f32], mut touched: Option<&mut Vec<u32>>) {
+        let (c0, c1) = self.length_terms();
+        for p in &self.postings[term as usize] {
+            let at = p.doc as usize;
+            let slot = self.slots[at];
+            if slot.generation != p.generation || mask.is_some_and(|m| !m[at]) {
+                continue;
+            }
+            if acc[at] == 0.0 {
+                match touched.as_deref_mut() {
+                    Some(found) => found.push(p.doc),
+                    None => continue,
+                }
+            }
+            let tf = p.tf as f32;
+            acc[at] += idf * tf * (K1 + 1.0) / (tf + c0 + c1 * slot.len as f32);
+        }
+    }
+}
+
+/// A word's postings are walked rather than looked up in each document still in the running while
+/// they are at most this many times as many (a lookup is a binary search in the document's words).
+const WALK_OVER_LOOKUP: usize = 8;
+
+/// `bound` is surely below `kth`, whatever the order the sums behind either were added in.
+fn below(bound: f32, kth: f32) -> bool {
+    bound * (1.0 + 1e-4) < kth
+}
+
+/// The k-th largest of `scores` (0 when there are fewer than k).
+fn kth_score(scores: impl Iterator<Item = f32>, k: usize) -> f32 {
+    let mut all: Vec<f32> = scores.collect();
+    if all.len() < k || k == 0 {
+        return 0.0;
+    }
+    let (_, kth, _) = all.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+    *kth
 }
 
 fn better(a: &Scored, b: &Scored) -> std::cmp::Ordering {
@@ -310,7 +389,7 @@ mod tests {
         let ix = index(&refs);
         let subset: Vec<u32> = (0..300).filter(|i| i % 5 == 0).collect();
         let by_subset = ix.score_subset(&ix.query_terms("common w3 tail1"), &subset);
-        let by_postings = ix.score_postings(&ix.query_terms("common w3 tail1"), Some(&subset));
+        let by_postings = ix.score_postings(&ix.query_terms("common w3 tail1"), Some(&subset), 1000);
         assert_eq!(top(by_subset, 1000), top(by_postings, 1000));
         let few = ix.search("w3 w5", Some(&[3, 5, 8]), 10);
         assert!(few.iter().all(|s| [3, 5, 8].contains(&s.doc)));
@@ -333,5 +412,48 @@ mod tests {
         assert!(ix.stale <= ix.postings_len);
         assert_eq!(ix.search("round4", None, 2000).len(), 1000);
         assert!(ix.search("round3", None, 10).is_empty());
+    }
+
+    #[test]
+    fn pruned_walk_finds_what_scoring_every_document_finds() {
+        // Zipf-like words over varied lengths, queries mixing common and rare words, many k.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let word = |r: u64| format!("w{}", (r as f64).sqrt() as u64);
+        // "common" is in nine documents of ten: rarer words walked first leave few documents in the
+        // running, and its postings are then looked up in them rather than walked.
+        let texts: Vec<String> = (0..2000)
+            .map(|_| {
+                let mut words: Vec<String> = (0..3 + next(30)).map(|_| word(next(40_000))).collect();
+                if next(10) > 0 {
+                    words.extend((0..1 + next(3)).map(|_| "common".to_string()));
+                }
+                words.join(" ")
+            })
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut ix = index(&refs);
+        for doc in (0..2000).step_by(7) {
+            ix.remove(doc);
+        }
+        let every: Vec<u32> = (0..2000).collect();
+        let subset: Vec<u32> = (0..2000).filter(|d| d % 3 == 0).collect();
+        for round in 0..200 {
+            let mut query = (0..1 + next(5)).map(|_| word(next(40_000))).collect::<Vec<_>>().join(" ");
+            if round % 2 == 0 {
+                query.push_str(" common");
+            }
+            let terms = ix.query_terms(&query);
+            let k = 1 + (round % 40) as usize;
+            for allowed in [None, Some(&subset[..])] {
+                let all = ix.score_subset(&terms, allowed.unwrap_or(&every));
+                assert_eq!(top(ix.score_postings(&terms, allowed, k), k), top(all, k), "{query} k={k}");
+            }
+        }
     }
 }
