@@ -3,8 +3,10 @@ against its formula, the derived index's freshness, and a graph repo sharing one
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ segments = st.text(st.characters(blacklist_categories=("Cs",), blacklist_charact
 @given(st.lists(segments, max_size=6))
 def test_valid_scopes_are_accepted_as_tuples(scope: list[str]) -> None:
     assert model.check_scope(scope) == tuple(scope)
+    assert model.check_scope(tuple(scope)) == tuple(scope)  # a second time, from the checked scopes
 
 
 @given(
@@ -37,11 +40,13 @@ def test_valid_scopes_are_accepted_as_tuples(scope: list[str]) -> None:
         st.lists(st.integers(), min_size=1, max_size=3).map(tuple),
         st.lists(segments, min_size=33, max_size=40).map(tuple),
         st.just(("x" * 256,)),
+        st.just((["users"],)),
     )
 )
 def test_bad_scopes_are_refused(scope: Any) -> None:
-    with pytest.raises(ValidationError):
-        model.check_scope(scope)
+    for _ in range(2):  # refused again: a refused scope is never remembered as checked
+        with pytest.raises(ValidationError):
+            model.check_scope(scope)
 
 
 @given(st.lists(segments, max_size=4), st.lists(segments, max_size=4))
@@ -67,6 +72,26 @@ def test_json_values_are_accepted_and_round_trip_through_the_codec(value: dict[s
     from hippograph.store.codec import decode_entry, encode_entry
 
     assert decode_entry(encode_entry(e)) == e
+
+
+@given(
+    st.datetimes(timezones=st.just(UTC) | st.timezones(), allow_imaginary=False),
+    st.datetimes(timezones=st.just(UTC), allow_imaginary=False),
+)
+def test_times_round_trip_exactly_through_the_codec(when: datetime, other: datetime) -> None:
+    from hippograph.store.codec import _micros, decode_entry, encode_entry
+
+    assert _micros(when) == (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    e = hg.Store(InMemory()).put(("s",), "k", "x")
+    for created, updated, accessed in ((when, when, when), (when, other, when), (other, when, other)):
+        e2 = dataclasses.replace(e, created_at=created, updated_at=updated, accessed_at=accessed, expires_at=other)
+        back = decode_entry(encode_entry(e2))
+        assert (back.created_at, back.updated_at, back.accessed_at, back.expires_at) == (
+            created,
+            updated,
+            accessed,
+            other,
+        )
 
 
 @given(st.sampled_from([math.nan, math.inf, object(), b"bytes", {1: "int key"}, 2**64, {"s": {1, 2}}]))

@@ -28,6 +28,7 @@ __all__ = [
     "check_text",
     "finite_float",
     "utcnow",
+    "vector_norm",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -132,6 +133,12 @@ def _converted(value: object, what: str) -> npt.NDArray[np.float32] | None:
     except (TypeError, ValueError, OverflowError) as exc:
         # numpy's message quotes the element it choked on: user data, kept out of the error.
         raise ValidationError(f"{what} is not a numeric vector ({type(exc).__name__})") from None
+
+
+def vector_norm(v: npt.NDArray[np.float32]) -> float:
+    """The Euclidean norm, summed in float64: every copy of a vector's norm is this one value."""
+    wide = v.astype(np.float64)
+    return math.sqrt(float(wide @ wide))
 
 
 def as_embedding(value: object, what: str = "embedding") -> Embedding:

@@ -26,7 +26,7 @@ from .. import _core
 from ..errors import ValidationError
 from . import regions as regions_
 from . import shutdown, vector_index
-from .checks import Embedding
+from .checks import Embedding, vector_norm
 from .regions import Regions
 from .tiebreak import TieBreak
 from .vector_index import NO_HNSWLIB, AnnConfig, VectorIndex, ann_available
@@ -201,7 +201,7 @@ class TypeColumns:
         self.dim = dim
         self._mat = np.zeros((self._norms.shape[0], dim), np.float32)
 
-    def upsert(self, node_id: str, embedding: Embedding | None, usage: Usage | None) -> None:
+    def upsert(self, node_id: str, embedding: Embedding | None, usage: Usage | None, norm: float | None = None) -> None:
         if embedding is not None:
             self._ensure_dim(embedding.shape[0])
         r = self.row.get(node_id)
@@ -218,7 +218,7 @@ class TypeColumns:
             self._norms[r] = 0.0
         else:
             self._mat[r] = embedding
-            self._norms[r] = np.sqrt(np.dot(embedding.astype(np.float64), embedding.astype(np.float64)))
+            self._norms[r] = vector_norm(embedding) if norm is None else norm  # the caller's: the same value
         if not unchanged:
             self._note_change(node_id)
             self._leave_region(r)

@@ -21,8 +21,15 @@ _FORMAT = 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+_EPOCH_DAY = _EPOCH.toordinal()
+
+
 def _micros(t: datetime) -> int:
-    return (t - _EPOCH) // timedelta(microseconds=1)
+    """Exact integer microseconds since the epoch (integer arithmetic; UTC times take the short way)."""
+    if t.tzinfo is not UTC:
+        return (t - _EPOCH) // timedelta(microseconds=1)
+    seconds = (t.toordinal() - _EPOCH_DAY) * 86400 + t.hour * 3600 + t.minute * 60 + t.second
+    return seconds * 1_000_000 + t.microsecond
 
 
 def _time(us: int) -> datetime:
@@ -31,10 +38,12 @@ def _time(us: int) -> datetime:
 
 def encode_entry(e: Entry) -> bytes:
     emb = None if e.embedding is None else np.asarray(e.embedding, "<f4").tobytes()
+    updated = _micros(e.updated_at)
+    created = updated if e.created_at == e.updated_at else _micros(e.created_at)
+    accessed = updated if e.accessed_at == e.updated_at else _micros(e.accessed_at)
     doc = {
         "f": _FORMAT, "s": list(e.scope), "k": e.key, "t": e.text, "v": e.value, "d": e.kind,
-        "i": e.importance, "e": emb, "st": e.status, "c": _micros(e.created_at), "u": _micros(e.updated_at),
-        "a": _micros(e.accessed_at), "n": e.access_count,
+        "i": e.importance, "e": emb, "st": e.status, "c": created, "u": updated, "a": accessed, "n": e.access_count,
         "x": None if e.expires_at is None else _micros(e.expires_at),
     }  # fmt: skip
     return bytes(msgpack.packb(doc, use_bin_type=True))

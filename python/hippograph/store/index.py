@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
 import threading
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -23,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from ..engine.checks import Progress
+from ..engine.checks import Progress, vector_norm
 from ..engine.columns import TypeColumns
 from ..engine.query import ScanParams, calibrate, scan
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
@@ -197,6 +196,7 @@ class EntryIndex:
         self.expiring += e.status == "active" and e.expires_at is not None
         self.active[slot] = e.status == "active"
         self.expires[slot] = np.inf if e.expires_at is None else e.expires_at.timestamp()
+        norm = 0.0
         if e.embedding is None:
             self.norms[slot] = 0.0
         else:
@@ -206,10 +206,10 @@ class EntryIndex:
             if len(e.embedding) != self.dim:  # the store refuses this before writing; another writer did not
                 raise ConfigError(f"entry {e.key!r:.80} has dimension {len(e.embedding)}; the store's is {self.dim}")
             self.matrix[slot] = e.embedding
-            self.norms[slot] = math.sqrt(float(np.dot(e.embedding, e.embedding)))
+            self.norms[slot] = norm = vector_norm(e.embedding)
         rid = self.refs[slot].decode()
         if e.status == "active" and e.embedding is not None:
-            self.columns.upsert(rid, e.embedding, None)
+            self.columns.upsert(rid, e.embedding, None, norm)
         else:
             self.columns.remove(rid)
         self.lexical.set(slot, e.text)

@@ -45,9 +45,20 @@ MAX_KEY_BYTES = 512
 _MAX_VALUE_DEPTH = 32
 
 
+_CHECKED_SCOPES: dict[Scope, Scope] = {}
+"""Scopes that passed `check_scope`, so the scope an agent writes to again costs one lookup."""
+
+
 def check_scope(value: object, what: str = "scope") -> Scope:
     """A tuple (or list) of non-empty str segments without NUL; a bare str is refused (it would
     iterate into characters)."""
+    if type(value) is tuple:
+        try:
+            known = _CHECKED_SCOPES.get(value)
+        except TypeError:  # an unhashable segment: refused below
+            known = None
+        if known is not None:
+            return known
     if isinstance(value, (str, bytes)):
         raise ValidationError(f"{what} must be a tuple of str segments, got a single {type(value).__name__}")
     if not isinstance(value, (tuple, list)):
@@ -64,7 +75,11 @@ def check_scope(value: object, what: str = "scope") -> Scope:
         size = len(check_text(seg, f"{what} segment {i}").encode("utf-8"))
         if size > MAX_SEGMENT_BYTES:
             raise ValidationError(f"{what} segment {i} is {size} UTF-8 bytes; the limit is {MAX_SEGMENT_BYTES}")
-    return tuple(value)
+    checked = tuple(value)
+    if len(_CHECKED_SCOPES) >= 4096:
+        _CHECKED_SCOPES.clear()
+    _CHECKED_SCOPES[checked] = checked
+    return checked
 
 
 def check_key(value: object) -> str:

@@ -21,6 +21,16 @@ pub fn tokens(text: &str) -> Vec<String> {
     text.unicode_words().map(str::to_lowercase).collect()
 }
 
+/// `token.to_lowercase()` into `out` (cleared first), without allocating for ASCII words.
+fn lowercase_into(token: &str, out: &mut String) {
+    out.clear();
+    if token.is_ascii() {
+        out.extend(token.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+    } else {
+        out.push_str(&token.to_lowercase());
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Posting {
     doc: u32,
@@ -95,20 +105,31 @@ impl LexicalIndex {
             self.slots.resize(at + 1, Slot::default());
         }
         let generation = self.slots[at].generation.wrapping_add(1);
-        let mut counts: HashMap<u32, u32> = HashMap::new();
-        let mut len = 0u32;
-        for token in tokens(text) {
-            let next = self.vocab.len() as u32;
-            let term = *self.vocab.entry(token).or_insert(next);
-            if term as usize == self.postings.len() {
-                self.postings.push(Vec::new());
-                self.df.push(0);
-            }
-            *counts.entry(term).or_insert(0) += 1;
-            len += 1;
+        let mut ids: Vec<u32> = Vec::new();
+        let mut word = String::new();
+        for token in text.unicode_words() {
+            lowercase_into(token, &mut word);
+            let term = match self.vocab.get(word.as_str()) {
+                Some(&term) => term,
+                None => {
+                    let term = self.vocab.len() as u32;
+                    self.vocab.insert(word.clone(), term);
+                    self.postings.push(Vec::new());
+                    self.df.push(0);
+                    term
+                }
+            };
+            ids.push(term);
         }
-        let mut terms: Vec<(u32, u32)> = counts.into_iter().collect();
-        terms.sort_unstable();
+        let len = ids.len() as u32;
+        ids.sort_unstable();
+        let mut terms: Vec<(u32, u32)> = Vec::new();
+        for term in ids {
+            match terms.last_mut() {
+                Some((last, tf)) if *last == term => *tf += 1,
+                _ => terms.push((term, 1)),
+            }
+        }
         for &(term, tf) in &terms {
             self.postings[term as usize].push(Posting { doc, generation, tf });
             self.df[term as usize] += 1;
@@ -331,6 +352,16 @@ mod tests {
             ix.set(i as u32, t);
         }
         ix
+    }
+
+    #[test]
+    fn indexed_words_are_the_query_words() {
+        // Final sigma lowercases by position; the index and a query must agree on it.
+        let ix = index(&["ΟΔΟΣ Straße ÉCOLE"]);
+        for word in ["οδος", "ΟΔΟΣ", "straße", "école"] {
+            assert_eq!(ix.search(word, None, 1).len(), 1, "{word}");
+        }
+        assert!(ix.search("οδοσ", None, 1).is_empty());
     }
 
     #[test]

@@ -31,8 +31,14 @@ Ref = tuple[Scope, str]
 
 
 @functools.lru_cache(maxsize=4096)
+def _scope_record(scope: Scope) -> tuple[bytes, bytes]:
+    """The scope's digest (the key prefix of its entries) and its record in ``escopes``."""
+    packed = msgpack.packb(list(scope))
+    return hashlib.sha256(packed).digest()[:16], packed
+
+
 def _scope_digest(scope: Scope) -> bytes:
-    return hashlib.sha256(msgpack.packb(list(scope))).digest()[:16]
+    return _scope_record(scope)[0]
 
 
 def _entry_key(scope: Scope, key: str) -> bytes:
@@ -91,10 +97,10 @@ class LmdbEntryTxn:
 
     def put(self, entry: Entry) -> None:
         self._check()
-        digest = _scope_digest(entry.scope)
+        digest, record = _scope_record(entry.scope)
         self.txn.put(digest + layout._key(entry.key), encode_entry(entry), db=self.dbs["entries"])
         # The scope's record is the same bytes whenever it exists: written only when it does not.
-        self.txn.put(digest, msgpack.packb(list(entry.scope)), db=self.dbs["escopes"], overwrite=False)
+        self.txn.put(digest, record, db=self.dbs["escopes"], overwrite=False)
         self.changed.add(entry.ref)
 
     def delete(self, scope: Scope, key: str) -> bool:
