@@ -322,7 +322,7 @@ class EntryIndex:
             got = self._scanned(vector, k + self.expiring, now)
             if got is not None:
                 return got[0][:k], got[1][:k]
-        if not np.linalg.norm(vector) or (allowed is not None and not len(allowed)):
+        if allowed is not None and not len(allowed):  # a zero vector needs no test: nothing scores above 0
             return [], []
         query = np.ascontiguousarray(vector[None, :], np.float32)
         # One Rust call scores the rows (only the allowed ones when restricted; a scope's rows are
