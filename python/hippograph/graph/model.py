@@ -80,6 +80,8 @@ def as_node_types(value: object) -> list[NodeType]:
     """One node type or a collection of them."""
     if isinstance(value, (str, NodeType)):
         return [as_node_type(value)]
+    if isinstance(value, (list, tuple)) and all(type(t) is NodeType for t in value):  # nothing to convert
+        return list(value)
     if not isinstance(value, Iterable):
         raise ValidationError(f"types must be a node type or a collection of them, got {type(value).__name__}")
     return [as_node_type(t) for t in value]

@@ -85,7 +85,7 @@ def find_candidates(
     bounded = cfg.is_default or getattr(cfg.function, "bounded_by_relevance", False) is True
     out: list[tuple[Node, float]] = []
     seen: set[str] = set()
-    for node_type in wanted:
+    for at, node_type in enumerate(wanted, 1):
         type_columns = columns.get(node_type)
         if type_columns is None:
             continue
@@ -103,7 +103,8 @@ def find_candidates(
             ask += len(picked) - len(live)
         hits = live[: tp.top_k]
         out += hits
-        seen.update([node.id for node, _ in hits])
+        if at < len(wanted):  # a type listed twice answers its nodes once
+            seen.update([node.id for node, _ in hits])
     return out
 
 

@@ -203,9 +203,11 @@ fn dots<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> [f32; Q] {
     out
 }
 
-/// Relevance of every row of `data` against the unit queries: the best of `$max_dot::<Q>` over
+/// Relevance of every row of `data` against the unit queries: the best of `$max_dot::<Q, U>` over
 /// blocks of up to eight queries (`Q` a constant, so a kernel keeps its accumulators in
-/// registers), divided by the row's norm and clamped to [0, 1]; a zero row scores 0. The one
+/// registers; `U` accumulators per query, so a row's fused multiply-adds form at least four
+/// independent chains rather than one waiting on the last: the latency, not the loads, bounds a
+/// scan of a matrix that sits in cache), divided by the row's norm and clamped to [0, 1]; a zero row scores 0. The one
 /// body every kernel (portable, AVX2, AVX-512) instantiates with its own `max_dot`.
 macro_rules! relevance_rows {
     ($max_dot:ident, $data:expr, $norms:expr, $dim:expr, $unit:expr, $out:expr) => {{
@@ -222,14 +224,14 @@ macro_rules! relevance_rows {
                 let block = &unit[start * dim..];
                 let take = (m - start).min(8);
                 let local = match take {
-                    1 => $max_dot::<1>(row, block, dim),
-                    2 => $max_dot::<2>(row, block, dim),
-                    3 => $max_dot::<3>(row, block, dim),
-                    4 => $max_dot::<4>(row, block, dim),
-                    5 => $max_dot::<5>(row, block, dim),
-                    6 => $max_dot::<6>(row, block, dim),
-                    7 => $max_dot::<7>(row, block, dim),
-                    _ => $max_dot::<8>(row, block, dim),
+                    1 => $max_dot::<1, 4>(row, block, dim),
+                    2 => $max_dot::<2, 2>(row, block, dim),
+                    3 => $max_dot::<3, 2>(row, block, dim),
+                    4 => $max_dot::<4, 1>(row, block, dim),
+                    5 => $max_dot::<5, 1>(row, block, dim),
+                    6 => $max_dot::<6, 1>(row, block, dim),
+                    7 => $max_dot::<7, 1>(row, block, dim),
+                    _ => $max_dot::<8, 1>(row, block, dim),
                 };
                 best = best.max(local);
                 start += take;
@@ -239,9 +241,10 @@ macro_rules! relevance_rows {
     }};
 }
 
-/// Max over `Q` unit queries of the dot product with `row` (portable kernel).
+/// Max over `Q` unit queries of the dot product with `row` (portable kernel: `dots` already keeps
+/// a lane-wide accumulator per query, so `U` is not needed here).
 #[inline(always)]
-fn max_dot_q<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
+fn max_dot_q<const Q: usize, const U: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
     dots::<Q>(row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
 }
 
@@ -268,18 +271,34 @@ mod avx2 {
 
     /// Max over `Q` unit queries of the dot product with `row`.
     #[inline(always)]
-    unsafe fn max_dot_q<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
-        let full = dim - dim % 8;
-        let mut acc = [_mm256_setzero_ps(); Q];
+    unsafe fn max_dot_q<const Q: usize, const U: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
+        const W: usize = 8;
+        let full = dim - dim % W;
+        let mut accs = [[_mm256_setzero_ps(); U]; Q];
         let r = row.as_ptr();
         let q = queries.as_ptr();
         let mut i = 0;
+        while i + U * W <= full {
+            for u in 0..U {
+                let x = _mm256_loadu_ps(r.add(i + u * W));
+                for (j, a) in accs.iter_mut().enumerate() {
+                    a[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q.add(j * dim + i + u * W)), a[u]);
+                }
+            }
+            i += U * W;
+        }
         while i < full {
             let x = _mm256_loadu_ps(r.add(i));
-            for (j, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(x, _mm256_loadu_ps(q.add(j * dim + i)), *a);
+            for (j, a) in accs.iter_mut().enumerate() {
+                a[0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q.add(j * dim + i)), a[0]);
             }
-            i += 8;
+            i += W;
+        }
+        let mut acc = [_mm256_setzero_ps(); Q];
+        for (sum, a) in acc.iter_mut().zip(&accs) {
+            for &part in a {
+                *sum = _mm256_add_ps(*sum, part);
+            }
         }
         let mut best = f32::NEG_INFINITY;
         for (j, a) in acc.iter().enumerate() {
@@ -316,18 +335,34 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     #[inline(always)]
-    unsafe fn max_dot_q<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
-        let full = dim - dim % 16;
-        let mut acc = [_mm512_setzero_ps(); Q];
+    unsafe fn max_dot_q<const Q: usize, const U: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
+        const W: usize = 16;
+        let full = dim - dim % W;
+        let mut accs = [[_mm512_setzero_ps(); U]; Q];
         let r = row.as_ptr();
         let q = queries.as_ptr();
         let mut i = 0;
+        while i + U * W <= full {
+            for u in 0..U {
+                let x = _mm512_loadu_ps(r.add(i + u * W));
+                for (j, a) in accs.iter_mut().enumerate() {
+                    a[u] = _mm512_fmadd_ps(x, _mm512_loadu_ps(q.add(j * dim + i + u * W)), a[u]);
+                }
+            }
+            i += U * W;
+        }
         while i < full {
             let x = _mm512_loadu_ps(r.add(i));
-            for (j, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(x, _mm512_loadu_ps(q.add(j * dim + i)), *a);
+            for (j, a) in accs.iter_mut().enumerate() {
+                a[0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(q.add(j * dim + i)), a[0]);
             }
-            i += 16;
+            i += W;
+        }
+        let mut acc = [_mm512_setzero_ps(); Q];
+        for (sum, a) in acc.iter_mut().zip(&accs) {
+            for &part in a {
+                *sum = _mm512_add_ps(*sum, part);
+            }
         }
         let mut best = f32::NEG_INFINITY;
         for (j, a) in acc.iter().enumerate() {
