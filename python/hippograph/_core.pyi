@@ -9,6 +9,9 @@ import numpy.typing as npt
 def row_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """Euclidean norm of every row (computed once when rows are written)."""
 
+def vector_norm(vector: npt.NDArray[np.float32]) -> float:
+    """Euclidean norm of one vector, summed in float64 (`row_norms` uses the same sum)."""
+
 def relevance(
     matrix: npt.NDArray[np.float32], norms: npt.NDArray[np.float32], queries: npt.NDArray[np.float32]
 ) -> npt.NDArray[np.float32]:

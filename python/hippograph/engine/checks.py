@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .. import _core
 from ..errors import ValidationError
 
 __all__ = [
@@ -136,9 +137,9 @@ def _converted(value: object, what: str) -> npt.NDArray[np.float32] | None:
 
 
 def vector_norm(v: npt.NDArray[np.float32]) -> float:
-    """The Euclidean norm, summed in float64: every copy of a vector's norm is this one value."""
-    wide = v.astype(np.float64)
-    return math.sqrt(float(wide @ wide))
+    """The Euclidean norm, summed in float64 in Rust: every copy of a vector's norm is this one
+    value, and `_core.row_norms` sums the same way."""
+    return _core.vector_norm(v)
 
 
 def as_embedding(value: object, what: str = "embedding") -> Embedding:
@@ -153,7 +154,7 @@ def as_embedding(value: object, what: str = "embedding") -> Embedding:
         raise ValidationError(f"{what} must be 1-D, got shape {arr.shape}")
     if arr.size == 0:
         raise ValidationError(f"{what} must not be empty")
-    if not np.isfinite(arr).all():
+    if not math.isfinite(_core.vector_norm(arr)):  # float32 squares summed in float64 cannot overflow
         raise ValidationError(f"{what} holds NaN or infinite values (after float32 conversion)")
     arr.flags.writeable = False
     return arr.view()  # a view of a read-only base can never be made writeable again

@@ -6,6 +6,8 @@ microseconds since the epoch (UTC), so an entry reads back equal to what was wri
 
 from __future__ import annotations
 
+import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,15 +15,20 @@ import msgpack
 import numpy as np
 
 from ..errors import StorageError
-from .model import STATUSES, Entry
+from .model import STATUSES, Entry, trusted_entry
 
-__all__ = ["decode_entry", "encode_entry", "ref_bytes"]
+__all__ = ["decode_entry", "encode_entry", "pack", "ref_bytes"]
 
 _FORMAT = 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 _EPOCH_DAY = _EPOCH.toordinal()
+
+
+def _stored_layout(v: np.ndarray[Any, Any]) -> bool:
+    """Already the stored layout: `tobytes` needs no conversion."""
+    return v.dtype == np.float32 and sys.byteorder == "little" and v.flags.c_contiguous
 
 
 def _micros(t: datetime) -> int:
@@ -36,8 +43,25 @@ def _time(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
+_PACKERS = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    """This thread's packer: `msgpack.packb` builds one per call, a put's largest fixed cost here."""
+    got: msgpack.Packer | None = getattr(_PACKERS, "packer", None)
+    if got is None:
+        got = _PACKERS.packer = msgpack.Packer(use_bin_type=True)
+    return got
+
+
+def pack(value: object) -> bytes:
+    """`msgpack.packb(value, use_bin_type=True)` on this thread's packer."""
+    return bytes(_packer().pack(value))
+
+
 def encode_entry(e: Entry) -> bytes:
-    emb = None if e.embedding is None else np.asarray(e.embedding, "<f4").tobytes()
+    v = e.embedding
+    emb = None if v is None else v.tobytes() if _stored_layout(v) else np.asarray(v, "<f4").tobytes()
     updated = _micros(e.updated_at)
     created = updated if e.created_at == e.updated_at else _micros(e.created_at)
     accessed = updated if e.accessed_at == e.updated_at else _micros(e.accessed_at)
@@ -46,7 +70,7 @@ def encode_entry(e: Entry) -> bytes:
         "i": e.importance, "e": emb, "st": e.status, "c": created, "u": updated, "a": accessed, "n": e.access_count,
         "x": None if e.expires_at is None else _micros(e.expires_at),
     }  # fmt: skip
-    return bytes(msgpack.packb(doc, use_bin_type=True))
+    return pack(doc)
 
 
 def decode_entry(raw: bytes) -> Entry:
@@ -60,11 +84,14 @@ def decode_entry(raw: bytes) -> Entry:
             emb.flags.writeable = False
         if d["st"] not in STATUSES:
             raise ValueError("unknown status")
-        return Entry(
-            scope=tuple(d["s"]), key=d["k"], text=d["t"], value=d["v"], kind=d["d"], importance=float(d["i"]),
-            embedding=emb, status=d["st"], created_at=_time(d["c"]), updated_at=_time(d["u"]),
-            accessed_at=_time(d["a"]), access_count=int(d["n"]), expires_at=None if d["x"] is None else _time(d["x"]),
-        )  # fmt: skip
+        updated = _time(d["u"])
+        return trusted_entry({
+            "scope": tuple(d["s"]), "key": d["k"], "text": d["t"], "value": d["v"], "kind": d["d"],
+            "importance": float(d["i"]), "embedding": emb, "status": d["st"],
+            "created_at": updated if d["c"] == d["u"] else _time(d["c"]), "updated_at": updated,
+            "accessed_at": updated if d["a"] == d["u"] else _time(d["a"]), "access_count": int(d["n"]),
+            "expires_at": None if d["x"] is None else _time(d["x"]),
+        })  # fmt: skip
     except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
         raise StorageError(f"corrupt entry: {type(exc).__name__}: {exc}", operation="decode") from None
 

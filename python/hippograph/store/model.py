@@ -240,6 +240,15 @@ def _copied(value: Any) -> Any:
     return value
 
 
+def trusted_entry(fields: dict[str, Any]) -> Entry:
+    """An `Entry` of fields already checked (a write's prepared item, a decoded record), built
+    without the frozen dataclass's one `__setattr__` per field: every put and every read makes one.
+    `fields` must name every field; it becomes the entry's own."""
+    out = object.__new__(Entry)
+    out.__dict__.update(fields)
+    return out
+
+
 def detached(e: Entry) -> Entry:
     """`e` with a value of its own: the caller may change it without changing what the index holds.
     Every other field is immutable and shared; nothing is validated again (`e` already was)."""

@@ -37,6 +37,7 @@ from .model import (
     check_scope,
     check_value,
     detached,
+    trusted_entry,
 )
 from .protocol import CountsWrites, EntryBackend, EntryTxn
 
@@ -227,13 +228,14 @@ class Store:
 
     @staticmethod
     def _entry(it: Mapping[str, Any], old: Entry | None, now: datetime) -> Entry:
-        return Entry(
-            scope=it["scope"], key=it["key"], text=it["text"], value=it["value"], kind=it["kind"],
-            importance=it["importance"], embedding=it["embedding"], status="pending" if it["pending"] else "active",
-            created_at=now if old is None else old.created_at, updated_at=now,
-            accessed_at=now if old is None else old.accessed_at, access_count=0 if old is None else old.access_count,
-            expires_at=None if it["ttl"] is None else now + timedelta(seconds=it["ttl"]),
-        )  # fmt: skip
+        return trusted_entry({
+            "scope": it["scope"], "key": it["key"], "text": it["text"], "value": it["value"], "kind": it["kind"],
+            "importance": it["importance"], "embedding": it["embedding"],
+            "status": "pending" if it["pending"] else "active", "created_at": now if old is None else old.created_at,
+            "updated_at": now, "accessed_at": now if old is None else old.accessed_at,
+            "access_count": 0 if old is None else old.access_count,
+            "expires_at": None if it["ttl"] is None else now + timedelta(seconds=it["ttl"]),
+        })  # fmt: skip
 
     def put(
         self,

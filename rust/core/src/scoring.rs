@@ -152,12 +152,17 @@ impl Stored<'_> {
     }
 }
 
+/// Euclidean norm of one vector, summed in f64: the one definition every cached norm uses.
+pub fn vector_norm(v: &[f32]) -> f64 {
+    v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt()
+}
+
 /// Euclidean norm of every row of a row-major `? × dim` matrix.
 pub fn row_norms(data: &[f32], dim: usize) -> Vec<f32> {
     if dim == 0 {
         return Vec::new();
     }
-    let norm = |row: &[f32]| row.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt() as f32;
+    let norm = |row: &[f32]| vector_norm(row) as f32;
     if data.len() >= PAR_MIN_ELEMS {
         data.par_chunks_exact(dim).map(norm).collect()
     } else {

@@ -323,6 +323,15 @@ fn row_norms<'py>(py: Python<'py>, matrix: PyReadonlyArray2<'py, f32>) -> PyResu
     Ok(out.into_pyarray(py))
 }
 
+/// Euclidean norm of one vector (f64 sum): short, so the GIL is kept.
+#[pyfunction]
+fn vector_norm(v: PyReadonlyArray1<'_, f32>) -> f64 {
+    match v.as_slice() {
+        Ok(values) => scoring::vector_norm(values),
+        Err(_) => scoring::vector_norm(&v.as_array().iter().copied().collect::<Vec<f32>>()),
+    }
+}
+
 /// Relevance of every stored row against the query and tag vectors.
 #[pyfunction]
 fn relevance<'py>(
@@ -459,6 +468,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Selection>()?;
     m.add_class::<UsageColumns>()?;
     m.add_function(wrap_pyfunction!(row_norms, m)?)?;
+    m.add_function(wrap_pyfunction!(vector_norm, m)?)?;
     m.add_function(wrap_pyfunction!(relevance, m)?)?;
     m.add_function(wrap_pyfunction!(relevance_of_rows, m)?)?;
     m.add_function(wrap_pyfunction!(top_relevance, m)?)?;

@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 
 from ...errors import StorageError
-from ...store.codec import decode_entry, encode_entry
+from ...store.codec import decode_entry, encode_entry, pack
 from ...store.model import Entry, Scope, in_scope
 from . import layout
 
@@ -145,8 +145,9 @@ class LmdbEntryTxn:
         seq = self.seq() + 1
         self.txn.put(_SEQ, struct.pack(">Q", seq), db=self.dbs["info"])
         self._seq = seq
-        refs = [[list(s), k] for s, k in sorted(self.changed)]
-        self.txn.put(layout._seq_key(seq), msgpack.packb(refs), db=self.dbs["elog"])
+        changed = self.changed
+        refs = [[list(s), k] for s, k in (changed if len(changed) == 1 else sorted(changed))]
+        self.txn.put(layout._seq_key(seq), pack(refs), db=self.dbs["elog"])
         old = seq - layout.LOG_KEEP
         if old > 0:
             self.txn.delete(layout._seq_key(old), db=self.dbs["elog"])
