@@ -245,10 +245,13 @@ class EntryIndex:
     # -- what a read may see --------------------------------------------------------------------
 
     def _members(self, scope: Scope) -> Slots:
-        """The slots filed exactly under `scope`, as an array kept until that scope changes."""
+        """The slots filed exactly under `scope`, sorted, as an array kept until that scope changes."""
         got = self._arrays.get(scope)
         if got is None:
-            got = self._arrays[scope] = np.fromiter(self.scopes[scope], np.uint32, len(self.scopes[scope]))
+            got = np.fromiter(self.scopes[scope], np.uint32, len(self.scopes[scope]))
+            got.sort()
+            got.flags.writeable = False  # shared by every search of the scope
+            self._arrays[scope] = got
         return got
 
     def scopes_under(self, scope: Scope) -> list[Scope]:
@@ -259,11 +262,11 @@ class EntryIndex:
         return got
 
     def in_scope(self, scope: Scope) -> Slots:
-        """The slots at `scope` or below it."""
+        """The slots at `scope` or below it, sorted."""
         parts = [self._members(sc) for sc in self.scopes_under(scope)]
         if len(parts) == 1:
             return parts[0]
-        return np.concatenate(parts) if parts else np.zeros(0, np.uint32)
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint32)
 
     def candidates(
         self, scope: Scope, now: datetime, keep: Callable[[Entry], bool] | None, include_pending: bool = False
@@ -282,7 +285,7 @@ class EntryIndex:
         if keep is not None:
             entries = self.entries
             slots = np.array([s for s in slots.tolist() if keep(entries[s])], np.uint32)
-        return np.sort(slots)
+        return slots  # sorted: a subset of `in_scope`'s, in its order
 
     # -- the two routes -------------------------------------------------------------------------
 
