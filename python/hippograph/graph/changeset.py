@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.checks import check_id
+from ..engine.checks import check_id, vector_norm
 from ..errors import ValidationError
 from .model import EdgeType, Node, NodeMetadata, as_edge_type
 
@@ -90,7 +91,7 @@ def check_changeset(cs: object, dim: int | None) -> int | None:
             emb = node.embedding
             if not (isinstance(emb, np.ndarray) and emb.dtype == np.float32 and emb.ndim == 1 and emb.size):
                 raise ValidationError(f"embedding of node {node.id!r} must be a non-empty 1-D float32 array")
-            if not np.isfinite(emb).all():
+            if not math.isfinite(vector_norm(emb)):  # float32 squares summed in float64 cannot overflow
                 raise ValidationError(f"embedding of node {node.id!r} holds NaN or infinite values")
             size = int(emb.shape[0])
             if dim is None:

@@ -127,6 +127,18 @@ def _field_set(cls: type) -> frozenset[str]:
     return names
 
 
+_TYPE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _type_fields(cls: type) -> tuple[str, ...]:
+    """A node class's own fields (not `Node.base_fields`), in declaration order, cached as `_field_set`."""
+    names = _TYPE_FIELDS.get(cls)
+    if names is None:
+        base: tuple[str, ...] = getattr(cls, "base_fields", ())
+        names = _TYPE_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.name not in base)
+    return names
+
+
 _KINDS: dict[str, tuple[type, bool]] = {
     "str": (str, False),
     "float": (float, False),
@@ -198,8 +210,8 @@ class Node:
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        """The type-specific fields, in declaration order."""
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in cls.base_fields)
+        """The type-specific fields, in declaration order (found once per class: every write asks)."""
+        return _type_fields(cls)
 
     def fields_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.field_names()}

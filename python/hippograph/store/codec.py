@@ -7,17 +7,17 @@ microseconds since the epoch (UTC), so an entry reads back equal to what was wri
 from __future__ import annotations
 
 import sys
-import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgpack
 import numpy as np
 
+from ..engine.codec import packb
 from ..errors import StorageError
 from .model import STATUSES, Entry, trusted_entry
 
-__all__ = ["decode_entry", "encode_entry", "pack", "ref_bytes"]
+__all__ = ["decode_entry", "encode_entry", "ref_bytes"]
 
 _FORMAT = 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -43,22 +43,6 @@ def _time(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
-_PACKERS = threading.local()
-
-
-def _packer() -> msgpack.Packer:
-    """This thread's packer: `msgpack.packb` builds one per call, a put's largest fixed cost here."""
-    got: msgpack.Packer | None = getattr(_PACKERS, "packer", None)
-    if got is None:
-        got = _PACKERS.packer = msgpack.Packer(use_bin_type=True)
-    return got
-
-
-def pack(value: object) -> bytes:
-    """`msgpack.packb(value, use_bin_type=True)` on this thread's packer."""
-    return bytes(_packer().pack(value))
-
-
 def encode_entry(e: Entry) -> bytes:
     v = e.embedding
     emb = None if v is None else v.tobytes() if _stored_layout(v) else np.asarray(v, "<f4").tobytes()
@@ -70,7 +54,7 @@ def encode_entry(e: Entry) -> bytes:
         "i": e.importance, "e": emb, "st": e.status, "c": created, "u": updated, "a": accessed, "n": e.access_count,
         "x": None if e.expires_at is None else _micros(e.expires_at),
     }  # fmt: skip
-    return pack(doc)
+    return packb(doc)
 
 
 def decode_entry(raw: bytes) -> Entry:

@@ -18,8 +18,9 @@ from typing import Any
 
 import msgpack
 
+from ...engine.codec import packb
 from ...errors import StorageError
-from ...store.codec import decode_entry, encode_entry, pack
+from ...store.codec import decode_entry, encode_entry
 from ...store.model import Entry, Scope, in_scope
 from . import layout
 
@@ -147,7 +148,7 @@ class LmdbEntryTxn:
         self._seq = seq
         changed = self.changed
         refs = [[list(s), k] for s, k in (changed if len(changed) == 1 else sorted(changed))]
-        self.txn.put(layout._seq_key(seq), pack(refs), db=self.dbs["elog"])
+        self.txn.put(layout._seq_key(seq), packb(refs), db=self.dbs["elog"])
         old = seq - layout.LOG_KEEP
         if old > 0:
             self.txn.delete(layout._seq_key(old), db=self.dbs["elog"])

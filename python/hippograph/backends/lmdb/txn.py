@@ -107,6 +107,8 @@ class _Writer:
         self.t = t
         self.touched: set[str] = set()
         self._links: dict[str, dict[EdgeType, set[str]]] = {}
+        self._exists: dict[str, bool] = {}
+        """Ids whose node this writer read, put or deleted: each link asks for both ends."""
 
     def links(self, node_id: str) -> dict[EdgeType, set[str]]:
         if node_id not in self._links:
@@ -114,7 +116,10 @@ class _Writer:
         return self._links[node_id]
 
     def exists(self, node_id: str) -> bool:
-        return self.t.get("nodes", _key(node_id)) is not None
+        known = self._exists.get(node_id)
+        if known is None:
+            known = self._exists[node_id] = self.t.get("nodes", _key(node_id)) is not None
+        return known
 
     def unlink_all(self, node_id: str) -> None:
         for edge, others in self.links(node_id).items():
@@ -130,6 +135,7 @@ class _Writer:
         if self.exists(node.id):
             self.unlink_all(node.id)
         self.t.put("nodes", key, codec.encode_node(node))
+        self._exists[node.id] = True
         if node.embedding is None:
             self.t.delete("emb", key)
         else:
@@ -152,6 +158,7 @@ class _Writer:
         key = _key(node_id)
         for db in ("nodes", "emb", "links"):
             self.t.delete(db, key)
+        self._exists[node_id] = False
         self._links.pop(node_id, None)
         self.touched.add(node_id)
 
