@@ -15,6 +15,8 @@ Everything is deterministic: same ``n`` and seed, same bytes.
 from __future__ import annotations
 
 import hashlib
+import json
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -387,4 +389,86 @@ def sample_trajectory(steps: int = EPISODES_PER_INGESTION) -> hg.Trajectory:
         goal="book a table for two",
         steps=[hg.Step(f"observation {i}: " + "x" * 200, f"action {i}") for i in range(steps)],
         metadata={"user": "bench", "attempt": 3, "score": 0.75, "tags": ["a", "b", "c"], "ok": True},
+    )
+
+
+class SqliteWriter:
+    """Plain sqlite3, WAL mode: a row per node (embedding blob + metadata), rows for links, an ingestion row.
+
+    One transaction per ingestion (``BEGIN IMMEDIATE``), with the same
+    compare-and-set as ``commit_ingestion``: the ingestion row's primary key is
+    checked inside the transaction before anything is written.
+    """
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={synchronous}")
+        self.conn.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS nodes (
+                id TEXT PRIMARY KEY, type TEXT NOT NULL, fields TEXT NOT NULL,
+                embedding BLOB, created_at INTEGER NOT NULL, meta TEXT);
+            CREATE TABLE IF NOT EXISTS links (
+                a TEXT NOT NULL, b TEXT NOT NULL, type TEXT NOT NULL, PRIMARY KEY (a, b, type)) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS ingestions (
+                source_id TEXT PRIMARY KEY, digest BLOB NOT NULL, version INTEGER NOT NULL, receipt TEXT NOT NULL);
+            """
+        )
+
+    def commit(self, ing: Ingestion) -> bool:
+        rec, cs = ing.record, ing.changeset
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            row = cur.execute("SELECT digest, version FROM ingestions WHERE source_id = ?", (rec.source_id,)).fetchone()
+            if row is not None:
+                cur.execute("ROLLBACK")
+                return False
+            cur.executemany(
+                "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        node.id,
+                        node.node_type.value,
+                        json.dumps(node.fields_dict(), sort_keys=True),
+                        None if node.embedding is None else node.embedding.tobytes(),
+                        int(node.created_at.timestamp() * 1e6),
+                        meta_json(cs.metadata.get(node.id)),
+                    )
+                    for node in cs.additions
+                ],
+            )
+            cur.executemany(
+                "INSERT OR IGNORE INTO links VALUES (?, ?, ?)", [(a, b, str(edge)) for a, b, edge in cs.links]
+            )
+            receipt = json.dumps(
+                {"node_ids": list(rec.receipt.node_ids), "stored_at": rec.receipt.stored_at.isoformat()}
+            )
+            cur.execute(
+                "INSERT INTO ingestions VALUES (?, ?, ?, ?)",
+                (rec.source_id, rec.payload_digest, rec.fingerprint_version, receipt),
+            )
+            cur.execute("COMMIT")
+            return True
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def meta_json(meta: hg.NodeMetadata | None) -> str | None:
+    if meta is None:
+        return None
+    return json.dumps(
+        {
+            "created_at": meta.created_at.isoformat(),
+            "access_count": meta.access_count,
+            "last_accessed_at": None if meta.last_accessed_at is None else meta.last_accessed_at.isoformat(),
+            "cumulative_reward": meta.cumulative_reward,
+            "reward_count": meta.reward_count,
+            "custom": dict(meta.custom),
+        }
     )

@@ -90,6 +90,7 @@ from _benchdata import (  # noqa: E402
     TOP_K,
     Dataset,
     Ingestion,
+    SqliteWriter,
     build_lmdb,
     build_memory,
     gaussian_queries,
@@ -97,6 +98,7 @@ from _benchdata import (  # noqa: E402
     make_dataset,
     make_gaussian,
     make_ingestion,
+    meta_json,
     near_queries,
     query_only,
     query_sets,
@@ -1397,88 +1399,6 @@ def run_mt(plan: Plan) -> dict[int, dict[str, Stats]]:
 # -- writes --------------------------------------------------------------------------
 
 
-class SqliteWriter:
-    """Plain sqlite3, WAL mode: a row per node (embedding blob + metadata), rows for links, an ingestion row.
-
-    One transaction per ingestion (``BEGIN IMMEDIATE``), with the same
-    compare-and-set as ``commit_ingestion``: the ingestion row's primary key is
-    checked inside the transaction before anything is written.
-    """
-
-    def __init__(self, path: Path, synchronous: str) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute(f"PRAGMA synchronous={synchronous}")
-        self.conn.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS nodes (
-                id TEXT PRIMARY KEY, type TEXT NOT NULL, fields TEXT NOT NULL,
-                embedding BLOB, created_at INTEGER NOT NULL, meta TEXT);
-            CREATE TABLE IF NOT EXISTS links (
-                a TEXT NOT NULL, b TEXT NOT NULL, type TEXT NOT NULL, PRIMARY KEY (a, b, type)) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS ingestions (
-                source_id TEXT PRIMARY KEY, digest BLOB NOT NULL, version INTEGER NOT NULL, receipt TEXT NOT NULL);
-            """
-        )
-
-    def commit(self, ing: Ingestion) -> bool:
-        rec, cs = ing.record, ing.changeset
-        cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            row = cur.execute("SELECT digest, version FROM ingestions WHERE source_id = ?", (rec.source_id,)).fetchone()
-            if row is not None:
-                cur.execute("ROLLBACK")
-                return False
-            cur.executemany(
-                "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        node.id,
-                        node.node_type.value,
-                        json.dumps(node.fields_dict(), sort_keys=True),
-                        None if node.embedding is None else node.embedding.tobytes(),
-                        int(node.created_at.timestamp() * 1e6),
-                        _meta_json(cs.metadata.get(node.id)),
-                    )
-                    for node in cs.additions
-                ],
-            )
-            cur.executemany(
-                "INSERT OR IGNORE INTO links VALUES (?, ?, ?)", [(a, b, str(edge)) for a, b, edge in cs.links]
-            )
-            receipt = json.dumps(
-                {"node_ids": list(rec.receipt.node_ids), "stored_at": rec.receipt.stored_at.isoformat()}
-            )
-            cur.execute(
-                "INSERT INTO ingestions VALUES (?, ?, ?, ?)",
-                (rec.source_id, rec.payload_digest, rec.fingerprint_version, receipt),
-            )
-            cur.execute("COMMIT")
-            return True
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def _meta_json(meta: hg.NodeMetadata | None) -> str | None:
-    if meta is None:
-        return None
-    return json.dumps(
-        {
-            "created_at": meta.created_at.isoformat(),
-            "access_count": meta.access_count,
-            "last_accessed_at": None if meta.last_accessed_at is None else meta.last_accessed_at.isoformat(),
-            "cumulative_reward": meta.cumulative_reward,
-            "reward_count": meta.reward_count,
-            "custom": dict(meta.custom),
-        }
-    )
-
-
 class LangGraphSqlite:
     """LangGraph's SqliteStore as its own ``from_conn_string`` opens it (autocommit connection,
     SQLite's default rollback journal and ``synchronous=FULL``; langgraph sets no pragmas).
@@ -1512,7 +1432,7 @@ class LangGraphSqlite:
                     "fields": node.fields_dict(),
                     "embedding": None if node.embedding is None else node.embedding.tolist(),
                     "created_at": node.created_at.isoformat(),
-                    "metadata": json.loads(_meta_json(cs.metadata.get(node.id)) or "null"),
+                    "metadata": json.loads(meta_json(cs.metadata.get(node.id)) or "null"),
                     "links": links.get(node.id, []),
                 },
             )

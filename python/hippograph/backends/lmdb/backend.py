@@ -47,6 +47,7 @@ from . import checks, envs
 from .cache import _Cache
 from .checks import _private_dir
 from .entries import ENTRY_DBS, LmdbEntryTxn
+from .group import Job
 from .layout import _DBS, DEFAULT_MAP_SIZE, MAGIC, STORAGE_FORMAT, _key
 from .txn import _Txn, _Writer
 
@@ -181,14 +182,46 @@ class LMDB(DerivedBackend):
         self._guard(operation)
         if self._readonly:
             raise StorageError("the store was opened read-only", operation=operation)
-        result = self._retrying(operation, run)
-        if self.durability == "sync" and not self._shared.synced:
-            # Another handle of this process opened the environment without syncing each commit.
-            self._retrying(operation, lambda: self._env.sync(True))
+        if self.durability == "sync":  # concurrent writers share one commit and its fsync (`group`)
+            result = self._shared.group.submit(fn, lambda jobs: self._commit_group(operation, jobs))
+        else:
+            result = self._retrying(operation, run)
         if self._cache.seq >= 0:  # the writer, not the next recall, brings this process's columns up
             with contextlib.suppress(Exception):  # the write stands; the next read refreshes and reports
                 self._refresh(operation)
         return result
+
+    def _commit_group(self, operation: str, jobs: list[Job[Any]]) -> None:
+        """One write transaction for a group of `sync` writes, each in a nested transaction of its
+        own (one write alone: run directly); durable before any of them is acknowledged. A write
+        that raises is rolled back alone; a storage failure fails the group (a full map grows and
+        the whole group runs again)."""
+
+        def attempt() -> list[tuple[Any, BaseException | None]]:
+            with self._gate.read(), self._write_lock, self._env.begin(write=True) as parent:
+                if len(jobs) == 1:
+                    return [(jobs[0].fn(_Txn(parent, self._dbs)), None)]
+                outcomes: list[tuple[Any, BaseException | None]] = []
+                for job in jobs:
+                    child = self._env.begin(write=True, parent=parent)
+                    try:
+                        value = job.fn(_Txn(child, self._dbs))
+                    except lmdb.Error:
+                        child.abort()
+                        raise  # the group's: a full map (grown, then run again) or a storage failure
+                    except Exception as exc:
+                        child.abort()
+                        outcomes.append((None, exc))
+                        continue
+                    child.commit()
+                    outcomes.append((value, None))
+                return outcomes
+
+        outcomes = self._retrying(operation, attempt)  # raising: every write of the group gets the error
+        if not self._shared.synced:  # another handle of this process opened the environment `fast`
+            self._retrying(operation, lambda: self._env.sync(True))
+        for job, (value, error) in zip(jobs, outcomes, strict=True):
+            job.finish(value, error)
 
     # -- entries of a scoped store ------------------------------------------------
 

@@ -21,6 +21,7 @@ import lmdb
 
 from ...errors import StorageError
 from .._base import RWLock
+from .group import GroupCommit
 
 __all__ = ["SharedEnv", "acquire", "release"]
 
@@ -35,6 +36,8 @@ class SharedEnv:
     key: tuple[int, int]
     pid: int = field(default_factory=os.getpid)
     gate: RWLock = field(default_factory=RWLock)
+    group: GroupCommit = field(default_factory=GroupCommit)
+    """The queue every `sync` handle's writes join (`group`)."""
     users: int = 1
 
 

@@ -1,0 +1,106 @@
+"""Group commit: the `sync` write transactions of one environment's threads share one commit.
+
+An fsync costs far more than a typical write's own work, and LMDB runs one
+write transaction at a time. So each write joins a queue: the writer at its
+head becomes the leader, takes every write queued behind it, runs each in a
+nested transaction of one parent (a write that raises is rolled back alone,
+the others stand), commits the parent once, and only then acknowledges every
+write of the group. Writes that arrive during that commit form the next
+group. A lone writer runs exactly as without grouping (one transaction, no
+nesting), so nothing changes for it but a queue check.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["GroupCommit", "Job"]
+
+T = TypeVar("T")
+
+MAX_GROUP = 64
+"""Writes one commit takes at most: a bound on how long the first of them waits for the rest."""
+
+
+LEAD_ROUNDS = 4
+"""Groups a leader commits before it returns: the writes queued behind its own go on at once,
+without waiting for another thread to wake (and win the GIL) to lead them."""
+
+
+class Job(Generic[T]):
+    """One queued write: `fn` runs inside the group's transaction; `finish` records how it ended."""
+
+    __slots__ = ("_error", "_value", "done", "finished", "fn")
+
+    def __init__(self, fn: Callable[[Any], T]) -> None:
+        self.fn = fn
+        self.done = False
+        """The group is over: the job's thread may return."""
+        self.finished = False
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    def finish(self, value: T | None, error: BaseException | None) -> None:
+        self._value, self._error, self.finished = value, error, True
+
+    def outcome(self) -> T:
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]  # set by `finish` before `done`
+
+
+class GroupCommit:
+    """The queue of one environment's grouped writes (one per `SharedEnv`, so every handle of the
+    store in this process groups with the others)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: deque[Job[Any]] = deque()
+        self._leading = False
+        """A thread is committing groups: the others wait, even the one at the head."""
+
+    def submit(self, fn: Callable[[Any], T], execute: Callable[[list[Job[Any]]], None]) -> T:
+        """Runs `fn` in a group and returns its result (or raises its error) once the group's
+        commit is durable. `execute` runs a group: it calls `finish` on every job, or raises, in
+        which case every job of the group not yet finished gets that error."""
+        job: Job[T] = Job(fn)
+        with self._cond:
+            self._queue.append(job)
+            while not job.done and (self._leading or self._queue[0] is not job):
+                self._cond.wait()
+            if job.done:
+                return job.outcome()
+            self._leading = True
+        try:
+            for _ in range(LEAD_ROUNDS):
+                with self._cond:
+                    if not self._queue:
+                        break
+                    batch = [self._queue[i] for i in range(min(MAX_GROUP, len(self._queue)))]
+                try:
+                    execute(batch)
+                except BaseException as exc:  # the group failed as a whole (or the leader was interrupted)
+                    for j in batch:
+                        if not j.finished:
+                            j.finish(None, exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                finally:
+                    with self._cond:
+                        for j in batch:
+                            j.done = True
+                            self._queue.popleft()
+                        self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._leading = False
+                self._cond.notify_all()
+        return job.outcome()
+
+    def waiting(self) -> int:
+        """Writes queued now (for tests and stats)."""
+        with self._cond:
+            return len(self._queue)
