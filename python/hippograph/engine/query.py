@@ -148,7 +148,7 @@ def scan(
         if got is not None:
             return [(columns.ids[r], s) for r, s in got]
     idx, scores = _score(columns, None, queries, params, now, values)
-    return [(columns.ids[i], float(s)) for i, s in zip(idx.tolist(), scores.tolist(), strict=True)]
+    return list(zip(map(columns.ids.__getitem__, idx.tolist()), scores.tolist(), strict=True))
 
 
 def certified_scan(

@@ -97,7 +97,7 @@ def find_candidates(
             scanned = scan(type_columns, queries, params, when.timestamp(), values, approximate=bounded and not exact)
             picked = [(i, s) for i, s in scanned if i not in seen] if seen else scanned
             loaded = hydrate([i for i, _ in picked], False)
-            live = [(loaded[i][0], s) for i, s in picked if i in loaded]
+            live = [(got[0], s) for i, s in picked if (got := loaded.get(i)) is not None]
             if len(live) == len(picked) or len(scanned) < ask:
                 break
             ask += len(picked) - len(live)

@@ -637,6 +637,25 @@ pub struct ScanRequest<'a> {
 /// are computed block by block while the rows are still in cache.
 const SCAN_BLOCK: usize = 4096;
 
+/// The `k`-th largest of `values` (`0 < k <= values.len()`): a sorted buffer of the best `k` for a
+/// small `k` (most values fail one comparison), else a selection over a copy.
+fn kth_largest(values: &[f32], k: usize) -> f32 {
+    if k > 64 {
+        let mut sorted = values.to_vec();
+        return *sorted.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1;
+    }
+    let mut best: Vec<f32> = Vec::with_capacity(k + 1);
+    for &v in values {
+        if best.len() == k && v.total_cmp(&best[k - 1]).is_le() {
+            continue;
+        }
+        let at = best.partition_point(|b| b.total_cmp(&v).is_ge());
+        best.insert(at, v);
+        best.truncate(k);
+    }
+    best[k - 1]
+}
+
 /// A score the block's answer cannot fall below, from its `top_k` most relevant rows alone: when
 /// all of them pass the gate, the block holds `top_k` rows scoring at least their least score, so
 /// no row scoring below it belongs to the answer. Most rows then skip the value function (their
@@ -646,12 +665,19 @@ fn seed_floor(rel: &[f32], start: usize, req: &ScanRequest<'_>, gain: f64) -> f6
     if k == 0 || rel.len() <= 2 * k {
         return 0.0;
     }
-    let mut order: Vec<u32> = (0..rel.len() as u32).collect();
-    order.select_nth_unstable_by(k - 1, |&a, &b| rel[b as usize].total_cmp(&rel[a as usize]));
+    // The k-th best relevance, selected over the values themselves (no indirection); the rows at or
+    // above it are at least k, and the least value among any k or more rows bounds the k-th best.
+    let kth = kth_largest(rel, k);
+    if kth.is_nan() || kth <= 0.0 {
+        return 0.0;
+    }
     let mut least = f64::INFINITY;
-    for &j in &order[..k] {
-        let r = f64::from(rel[j as usize]);
-        let value = default_value(r, req.meta.row(start + j as usize), req.now, &req.params);
+    for (j, &rj) in rel.iter().enumerate() {
+        if rj < kth {
+            continue;
+        }
+        let r = f64::from(rj);
+        let value = default_value(r, req.meta.row(start + j), req.now, &req.params);
         if !req.gate.admits(req.threshold, r, value) || value.is_nan() {
             return 0.0;
         }
@@ -697,6 +723,11 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
     let cutoff = AtomicU64::new(0.0f64.to_bits());
     // Recency and reward are at most one, frequency at most max(1, base_floor).
     let gain = req.params.base_floor.max(1.0);
+    // Score descending, then id rank ascending (row index without ranks).
+    let key = |i: usize| req.rank.map_or(i as u64, |r| u64::from(r[i]));
+    let order = |a: &(usize, f64), b: &(usize, f64)| {
+        b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal).then_with(|| key(a.0).cmp(&key(b.0)))
+    };
     let block = |start: usize| -> Vec<(usize, f64)> {
         let end = (start + SCAN_BLOCK).min(n);
         let mut rel = vec![0.0f32; end - start];
@@ -707,30 +738,31 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
         let m = req.meta;
         let seeded = seed_floor(&rel, start, req, gain);
         let floor = f64::from_bits(cutoff.load(AtomicOrdering::Relaxed)).max(seeded);
-        let scores: Vec<f64> = (start..end)
-            .map(|i| {
-                let r = f64::from(rel[i - start]);
-                if r * gain < floor {
-                    return f64::NAN; // below the cutoff whatever the metadata: never selected
-                }
-                let value = default_value(r, m.row(i), req.now, &req.params);
-                if req.gate.admits(req.threshold, r, value) {
-                    value
-                } else {
-                    f64::NAN
-                }
-            })
-            .collect();
-        let rank = req.rank.map(|r| &r[start..end]);
         let least = req.gate.score_floor(req.threshold).max(floor);
-        let picked = select_top(&scores, least, req.top_k, rank).unwrap_or_default();
-        if picked.len() == req.top_k {
-            let kth = scores[picked[req.top_k - 1]];
+        // Only rows that can reach the answer are valued and kept: below the floor whatever
+        // their metadata (relevance × gain bounds the value), refused by the gate, or NaN.
+        let mut kept: Vec<(usize, f64)> = Vec::new();
+        for (j, &rj) in rel.iter().enumerate() {
+            let r = f64::from(rj);
+            if r * gain < floor {
+                continue;
+            }
+            let value = default_value(r, m.row(start + j), req.now, &req.params);
+            if req.gate.admits(req.threshold, r, value) && value >= least {
+                kept.push((start + j, value));
+            }
+        }
+        if kept.len() > req.top_k {
+            kept.select_nth_unstable_by(req.top_k - 1, order);
+            kept.truncate(req.top_k);
+        }
+        if kept.len() == req.top_k {
+            let kth = kept.iter().map(|&(_, v)| v).fold(f64::INFINITY, f64::min);
             if kth >= 0.0 {
                 cutoff.fetch_max(kth.to_bits(), AtomicOrdering::Relaxed);
             }
         }
-        picked.into_iter().map(|j| (start + j, scores[j])).collect()
+        kept
     };
     let starts: Vec<usize> = (0..n).step_by(SCAN_BLOCK).collect();
     let parallel = req.stored.data.len() >= PAR_MIN_ELEMS && rayon::current_num_threads() > 1;
@@ -739,10 +771,7 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
     } else {
         starts.iter().flat_map(|&s| block(s)).collect()
     };
-    let key = |i: usize| req.rank.map_or(i as u64, |r| u64::from(r[i]));
-    kept.sort_unstable_by(|a, b| {
-        b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal).then_with(|| key(a.0).cmp(&key(b.0)))
-    });
+    kept.sort_unstable_by(order);
     kept.truncate(req.top_k);
     Ok(kept)
 }
