@@ -235,6 +235,26 @@ class ReadsAfterClose(InMemory):
             self._closed = closed
 
 
+class CommitsBatchItemByItem(InMemory):
+    """`commit_ingestions` as a loop of single commits: a conflict late in the batch leaves the
+    earlier items stored."""
+
+    def commit_ingestions(
+        self, items: Sequence[tuple[IngestionRecord, Changeset]]
+    ) -> list[tuple[Outcome, IngestionReceipt]]:
+        return [self.commit_ingestion(record, cs) for record, cs in items]
+
+
+class AnswersRepeatsWithTheirOwnReceipt(InMemory):
+    """`commit_ingestions` answers a source listed again with the receipt that item brought."""
+
+    def commit_ingestions(
+        self, items: Sequence[tuple[IngestionRecord, Changeset]]
+    ) -> list[tuple[Outcome, IngestionReceipt]]:
+        got = super().commit_ingestions(items)
+        return [(outcome, record.receipt) for (outcome, _), (record, _) in zip(got, items, strict=True)]
+
+
 MUTANTS: dict[str, type[InMemory]] = {
     cls.__name__: cls
     for cls in (
@@ -252,5 +272,7 @@ MUTANTS: dict[str, type[InMemory]] = {
         LinkedNodesUnordered,
         MergesMetadataUpdates,
         ReadsAfterClose,
+        CommitsBatchItemByItem,
+        AnswersRepeatsWithTheirOwnReceipt,
     )
 }

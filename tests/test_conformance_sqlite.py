@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from hippograph import Changeset, NodeMetadata, NodeType, Repo, StorageError, ValidationError
+from hippograph import Changeset, NodeMetadata, NodeType, Repo, Step, StorageError, Trajectory, ValidationError
+from hippograph.embedding import HashingEmbedder
+from hippograph.graph.protocol import CommitsIngestions
+from hippograph.graph.structuring import episodic
 from hippograph.testing import BackendConformance
 from hippograph.testing.graphs import NOW, make_node, vec
 
@@ -119,3 +122,15 @@ def test_unopenable_path_is_a_storage_error(tmp_path: Path) -> None:
     with pytest.raises(StorageError) as info:
         SQLiteBackend(tmp_path / "missing" / "graph.db")
     assert info.value.operation == "open"
+
+
+def test_ingest_many_commits_one_by_one_on_a_backend_without_batches(tmp_path: Path) -> None:
+    """`Repo.ingest_many` on a backend without `CommitsIngestions`: each source committed alone."""
+    backend = SQLiteBackend(tmp_path / "db.sqlite")
+    assert not isinstance(backend, CommitsIngestions)
+    batch = [Trajectory(f"run-{i}", f"goal {i}", [Step(f"saw {i}", f"did {i}")]) for i in range(3)]
+    with Repo(backend, flush_interval=0) as repo:
+        receipts = repo.ingest_many([*batch, batch[0]], episodic(HashingEmbedder(8)))
+        assert [r.source_id for r in receipts] == ["run-0", "run-1", "run-2", "run-0"]
+        assert receipts[3] == receipts[0]
+        assert all(repo.backend.get_ingestion(t.source_id) is not None for t in batch)

@@ -120,6 +120,13 @@ CASES = [
     ),
     _case("MergesMetadataUpdates", "metadata", "test_update_metadata_replaces_the_whole_record"),
     _case("ReadsAfterClose", "closing", "test_calls_after_close_raise_storage_error"),
+    _case(
+        "CommitsBatchItemByItem",
+        "ingestion",
+        "test_commit_ingestions_with_a_conflict_writes_nothing",
+        "test_commit_ingestions_refuses_a_malformed_batch_whole",
+    ),
+    _case("AnswersRepeatsWithTheirOwnReceipt", "ingestion", "test_commit_ingestions_answers_each_in_input_order"),
 ]
 
 MODULE = """\

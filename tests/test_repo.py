@@ -113,6 +113,62 @@ def test_conflicting_payload_leaves_the_store_untouched(repo: hg.Repo) -> None:
     assert structure.calls == 0
 
 
+def test_ingest_many_answers_in_input_order_and_structures_each_new_source_once(repo: hg.Repo) -> None:
+    stored = repo.ingest(trajectory("run-0"), Structure())
+    structure = Structure()
+    batch = [trajectory("run-1"), trajectory("run-0"), trajectory("run-2", goal="tidy the docs"), trajectory("run-1")]
+    receipts = repo.ingest_many(batch, structure)
+    assert [r.source_id for r in receipts] == ["run-1", "run-0", "run-2", "run-1"]
+    assert receipts[1] == stored
+    assert receipts[3] == receipts[0]
+    assert structure.calls == 2
+    for t, r in zip(batch, receipts, strict=True):
+        assert r.node_ids == episodic(embed)(t).node_ids
+        assert all(repo.backend.get_node(i) is not None for i in r.node_ids)
+    assert repo.ingest_many(batch, structure) == receipts  # again: the stored receipts, nothing structured
+    assert structure.calls == 2
+    assert repo.ingest(trajectory("run-2", goal="tidy the docs"), structure) == receipts[2]
+
+
+@pytest.mark.parametrize("where", ["stored", "in_batch"])
+def test_ingest_many_with_a_conflict_stores_none_of_the_batch(repo: hg.Repo, where: str) -> None:
+    repo.ingest(trajectory("run-0"), Structure())
+    before = state(repo, "run-0", "run-1", "run-2")
+    clash = trajectory("run-0", goal="another goal") if where == "stored" else trajectory("run-1", goal="other")
+    with pytest.raises(hg.IngestionError) as err:
+        repo.ingest_many([trajectory("run-1"), trajectory("run-2"), clash], Structure())
+    assert (err.value.reason, err.value.source_id) == ("source_conflict", clash.source_id)
+    assert state(repo, "run-0", "run-1", "run-2") == before
+
+
+def test_ingest_many_stores_nothing_when_a_structure_call_fails(repo: hg.Repo) -> None:
+    calls: list[str] = []
+
+    def structure(t: hg.Trajectory) -> hg.Changeset:
+        calls.append(t.source_id)
+        if t.source_id == "run-2":
+            raise RuntimeError("the structuring model is down")
+        return episodic(embed)(t)
+
+    with pytest.raises(RuntimeError, match="model is down"):
+        repo.ingest_many([trajectory("run-1"), trajectory("run-2")], structure)
+    assert calls == ["run-1", "run-2"]
+    assert repo.backend.get_ingestion("run-1") is None
+    assert repo.backend.get_nodes_by_type(list(hg.NodeType)) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [lambda: "run-1", lambda: trajectory(), lambda: [trajectory(), "run-2"], lambda: 7],
+    ids=["str", "one_trajectory", "not_a_trajectory", "not_iterable"],
+)
+def test_ingest_many_refuses_bad_input_and_stores_nothing(repo: hg.Repo, bad: Callable[[], Any]) -> None:
+    with pytest.raises(hg.ValidationError):
+        repo.ingest_many(bad(), Structure())
+    assert repo.backend.get_ingestion("run-1") is None
+    assert repo.backend.get_nodes_by_type(list(hg.NodeType)) == []
+
+
 def test_reingest_after_nodes_were_deleted_returns_the_original_receipt(repo: hg.Repo) -> None:
     first = repo.ingest(trajectory(), Structure())
     repo.backend.delete_nodes(first.node_ids)

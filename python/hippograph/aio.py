@@ -97,6 +97,7 @@ class AsyncRepo(_Async[Repo]):
         return self._handle
 
     ingest = _off_loop(Repo.ingest)
+    ingest_many = _off_loop(Repo.ingest_many)
     recall = _off_loop(Repo.recall)
     reward = _off_loop(Repo.reward)
     forget = _off_loop(Repo.forget)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, ClassVar, NoReturn, Self
@@ -15,7 +15,18 @@ from ..engine.columns import ColumnsCopy
 from ..engine.derived import DerivedColumns
 from ..errors import StorageError, ValidationError
 from ..graph.changeset import Changeset, check_changeset
-from ..graph.model import EdgeType, IngestionRecord, Node, NodeMetadata, NodeType, as_node_type, as_node_types
+from ..graph.model import (
+    EdgeType,
+    IngestionReceipt,
+    IngestionRecord,
+    Node,
+    NodeMetadata,
+    NodeType,
+    Outcome,
+    as_node_type,
+    as_node_types,
+)
+from ..graph.protocol import Ingestion, existing_receipt
 from ..graph.recall import build_vector_indexes
 
 __all__ = [
@@ -44,6 +55,39 @@ def check_record(record: IngestionRecord, cs: Changeset, dim: int | None) -> int
     if not isinstance(record, IngestionRecord):
         raise ValidationError(f"expected an IngestionRecord, got {type(record).__name__}")
     return check_changeset(cs, dim)
+
+
+Commit = Callable[[list[Ingestion]], list[tuple[Outcome, IngestionReceipt]]]
+
+
+def commit_each_source_once(items: object, commit: Commit) -> list[tuple[Outcome, IngestionReceipt]]:
+    """`CommitsIngestions.commit_ingestions` around a backend's `commit` of distinct sources.
+
+    Validates every item first (nothing is written when one is malformed),
+    answers a repeated source from its first item (``source_conflict`` when
+    the payload differs), and has `commit` write the first items in one
+    transaction; the outcomes come back in input order.
+    """
+    if not isinstance(items, (list, tuple)):
+        raise ValidationError(f"ingestions must be a list of (IngestionRecord, Changeset), got {type(items).__name__}")
+    first: dict[str, int] = {}
+    unique: list[Ingestion] = []
+    slots: list[tuple[int, bool]] = []
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise ValidationError(f"an ingestion must be a (IngestionRecord, Changeset) pair, got {item!r:.80}")
+        record, cs = item
+        check_record(record, cs, None)
+        at = first.get(record.source_id)
+        if at is None:
+            at = first[record.source_id] = len(unique)
+            unique.append((record, cs))
+            slots.append((at, False))
+        else:
+            existing_receipt(unique[at][0], record.payload_digest, record.fingerprint_version)
+            slots.append((at, True))
+    outcomes = commit(unique) if unique else []
+    return [(Outcome.EXISTING, outcomes[at][1]) if again else outcomes[at] for at, again in slots]
 
 
 class ReadOnlyLinks(dict[EdgeType, frozenset[str]]):

@@ -28,11 +28,19 @@ from ..graph.model import (
     as_edge_type,
     as_node_types,
 )
-from ..graph.protocol import existing_receipt
+from ..graph.protocol import Ingestion, existing_receipt
 from ..graph.recall import find_candidates, usage_of
 from ..graph.value import ValueFunctionConfig
 from ..store.protocol import EntryTxn
-from ._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record, shared_node
+from ._base import (
+    DerivedBackend,
+    RWLock,
+    check_ids,
+    check_metadata_updates,
+    check_record,
+    commit_each_source_once,
+    shared_node,
+)
 from ._entries import MemoryEntries
 
 __all__ = ["InMemory"]
@@ -178,6 +186,33 @@ class InMemory(DerivedBackend):
                 return Outcome.INSERTED, record.receipt
             return Outcome.EXISTING, existing_receipt(stored, record.payload_digest, record.fingerprint_version)
 
+    def commit_ingestions(self, items: Sequence[Ingestion]) -> list[tuple[Outcome, IngestionReceipt]]:
+        """`CommitsIngestions`: every outcome and dimension settled before the first change."""
+        self._check_open("commit_ingestions")
+
+        def commit(unique: list[Ingestion]) -> list[tuple[Outcome, IngestionReceipt]]:
+            with self._lock.write():
+                outcomes: list[tuple[Outcome, IngestionReceipt]] = []
+                writes: list[tuple[Changeset, int | None]] = []
+                dim = self._dim
+                for record, cs in unique:
+                    stored = self._records.get(record.source_id)
+                    if stored is None:
+                        dim = check_changeset(cs, dim)
+                        writes.append((cs, dim))
+                        outcomes.append((Outcome.INSERTED, record.receipt))
+                    else:
+                        receipt = existing_receipt(stored, record.payload_digest, record.fingerprint_version)
+                        outcomes.append((Outcome.EXISTING, receipt))
+                for cs, after in writes:
+                    self._apply(cs, after)
+                for (record, _), (outcome, _) in zip(unique, outcomes, strict=True):
+                    if outcome is Outcome.INSERTED:
+                        self._records[record.source_id] = record
+                return outcomes
+
+        return commit_each_source_once(items, commit)
+
     def delete_ingestion(self, source_id: str) -> bool:
         self._check_open("delete_ingestion")
         check_id(source_id, "source_id")
@@ -200,12 +235,11 @@ class InMemory(DerivedBackend):
     def _hydrate(self, ids: list[str], metadata: bool) -> dict[str, tuple[Node, NodeMetadata | None]]:
         """`_node` for each id, inlined: recall calls it on every query."""
         nodes, assembled, meta = self._nodes, self._assembled, self._meta if metadata else {}
-        out: dict[str, tuple[Node, NodeMetadata | None]] = {}
-        for node_id in ids:
-            stored = nodes.get(node_id)
-            if stored is not None:
-                out[node_id] = (assembled.get(node_id) or self._assemble(node_id, stored), meta.get(node_id))
-        return out
+        return {
+            node_id: (assembled.get(node_id) or self._assemble(node_id, stored), meta.get(node_id))
+            for node_id in ids
+            if (stored := nodes.get(node_id)) is not None
+        }
 
     def close(self) -> None:
         self._derived.close()

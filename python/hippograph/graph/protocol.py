@@ -24,6 +24,7 @@ from .model import EdgeType, IngestionReceipt, IngestionRecord, Node, NodeMetada
 from .value import ValueFunctionConfig
 
 __all__ = [
+    "CommitsIngestions",
     "CopiesColumns",
     "GraphBackend",
     "HasStats",
@@ -158,6 +159,21 @@ class ModifiesMetadata(Protocol):
 
     def modify_metadata(self, ids: Iterable[str], fn: MetadataFn) -> None:
         """For each existing node: ``fn(id, current metadata or None)``; a returned record replaces it."""
+        ...
+
+
+Ingestion = tuple[IngestionRecord, Changeset]
+
+
+@runtime_checkable
+class CommitsIngestions(Protocol):
+    """Many ingestions in one transaction: one commit (and, where durable, one flush to disk)."""
+
+    def commit_ingestions(self, items: Sequence[Ingestion]) -> list[tuple[Outcome, IngestionReceipt]]:
+        """`commit_ingestion` of each `(record, changeset)` in order, as one atomic step; the
+        outcomes in input order. A source listed twice is committed once: its later items answer
+        `EXISTING` with the first one's receipt when their payload is the same. Any
+        ``source_conflict`` (with a stored record or an earlier item) raises and writes nothing."""
         ...
 
 

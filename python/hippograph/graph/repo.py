@@ -31,7 +31,15 @@ from . import maintenance
 from .changeset import Changeset
 from .fingerprint import FINGERPRINT_VERSION, fingerprint
 from .model import ORPHAN_TYPES, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType, Semantic
-from .protocol import GraphBackend, HasStats, MetadataFn, ModifiesMetadata, VectorIndexed, existing_receipt
+from .protocol import (
+    CommitsIngestions,
+    GraphBackend,
+    HasStats,
+    MetadataFn,
+    ModifiesMetadata,
+    VectorIndexed,
+    existing_receipt,
+)
 from .trajectory import Trajectory
 from .value import ValueFunctionConfig, resolve_config
 
@@ -281,6 +289,60 @@ class Repo:
         self.flush()
         _, authoritative = self.backend.commit_ingestion(record, cs)
         return authoritative
+
+    def ingest_many(
+        self, trajectories: Iterable[Trajectory], structure: Callable[[Trajectory], Changeset]
+    ) -> list[IngestionReceipt]:
+        """`ingest` for many trajectories, committed together: the receipts in input order.
+
+        Sources already stored answer their stored receipt without a `structure`
+        call; a source listed twice is structured and stored once. The new ones
+        are written in one transaction where the backend offers
+        `CommitsIngestions` (every built-in backend: one commit, one fsync in
+        LMDB's `sync` mode), so either all of them are stored or none is. A
+        ``source_conflict`` (with a stored record or within the batch), a
+        malformed trajectory or a failing `structure` raises before anything is
+        written. A backend without the capability commits them one by one.
+        """
+        self._check_open("ingest_many")
+        if not callable(structure):
+            raise ValidationError(
+                f"structure must be a callable Trajectory -> Changeset, got {type(structure).__name__}"
+            )
+        if isinstance(trajectories, (str, bytes, Trajectory)) or not isinstance(trajectories, Iterable):
+            raise ValidationError(f"trajectories must be an iterable of Trajectory, got {type(trajectories).__name__}")
+        batch = list(trajectories)
+        digests = [fingerprint(t) for t in batch]  # validates each trajectory
+        receipts: dict[str, IngestionReceipt] = {}
+        first: dict[str, bytes] = {}
+        new: list[tuple[IngestionRecord, Changeset]] = []
+        for trajectory, digest in zip(batch, digests, strict=True):
+            source_id = trajectory.source_id
+            if source_id in first:
+                if first[source_id] != digest:
+                    raise IngestionError(
+                        "source_conflict", "the batch holds two different payloads for this source", source_id=source_id
+                    )
+                continue
+            first[source_id] = digest
+            stored = self.backend.get_ingestion(source_id)
+            if stored is not None:
+                receipts[source_id] = existing_receipt(stored, digest, FINGERPRINT_VERSION)
+                continue
+            cs = structure(trajectory)
+            if not isinstance(cs, Changeset):
+                raise ValidationError(f"structure() must return a Changeset, got {type(cs).__name__}")
+            receipt = IngestionReceipt(source_id=source_id, node_ids=cs.node_ids, stored_at=utcnow())
+            new.append((IngestionRecord(source_id, digest, FINGERPRINT_VERSION, receipt), cs))
+        if new:
+            self.flush()
+            if isinstance(self.backend, CommitsIngestions):
+                outcomes = self.backend.commit_ingestions(new)
+            else:
+                outcomes = [self.backend.commit_ingestion(record, cs) for record, cs in new]
+            for (record, _), (_, receipt) in zip(new, outcomes, strict=True):
+                receipts[record.source_id] = receipt
+        return [receipts[t.source_id] for t in batch]
 
     # -- recall, reward, forget ----------------------------------------------
 

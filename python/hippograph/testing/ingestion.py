@@ -21,7 +21,7 @@ import pytest
 from ..errors import IngestionError, StorageError, ValidationError
 from ..graph.changeset import Changeset
 from ..graph.model import EdgeType, IngestionReceipt, Node, NodeType, Outcome
-from ..graph.protocol import GraphBackend
+from ..graph.protocol import CommitsIngestions, GraphBackend
 from ._helpers import E1, E2, SuiteMixin, _ids, _links, _meta, _pairs, _sem
 from .graphs import NOW, make_node, make_record, snapshot, vec
 
@@ -241,6 +241,86 @@ class IngestionConformance(SuiteMixin):
         assert _ids(backend.get_nodes_by_type([NodeType.SEMANTIC])) == list(winner.node_ids)
         stored = backend.get_ingestion("src")
         assert stored is not None and stored.receipt == winner
+
+    # -- many ingestions at once (the optional `CommitsIngestions`) ---------
+
+    def _batching(self, backend: GraphBackend) -> CommitsIngestions:
+        if not isinstance(backend, CommitsIngestions):
+            pytest.skip("the backend does not offer the optional CommitsIngestions")
+        return backend
+
+    def test_commit_ingestions_answers_each_in_input_order(self, backend: GraphBackend) -> None:
+        """New sources are inserted, a stored one answers its stored receipt, a repeated one its first item's."""
+        batching = self._batching(backend)
+        stored = make_record("old", node_ids=("o",), stored_at=NOW - timedelta(days=1))
+        backend.commit_ingestion(stored, Changeset().add_node(_sem("o", E2)))
+        a, b = make_record("a", node_ids=("a1",)), make_record("b", node_ids=("b1",))
+        again = make_record("a", node_ids=("zz",), stored_at=NOW + timedelta(hours=1))
+        items = [
+            (a, Changeset().add_node(_sem("a1", E1)).add_link("a1", "o", EdgeType.PROVENANCE)),
+            (make_record("old", node_ids=("x",)), Changeset().add_node(_sem("x", E1))),
+            (again, Changeset().add_node(_sem("zz", E1))),
+            (
+                b,
+                Changeset().add_node(_sem("b1", E1)).add_link("b1", "a1", EdgeType.SIBLING).put_metadata("b1", _meta()),
+            ),
+        ]
+        got = batching.commit_ingestions(items)
+        assert got == [
+            (Outcome.INSERTED, a.receipt),
+            (Outcome.EXISTING, stored.receipt),
+            (Outcome.EXISTING, a.receipt),
+            (Outcome.INSERTED, b.receipt),
+        ]
+        assert _ids(backend.get_nodes_by_type([NodeType.SEMANTIC])) == ["a1", "b1", "o"]
+        assert _links(backend.get_node("a1")) == {EdgeType.PROVENANCE: {"o"}, EdgeType.SIBLING: {"b1"}}
+        assert backend.get_metadata(["b1"]) == {"b1": _meta()}
+        assert backend.get_ingestion("a") == a and backend.get_ingestion("b") == b
+
+    @pytest.mark.parametrize("where", ["stored", "in_batch"])
+    def test_commit_ingestions_with_a_conflict_writes_nothing(self, backend: GraphBackend, where: str) -> None:
+        """A source_conflict anywhere in the batch raises, naming the source, and stores none of it."""
+        batching = self._batching(backend)
+        backend.commit_ingestion(make_record("old", node_ids=("o",)), Changeset().add_node(_sem("o", E2)))
+        before = snapshot(backend, ["o", "n1", "n2"], ["old", "new"])
+        clash = "old" if where == "stored" else "new"
+        items = [
+            (make_record("new", node_ids=("n1",)), Changeset().add_node(_sem("n1", E1)).put_metadata("o", _meta())),
+            (make_record(clash, payload="other", node_ids=("n2",)), Changeset().add_node(_sem("n2", E1))),
+        ]
+        with pytest.raises(IngestionError) as info:
+            batching.commit_ingestions(items)
+        assert (info.value.reason, info.value.source_id) == ("source_conflict", clash)
+        assert snapshot(backend, ["o", "n1", "n2"], ["old", "new"]) == before
+
+    @pytest.mark.parametrize(
+        "items",
+        [
+            lambda: ((make_record("a"), Changeset().add_node(_sem("a", E1))),),  # a tuple is fine: the next ones fail
+            lambda: [(make_record("a"), Changeset().add_node(_sem("a", E1))), (make_record("b"), "not a changeset")],
+            lambda: [(make_record("a"), Changeset().add_node(_sem("a", E1))), ("src", Changeset())],
+            lambda: [(make_record("a"), Changeset().add_node(_sem("a", E1))), (make_record("b"),)],
+            lambda: [
+                (make_record("a"), Changeset().add_node(_sem("a", E1))),
+                (make_record("b"), Changeset().add_node(_sem("b", vec(1, 0)))),
+            ],
+            lambda: {"a": (make_record("a"), Changeset())},
+        ],
+        ids=["valid_tuple", "not_a_changeset", "not_a_record", "not_a_pair", "other_dimension", "not_a_list"],
+    )
+    def test_commit_ingestions_refuses_a_malformed_batch_whole(
+        self, backend: GraphBackend, items: Callable[[], object]
+    ) -> None:
+        """Every item is checked before anything is written: one bad item refuses the batch."""
+        batching = self._batching(backend)
+        batch = items()
+        if isinstance(batch, tuple):
+            assert batching.commit_ingestions(batch) == [(Outcome.INSERTED, batch[0][0].receipt)]
+            return
+        with pytest.raises(ValidationError):
+            batching.commit_ingestions(batch)  # type: ignore[arg-type]  # refused: the point of the test
+        assert backend.get_nodes_by_type(list(NodeType)) == []
+        assert backend.get_ingestion("a") is None
 
     # -- rejected input ------------------------------------------------------
 

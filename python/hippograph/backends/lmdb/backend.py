@@ -38,11 +38,18 @@ from ...graph.model import (
     as_edge_type,
     as_node_types,
 )
-from ...graph.protocol import existing_receipt
+from ...graph.protocol import Ingestion, existing_receipt
 from ...graph.recall import find_candidates
 from ...graph.value import ValueFunctionConfig
 from ...store.protocol import EntryTxn
-from .._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record
+from .._base import (
+    DerivedBackend,
+    RWLock,
+    check_ids,
+    check_metadata_updates,
+    check_record,
+    commit_each_source_once,
+)
 from . import checks, envs
 from .cache import _Cache
 from .checks import _private_dir
@@ -361,11 +368,28 @@ class LMDB(DerivedBackend):
     def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
         self._guard("commit_ingestion")
         check_record(record, cs, None)
+        step = self._ingestion_step(record, cs)
+        return self._write("commit_ingestion", step)
+
+    def commit_ingestions(self, items: Sequence[Ingestion]) -> list[tuple[Outcome, IngestionReceipt]]:
+        """`CommitsIngestions`: one write transaction (one fsync in `sync` mode) for all of them."""
+        self._guard("commit_ingestions")
+
+        def commit(unique: list[Ingestion]) -> list[tuple[Outcome, IngestionReceipt]]:
+            steps = [self._ingestion_step(record, cs) for record, cs in unique]
+            return self._write("commit_ingestions", lambda t: [step(t) for step in steps])
+
+        return commit_each_source_once(items, commit)
+
+    def _ingestion_step(
+        self, record: IngestionRecord, cs: Changeset
+    ) -> Callable[[_Txn], tuple[Outcome, IngestionReceipt]]:
+        """`commit_ingestion`'s compare-and-set inside a write transaction, its values encoded first."""
         encoded_meta = self._encode_meta(cs.metadata)
         encoded_record = codec.encode_record(record)
         key = _key(record.source_id)
 
-        def run(t: _Txn) -> tuple[Outcome, IngestionReceipt]:
+        def step(t: _Txn) -> tuple[Outcome, IngestionReceipt]:
             raw = t.get("ingest", key)
             if raw is None:
                 self._commit(t, cs, encoded_meta)
@@ -374,7 +398,7 @@ class LMDB(DerivedBackend):
             stored = codec.decode_record(record.source_id, raw)
             return Outcome.EXISTING, existing_receipt(stored, record.payload_digest, record.fingerprint_version)
 
-        return self._write("commit_ingestion", run)
+        return step
 
     def delete_ingestion(self, source_id: str) -> bool:
         self._guard("delete_ingestion")

@@ -38,11 +38,18 @@ from ...graph.model import (
     as_edge_type,
     as_node_types,
 )
-from ...graph.protocol import existing_receipt
+from ...graph.protocol import Ingestion, existing_receipt
 from ...graph.recall import find_candidates
 from ...graph.value import ValueFunctionConfig
 from ...store.protocol import EntryTxn
-from .._base import DerivedBackend, RWLock, check_ids, check_metadata_updates, check_record
+from .._base import (
+    DerivedBackend,
+    RWLock,
+    check_ids,
+    check_metadata_updates,
+    check_record,
+    commit_each_source_once,
+)
 from .cache import _Cache
 from .config import _check_repo, _positive_int, _resolve_dsn, _seconds, _where
 from .entries import PgEntryTxn
@@ -320,12 +327,30 @@ class Postgres(DerivedBackend):
     def commit_ingestion(self, record: IngestionRecord, cs: Changeset) -> tuple[Outcome, IngestionReceipt]:
         self._guard("commit_ingestion")
         check_record(record, cs, None)
+        step = self._ingestion_step(record, cs, secrets.token_bytes(16))
+        return self._write("commit_ingestion", step, resolves_doubt=True)
+
+    def commit_ingestions(self, items: Sequence[Ingestion]) -> list[tuple[Outcome, IngestionReceipt]]:
+        """`CommitsIngestions`: one transaction, its ids logged in one change-log row."""
+        self._guard("commit_ingestions")
+
+        def commit(unique: list[Ingestion]) -> list[tuple[Outcome, IngestionReceipt]]:
+            token = secrets.token_bytes(16)  # one call's: its sources are distinct, so each claim is told apart
+            steps = [self._ingestion_step(record, cs, token) for record, cs in unique]
+            return self._write("commit_ingestions", lambda w: [step(w) for step in steps], resolves_doubt=True)
+
+        return commit_each_source_once(items, commit)
+
+    def _ingestion_step(
+        self, record: IngestionRecord, cs: Changeset, token: bytes
+    ) -> Callable[[_Write], tuple[Outcome, IngestionReceipt]]:
+        """The compare-and-set of one source inside a write transaction: a claim row carrying the
+        call's `token`, so a retry after an unanswered commit knows its own claim."""
         encoded_meta = self._encode_meta(cs.metadata)
         encoded_record = codec.encode_record(record)
         key = _key(record.source_id)
-        token = secrets.token_bytes(16)
 
-        def run(w: _Write) -> tuple[Outcome, IngestionReceipt]:
+        def step(w: _Write) -> tuple[Outcome, IngestionReceipt]:
             claimed = w.tx.one("claim", (w.tx.repo, key, encoded_record, token, record.receipt.stored_at))
             if claimed is not None:
                 w.apply(cs, encoded_meta)
@@ -338,7 +363,7 @@ class Postgres(DerivedBackend):
                 return Outcome.INSERTED, stored.receipt
             return Outcome.EXISTING, existing_receipt(stored, record.payload_digest, record.fingerprint_version)
 
-        return self._write("commit_ingestion", run, resolves_doubt=True)
+        return step
 
     def delete_ingestion(self, source_id: str) -> bool:
         self._guard("delete_ingestion")
