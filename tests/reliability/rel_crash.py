@@ -68,7 +68,7 @@ from hippograph.graph.fingerprint import FINGERPRINT_VERSION, fingerprint
 from hippograph.testing.graphs import Snapshot
 
 CHILD = Path(__file__).with_name("rel_crash_child.py")
-KINDS = ("ingest", "delete", "meta", "reward", "decay", "consolidate")
+KINDS = ("ingest", "batch", "delete", "meta", "reward", "decay", "consolidate")
 TARGETS = (*KINDS, "anytime")
 CHILD_TIMEOUT = 60.0
 """Hang guard only: a child that has not reached its kill point by then is killed and reported."""
@@ -319,9 +319,10 @@ def _parse(lines: list[str]) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]
 
 def _note_ids(epoch: Epoch, op: dict[str, Any]) -> None:
     """Widen the ids and sources every state comparison covers by those `op` names."""
-    if op["op"] == "ingest":
-        epoch.sources.add(source_id(op["i"]))
-        epoch.ids |= set(structure(trajectory(op["i"])).node_ids)
+    if op["op"] in ("ingest", "batch"):
+        for i in [op["i"]] if op["op"] == "ingest" else op["is"]:
+            epoch.sources.add(source_id(i))
+            epoch.ids |= set(structure(trajectory(i)).node_ids)
     elif op["op"] == "meta":
         epoch.ids.add(op["id"])
 
@@ -347,10 +348,37 @@ def _replay_ingest(
         figures.violate("receipt", f"{sid}: acknowledged {receipt}, the shadow holds {stored.receipt}")
 
 
+def _replay_batch(epoch: Epoch, figures: Figures, backend: Any, op: dict[str, Any], ack: dict[str, Any] | None) -> None:
+    """`Repo.ingest_many` on the shadow: the sources not yet stored in one `commit_ingestions` (one
+    candidate state after it, none between its items)."""
+    _note_ids(epoch, op)
+    items: dict[str, tuple[hg.IngestionRecord, hg.Changeset]] = {}
+    for n, i in enumerate(op["is"]):
+        t = trajectory(i)
+        sid, cs = t.source_id, structure(t)
+        if ack is None:  # in flight: stored_at unknown, compared blanked
+            receipt = hg.IngestionReceipt(sid, cs.node_ids, T0)
+        else:
+            receipt = receipt_from_json(ack["receipts"][n])
+            known = epoch.receipts.setdefault(sid, receipt)
+            if known != receipt:
+                figures.violate("receipt", f"{sid}: a batch was acknowledged with {receipt}, the first with {known}")
+        stored = backend.get_ingestion(sid)
+        if stored is None:
+            items.setdefault(sid, (hg.IngestionRecord(sid, fingerprint(t), FINGERPRINT_VERSION, receipt), cs))
+        elif ack is not None and stored.receipt != receipt:
+            figures.violate("receipt", f"{sid}: acknowledged {receipt}, the shadow holds {stored.receipt}")
+    if items:
+        backend.commit_ingestions(list(items.values()))
+
+
 def _replay(epoch: Epoch, figures: Figures, backend: Any, op: dict[str, Any], ack: dict[str, Any] | None) -> None:
     """Apply one operation to the shadow (`backend`), as the child did."""
     if op["op"] == "ingest":
         _replay_ingest(epoch, figures, backend, op, ack)
+        return
+    if op["op"] == "batch":
+        _replay_batch(epoch, figures, backend, op, ack)
         return
     _note_ids(epoch, op)
     ours = run_op(hg.Repo(backend, flush_interval=0), op)
@@ -358,15 +386,16 @@ def _replay(epoch: Epoch, figures: Figures, backend: Any, op: dict[str, Any], ac
         figures.violate("agree", f"{op}: the child acknowledged {ack}, InMemory computed {ours}")
 
 
-def _comparable(snap: Snapshot, loose: str | None) -> Snapshot:
-    """`snap` with the stored_at of source `loose` (an unacknowledged ingestion) blanked."""
-    if loose is None or snap.records.get(loose) is None:
+def _comparable(snap: Snapshot, loose: set[str]) -> Snapshot:
+    """`snap` with the stored_at of the sources `loose` (an unacknowledged ingestion's) blanked."""
+    if not any(snap.records.get(sid) is not None for sid in loose):
         return snap
     records = dict(snap.records)
-    r = records[loose]
-    assert r is not None
-    receipt = hg.IngestionReceipt(r.source_id, r.receipt.node_ids, T0)
-    records[loose] = hg.IngestionRecord(r.source_id, r.payload_digest, r.fingerprint_version, receipt)
+    for sid in loose:
+        r = records.get(sid)
+        if r is not None:
+            receipt = hg.IngestionReceipt(r.source_id, r.receipt.node_ids, T0)
+            records[sid] = hg.IngestionRecord(r.source_id, r.payload_digest, r.fingerprint_version, receipt)
     return Snapshot(snap.nodes, snap.metadata, records)
 
 
@@ -445,17 +474,19 @@ def _round(
 
     for op, ack in acked:
         _replay(epoch, figures, epoch.shadow, op, ack)
-    epoch.next_index = max([epoch.next_index - 1, *(op["i"] for op, _ in acked if op["op"] == "ingest")]) + 1
+    written = [i for op, _ in acked for i in ([op["i"]] if op["op"] == "ingest" else op.get("is", []))]
+    epoch.next_index = max([epoch.next_index - 1, *written]) + 1
     _settle(epoch, acked, in_flight)
 
-    loose = None
+    loose: set[str] = set()
     if in_flight is not None:
         _note_ids(epoch, in_flight)
     candidates = [state(epoch.shadow, epoch.ids, epoch.sources)]
     if in_flight is not None:
-        if in_flight["op"] == "ingest":
-            loose = source_id(in_flight["i"])
-            epoch.next_index = max(epoch.next_index, in_flight["i"] + 1)
+        if in_flight["op"] in ("ingest", "batch"):
+            listed = [in_flight["i"]] if in_flight["op"] == "ingest" else in_flight["is"]
+            loose = {source_id(i) for i in listed}
+            epoch.next_index = max(epoch.next_index, *(i + 1 for i in listed))
         shadow = epoch.shadow
         recorder = Recorder(shadow, lambda: candidates.append(state(shadow, epoch.ids, epoch.sources)))
         _replay(epoch, figures, recorder, in_flight, None)

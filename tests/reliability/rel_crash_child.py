@@ -31,7 +31,7 @@ from rel_workload import REWARDS, T0, removed_by, run_op
 import hippograph as hg
 from hippograph.graph.model import NodeType
 
-WEIGHTS = {"ingest": 36, "delete": 10, "meta": 16, "reward": 16, "decay": 11, "consolidate": 11}
+WEIGHTS = {"ingest": 30, "batch": 8, "delete": 10, "meta": 16, "reward": 16, "decay": 11, "consolidate": 11}
 
 
 def main() -> None:
@@ -45,7 +45,7 @@ def main() -> None:
     print("READY", flush=True)
     for seq in range(1_000_000):
         kind = rng.choices(list(WEIGHTS), list(WEIGHTS.values()))[0]
-        if kind != "ingest" and not live:
+        if kind not in ("ingest", "batch") and not live:
             kind = "ingest"
         op: dict[str, Any] = {"op": kind}
         if kind == "ingest":
@@ -53,6 +53,12 @@ def main() -> None:
                 op["i"] = rng.randrange(next_index)  # a replay, or a source an earlier run never finished
             else:
                 op["i"], next_index = next_index, next_index + 1
+        elif kind == "batch":  # new sources, sometimes with a replay among them
+            size = rng.randint(2, 5)
+            op["is"] = list(range(next_index, next_index + size))
+            next_index += size
+            if rng.random() < 0.3:
+                op["is"].insert(rng.randrange(size + 1), rng.randrange(next_index))
         elif kind == "delete":
             op["ids"] = rng.sample(live, min(len(live), rng.randint(1, 3)))
         elif kind == "meta":
@@ -66,8 +72,10 @@ def main() -> None:
         ack = run_op(repo, op)
         time.sleep(pause.uniform(0.0, 0.004))  # the caller's own work before it acknowledges: widens the window
         print("ACK " + json.dumps(ack), flush=True)
-        if kind == "ingest":
-            fresh = [i for i in ack["receipt"]["node_ids"] if i not in live and repo.backend.get_node(i) is not None]
+        if kind in ("ingest", "batch"):
+            listed = [ack["receipt"]] if kind == "ingest" else ack["receipts"]
+            named = [i for r in listed for i in r["node_ids"]]
+            fresh = [i for i in named if i not in live and repo.backend.get_node(i) is not None]
             live = sorted({*live, *fresh})
         removed = removed_by(op, ack)
         if removed:

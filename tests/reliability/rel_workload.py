@@ -126,6 +126,9 @@ def run_op(repo: hg.Repo, op: dict[str, Any]) -> dict[str, Any]:
     kind = op["op"]
     if kind == "ingest":
         return {"receipt": receipt_json(repo.ingest(trajectory(op["i"]), structure))}
+    if kind == "batch":
+        receipts = repo.ingest_many([trajectory(i) for i in op["is"]], structure)
+        return {"receipts": [receipt_json(r) for r in receipts]}
     if kind == "delete":
         repo.backend.delete_nodes(op["ids"])
         return {}
@@ -182,6 +185,7 @@ class Recorder:
             "modify_metadata",
             "delete_metadata",
             "commit_ingestion",
+            "commit_ingestions",
             "delete_ingestion",
             "rewrite",
         }

@@ -2,7 +2,8 @@
 
 A child process (`rel_crash_child.py`) runs a stream of operations on a store
 (an LMDB directory in ``sync`` durability, or a PostgreSQL schema of its own):
-`Repo.ingest` with the built-in ``episodic`` structure, ``delete_nodes``,
+`Repo.ingest` with the built-in ``episodic`` structure, `Repo.ingest_many`
+(a batch in one transaction: all of it or none), ``delete_nodes``,
 ``update_metadata``, `Repo.decay`, `Repo.consolidate` (deterministic
 ``decide``) and `Repo.reward`, printing each operation before it starts and an
 acknowledgement after it returns. The parent
