@@ -157,3 +157,43 @@ def test_a_failed_group_fails_every_write_in_it() -> None:
     assert queue.waiting() == 0
     # The queue is free again: the next write leads its own group.
     assert queue.submit(lambda t: 2, lambda jobs: [j.finish(j.fn(None), None) for j in jobs] and None) == 2
+
+
+def test_an_interrupted_leader_fails_the_other_writes_with_a_storage_error() -> None:
+    """A KeyboardInterrupt in the leader's thread is the leader's: a write of another thread in the
+    group it was committing was not committed and gets a StorageError saying so; the queue is free."""
+    queue = GroupCommit()
+    gate = threading.Event()
+    groups: list[int] = []
+
+    def execute(jobs: list[Job[Any]]) -> None:
+        groups.append(len(jobs))
+        if len(groups) == 1:  # the leader's own write, held until the other one queues behind it
+            gate.wait(10)
+            for j in jobs:
+                j.finish(j.fn(None), None)
+            return
+        raise KeyboardInterrupt  # while the leader commits the next group (the other thread's write)
+
+    got: dict[str, object] = {}
+
+    def run(name: str, value: int) -> None:
+        try:
+            got[name] = queue.submit(lambda t: value, execute)
+        except BaseException as exc:  # recorded: the assertions below name what each must be
+            got[name] = exc
+
+    leader = threading.Thread(target=run, args=("leader", 1))
+    leader.start()
+    assert _wait_for(lambda: queue.waiting() == 1)
+    other = threading.Thread(target=run, args=("other", 2))
+    other.start()
+    assert _wait_for(lambda: queue.waiting() == 2)
+    gate.set()
+    leader.join(10)
+    other.join(10)
+    assert groups == [1, 1]
+    assert isinstance(got["leader"], KeyboardInterrupt)
+    assert isinstance(got["other"], StorageError) and "interrupted" in str(got["other"])
+    assert queue.waiting() == 0
+    assert queue.submit(lambda t: 3, lambda jobs: [j.finish(j.fn(None), None) for j in jobs] and None) == 3

@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from ...errors import StorageError
+
 __all__ = ["GroupCommit", "Job"]
 
 T = TypeVar("T")
@@ -52,6 +54,13 @@ class Job(Generic[T]):
         return self._value  # type: ignore[return-value]  # set by `finish` before `done`
 
 
+def _interrupted(exc: BaseException) -> StorageError:
+    """What the other writers of a group get when its leader's thread is interrupted (a
+    `KeyboardInterrupt`, a `SystemExit`): their writes were not committed, and the interruption
+    belongs to the leader's thread alone."""
+    return StorageError(f"the commit of this write's group was interrupted ({type(exc).__name__})", operation="write")
+
+
 class GroupCommit:
     """The queue of one environment's grouped writes (one per `SharedEnv`, so every handle of the
     store in this process groups with the others)."""
@@ -85,7 +94,7 @@ class GroupCommit:
                 except BaseException as exc:  # the group failed as a whole (or the leader was interrupted)
                     for j in batch:
                         if not j.finished:
-                            j.finish(None, exc)
+                            j.finish(None, exc if isinstance(exc, Exception) or j is job else _interrupted(exc))
                     if not isinstance(exc, Exception):
                         raise
                 finally:
