@@ -88,6 +88,8 @@ def as_node_types(value: object) -> list[NodeType]:
 
 
 def as_node_type(value: object) -> NodeType:
+    if type(value) is NodeType:  # the common call: a member already (an Enum call costs far more)
+        return value
     try:
         return NodeType(value)  # type: ignore[arg-type]  # refused below when not a member
     except ValueError:
@@ -95,6 +97,8 @@ def as_node_type(value: object) -> NodeType:
 
 
 def as_edge_type(value: object) -> EdgeType:
+    if type(value) is EdgeType:  # the common call: a member already (an Enum call costs far more)
+        return value
     try:
         return EdgeType(value)  # type: ignore[arg-type]  # refused below when not a member
     except ValueError:
