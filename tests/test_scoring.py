@@ -188,6 +188,39 @@ def test_top_relevance_keeps_the_best_k_positive_rows_and_their_ties(
 
 
 @SETTINGS
+@given(cases(), st.integers(0, 2**32 - 1), st.integers(0, 12), st.booleans(), st.booleans())
+def test_the_shadowed_top_relevance_answers_exactly_as_the_f32_one(
+    case: Case, seed: int, k: int, listed: bool, duplicates: bool
+) -> None:
+    """Same rows, same f32 relevances, on any data: ties, duplicated rows and zero rows included."""
+    matrix = case.matrix.copy()
+    n = matrix.shape[0]
+    rng = np.random.default_rng(seed)
+    if duplicates and n > 1:
+        matrix[rng.integers(0, n, size=n // 2)] = matrix[0]
+    norms = _core.row_norms(matrix)
+    half, residual = _core.shadow_rows(matrix)
+    assert half.dtype == np.uint16 and half.shape == matrix.shape and residual.shape == (n,)
+    rows = rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False).astype(np.uint32) if listed else None
+    want = _core.top_relevance(matrix, norms, case.queries, k, rows)
+    got = _core.top_relevance_shadowed(matrix, norms, half, residual, case.queries, k, rows)
+    assert sorted(zip(*(a.tolist() for a in got), strict=True)) == sorted(zip(*(a.tolist() for a in want), strict=True))
+
+
+def test_a_shadow_out_of_shape_is_refused() -> None:
+    matrix = np.eye(3, dtype=np.float32)
+    norms = _core.row_norms(matrix)
+    half, residual = _core.shadow_rows(matrix)
+    q = matrix[:1]
+    with pytest.raises(ValidationError, match="shadow"):
+        _core.top_relevance_shadowed(matrix, norms, half[:2], residual[:2], q, 1)
+    with pytest.raises(ValidationError, match="dimension"):
+        _core.top_relevance_shadowed(matrix, norms, half[:, :2].copy(), residual, q, 1)
+    with pytest.raises(ValidationError, match="past"):
+        _core.top_relevance_shadowed(matrix, norms, half, residual, q, 1, np.array([3], np.uint32))
+
+
+@SETTINGS
 @given(cases())
 def test_row_norms_match_numpy(case: Case) -> None:
     np.testing.assert_allclose(_core.row_norms(case.matrix), case.norms, rtol=1e-6)

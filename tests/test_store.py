@@ -370,6 +370,35 @@ def test_scoped_vector_searches_follow_every_change_to_their_scope() -> None:
     assert "k003" not in exact(scope)
 
 
+def test_exact_vector_searches_are_not_misled_by_vectors_no_entry_holds_any_more(tmp_path: Path) -> None:
+    """The exact scan reads each slot's half-precision shadow first: a deleted entry's, or one whose
+    vector was dropped, must not keep it (its stale bound would hide the true best)."""
+    backend = LMDB(tmp_path / "s", durability="fast")
+    store = hg.Store(backend, ann=None)
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal(16).astype(np.float32)
+    near = q + 0.05 * rng.standard_normal((12, 16)).astype(np.float32)
+    far = rng.standard_normal((300, 16)).astype(np.float32)
+    store.put_many([{"scope": ("a",), "key": f"n{i:02d}", "embedding": v} for i, v in enumerate(near)])
+    store.put_many([{"scope": ("b",), "key": f"f{i:03d}", "embedding": v} for i, v in enumerate(far)])
+
+    def exact() -> list[str]:
+        live = [e for e in store.list((), limit=1000) if e.embedding is not None]
+        cos = [float(e.embedding @ q / (np.linalg.norm(e.embedding) * np.linalg.norm(q))) for e in live]
+        return [k for c, k in sorted(((-c, e.key) for c, e in zip(cos, live, strict=True)))][:3]
+
+    for i in range(10):
+        store.delete(("a",), f"n{i:02d}")
+    store.put(("a",), "n10", "no vector any more")
+    want = exact()
+    assert want[0] == "n11"
+    assert [h.entry.key for h in store.search_vector(q, limit=3)] == want
+    assert [h.entry.key for h in store.search_vector(q, ("a",), limit=3)] == ["n11"]
+    reopened = hg.Store(backend, ann=None)  # a rebuild computes every shadow at once
+    assert [h.entry.key for h in reopened.search_vector(q, limit=3)] == want
+    backend.close()
+
+
 def test_a_refreshed_ttl_keeps_its_length(tmp_path: Path) -> None:
     import time
 

@@ -36,6 +36,22 @@ def top_relevance(
     """The best `k` rows (of all, or of the listed `rows`) by positive relevance, and every row tied
     with the k-th, unordered: (rows, relevances). GIL released."""
 
+def shadow_rows(matrix: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.float32]]:
+    """Each row as its unit vector in float16 (bit patterns) and the distance from the unit row to it
+    (rounded up): the shadow `top_relevance_shadowed` reads. A zero row stays zero, residual 0."""
+
+def top_relevance_shadowed(
+    matrix: npt.NDArray[np.float32],
+    norms: npt.NDArray[np.float32],
+    half: npt.NDArray[np.uint16],
+    residual: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    k: int,
+    rows: npt.NDArray[np.uint32] | None = None,
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32]]:
+    """`top_relevance`'s answer, exactly, reading the shadow of every row (`shadow_rows` of `matrix`,
+    kept in step with it) and the f32 rows only of those whose bounds reach the k-th best. GIL released."""
+
 def select_top(
     scores: npt.NDArray[np.float64], threshold: float, top_k: int, rank: npt.NDArray[np.uint32] | None = None
 ) -> npt.NDArray[np.int64]:

@@ -1,5 +1,6 @@
 """The store's derived indexes: every entry of a backend held in memory by slot, with its vector in a
-matrix, its words in a Rust BM25 index (`hippograph._core.LexicalIndex`) and its slot under its scope.
+matrix (and its half-precision shadow, which exact scans read first: `hippograph._core.shadow_rows`),
+its words in a Rust BM25 index (`hippograph._core.LexicalIndex`) and its slot under its scope.
 
 Derived data only (docs/store.md, consistency): rebuilt from a scan of the backend, then caught up
 through the backend's change counter before every read, in the snapshot the read uses, so a write
@@ -86,6 +87,12 @@ class EntryIndex:
         self.dim: int | None = None
         self.matrix = np.zeros((0, 0), np.float32)
         self.norms = np.zeros(0, np.float32)
+        self.half = np.zeros((0, 0), np.uint16)
+        """Per slot, the unit vector in f16 (zero without a vector), and below its rounding residual:
+        an exact scan reads these, then only the rows near its k-th best in `matrix`."""
+        self.residual = np.zeros(0, np.float32)
+        self._bulk = False
+        """While a rebuild sets every entry: the shadow is computed once at its end."""
         self.active = np.zeros(0, bool)
         self.expires = np.zeros(0, np.float64)
         self.lexical = _core.LexicalIndex()
@@ -111,10 +118,15 @@ class EntryIndex:
             seq, changed, everything = backend.entry_read(read)
             if changed is None:
                 self._reset()
-                for done, e in enumerate(everything, start=1):
-                    self.set(e)
-                    if progress is not None and (done % _PROGRESS_STEP == 0 or done == len(everything)):
-                        progress("index entries", done, len(everything))
+                self._bulk = True
+                try:
+                    for done, e in enumerate(everything, start=1):
+                        self.set(e)
+                        if progress is not None and (done % _PROGRESS_STEP == 0 or done == len(everything)):
+                            progress("index entries", done, len(everything))
+                finally:
+                    self._bulk = False
+                    self._shade(slice(0, len(self.entries)))
             else:
                 for ref, got in changed:
                     if got is None:
@@ -154,6 +166,10 @@ class EntryIndex:
         matrix = np.zeros((new, dim), np.float32)
         matrix[:cap] = self.matrix
         self.matrix = matrix
+        half = np.zeros((new, dim), np.uint16)
+        half[:cap] = self.half
+        self.half = half
+        self.residual = np.concatenate([self.residual, np.zeros(new - cap, np.float32)])
         self.norms = np.concatenate([self.norms, np.zeros(new - cap, np.float32)])
         self.active = np.concatenate([self.active, np.zeros(new - cap, bool)])
         self.expires = np.concatenate([self.expires, np.zeros(new - cap, np.float64)])
@@ -198,21 +214,38 @@ class EntryIndex:
         self.expires[slot] = np.inf if e.expires_at is None else e.expires_at.timestamp()
         norm = 0.0
         if e.embedding is None:
-            self.norms[slot] = 0.0
+            self._clear_vector(slot)
         else:
             if self.dim is None:
                 self.dim = len(e.embedding)
                 self.matrix = np.zeros((len(self.active), self.dim), np.float32)
+                self.half = np.zeros((len(self.active), self.dim), np.uint16)
             if len(e.embedding) != self.dim:  # the store refuses this before writing; another writer did not
                 raise ConfigError(f"entry {e.key!r:.80} has dimension {len(e.embedding)}; the store's is {self.dim}")
             self.matrix[slot] = e.embedding
             self.norms[slot] = norm = vector_norm(e.embedding)
+            if not self._bulk:
+                self._shade(slice(slot, slot + 1))
         rid = self.refs[slot].decode()
         if e.status == "active" and e.embedding is not None:
             self.columns.upsert(rid, e.embedding, None, norm)
         else:
             self.columns.remove(rid)
         self.lexical.set(slot, e.text)
+
+    def _shade(self, rows: slice) -> None:
+        """Computes the shadow of `rows` from `matrix` (a row without a vector is zero in both)."""
+        if self.dim is not None:
+            self.half[rows], self.residual[rows] = _core.shadow_rows(self.matrix[rows])
+
+    def _clear_vector(self, slot: int) -> None:
+        """Slot `slot` holds no vector: zero in the matrix, its norm and its shadow, so that every
+        scan, the shadow's bounds included, scores it 0."""
+        self.norms[slot] = 0.0
+        if self.dim is not None:
+            self.matrix[slot] = 0.0
+            self.half[slot] = 0
+            self.residual[slot] = 0.0
 
     @staticmethod
     def _hides(e: Entry | None) -> bool:
@@ -233,7 +266,7 @@ class EntryIndex:
         members.discard(slot)
         self._arrays.pop(ref[0], None)
         self.active[slot] = False
-        self.norms[slot] = 0.0
+        self._clear_vector(slot)
         self.lexical.remove(slot)
         if members:  # the scope's next entry takes the slot back
             self._spare.setdefault(ref[0], []).append(slot)
@@ -329,12 +362,15 @@ class EntryIndex:
             return [], []
         query = np.ascontiguousarray(vector[None, :], np.float32)
         # One Rust call scores the rows (only the allowed ones when restricted; a scope's rows are
-        # read where they are) and keeps the best k with their ties: no numpy pass over n follows.
+        # read where they are) through their shadow, then in f32 only those that may reach the
+        # best k, and keeps the best k with their ties: the exact answer, no numpy pass over n.
         if allowed is None:
             n = len(self.entries)
-            rows, sims = _core.top_relevance(self.matrix[:n], self.norms[:n], query, k)
+            rows, sims = _core.top_relevance_shadowed(self.matrix[:n], self.norms[:n], self.half[:n],
+                                                      self.residual[:n], query, k)  # fmt: skip
         else:
-            rows, sims = _core.top_relevance(self.matrix, self.norms, query, k, allowed)
+            rows, sims = _core.top_relevance_shadowed(self.matrix, self.norms, self.half, self.residual, query, k,
+                                                      allowed)  # fmt: skip
         return self._cut(rows.tolist(), sims.tolist(), k)
 
     def _scanned(self, vector: npt.NDArray[np.float32], depth: int, now: datetime) -> Ranked | None:

@@ -9,3 +9,4 @@ pub mod lexical;
 pub mod lmdbcheck;
 pub mod pairs;
 pub mod scoring;
+pub mod shadow;

@@ -509,18 +509,26 @@ pub fn top_relevance(
         Some(listed) => relevance_of_rows(stored, queries, listed)?,
         None => relevance(stored, queries)?,
     };
-    let row_of = |i: usize| rows.map_or(i as u32, |listed| listed[i]);
-    if k == 0 {
-        return Ok((Vec::new(), Vec::new()));
+    Ok(best_positive(&sims, k, |i| rows.map_or(i as u32, |listed| listed[i])))
+}
+
+/// A relevance as a key that orders positive values as their bit patterns do; anything else is 0.
+#[inline]
+pub(crate) fn positive_key(s: f32) -> u32 {
+    if s > 0.0 {
+        s.to_bits()
+    } else {
+        0
     }
-    // Positive f32 order as their bit patterns do; anything else maps to 0. Branch-free mapping
-    // and one comparison against the heap's least (0 while filling) keep a random mix of signs
-    // from costing a mispredicted branch per row.
-    let key = |s: f32| if s > 0.0 { s.to_bits() } else { 0 };
+}
+
+/// The k-th largest non-zero key (the least when there are fewer), 0 when there is none, and
+/// whether there were at least `k`. Branch-free keys and one comparison against the heap's least
+/// (0 while filling) keep a random mix of signs from costing a mispredicted branch per row.
+pub(crate) fn kth_key(keys: impl Iterator<Item = u32>, k: usize) -> (u32, bool) {
     let mut best: BinaryHeap<Reverse<u32>> = BinaryHeap::with_capacity(k + 1);
     let mut least = 0u32;
-    for &s in &sims {
-        let bits = key(s);
+    for bits in keys {
         if bits > least {
             best.push(Reverse(bits));
             if best.len() > k {
@@ -531,17 +539,27 @@ pub fn top_relevance(
             }
         }
     }
-    let Some(&Reverse(kth)) = best.peek() else {
-        return Ok((Vec::new(), Vec::new()));
-    };
+    (best.peek().map_or(0, |low| low.0), best.len() >= k)
+}
+
+/// The positions of `sims` with a positive value among the best `k`, and every tie with the k-th,
+/// as `(row_of(position), value)` columns in position order.
+pub(crate) fn best_positive(sims: &[f32], k: usize, row_of: impl Fn(usize) -> u32) -> (Vec<u32>, Vec<f32>) {
+    if k == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    let (kth, _) = kth_key(sims.iter().map(|&s| positive_key(s)), k);
+    if kth == 0 {
+        return (Vec::new(), Vec::new());
+    }
     let (mut out_rows, mut out_sims) = (Vec::with_capacity(k), Vec::with_capacity(k));
     for (i, &s) in sims.iter().enumerate() {
-        if key(s) >= kth {
+        if positive_key(s) >= kth {
             out_rows.push(row_of(i));
             out_sims.push(s);
         }
     }
-    Ok((out_rows, out_sims))
+    (out_rows, out_sims)
 }
 
 /// The default value function for one candidate (docs/architecture.md, scoring).

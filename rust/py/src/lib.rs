@@ -11,10 +11,12 @@ mod lexical;
 mod lmdbcheck;
 mod pairs;
 mod scoring;
+mod shadow;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scoring::register(m)?;
+    shadow::register(m)?;
     certified::register(m)?;
     pairs::register(m)?;
     etf::register(m)?;

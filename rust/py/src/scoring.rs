@@ -51,7 +51,7 @@ pub(crate) fn stored<'a>(
     Ok(Stored { data: contiguous(py, "matrix", matrix)?, norms: contiguous(py, "norms", norms)?, dim })
 }
 
-fn check_query_dim(
+pub(crate) fn check_query_dim(
     py: Python<'_>,
     matrix: &PyReadonlyArray2<'_, f32>,
     queries: &PyReadonlyArray2<'_, f32>,

@@ -1,0 +1,456 @@
+//! A half-precision shadow of the stored rows: exact answers that read about half the bytes.
+//!
+//! Next to the f32 matrix, each row is kept scaled to unit length in f16, with its `residual`:
+//! the Euclidean distance between the unit row and its f16 copy (computed in f64, rounded up).
+//! For a unit query `q`, `|q · unit(e) − q · f16(unit(e))| ≤ residual` (Cauchy–Schwarz), so one
+//! pass over the f16 rows gives every row's relevance within [`bound`] of what the f32 kernel
+//! computes, rounding of both passes included. Rows whose upper bound cannot reach the k-th best
+//! lower bound cannot be in the answer; the f32 kernel scores the others, and the selection over
+//! them equals [`scoring::top_relevance`]'s over every row (see [`top_relevance_shadowed`]).
+//! A scan that is bound by memory reads the shadow (2 bytes a value) and a few f32 rows instead
+//! of the whole f32 matrix.
+
+use crate::scoring::{self, normalise_queries, relevance_of_rows, ShapeError, Stored};
+use half::f16;
+use rayon::prelude::*;
+
+/// Shadow rows at or above this many values are scored on every core.
+const PAR_MIN_VALUES: usize = 1 << 18;
+/// Rows per parallel task.
+const PAR_ROWS: usize = 256;
+
+/// The unit rows in f16 (as their bit patterns) and each row's residual.
+#[derive(Debug, Clone, Copy)]
+pub struct Shadow<'a> {
+    pub data: &'a [u16],
+    pub residual: &'a [f32],
+    pub dim: usize,
+}
+
+impl Shadow<'_> {
+    fn check(&self, n: usize, dim: usize) -> Result<(), ShapeError> {
+        if self.dim != dim || self.residual.len() != n || self.data.len() != n * dim {
+            return Err(ShapeError(format!(
+                "shadow holds {} values and {} residuals of dimension {}; the matrix has {n} rows × {dim}",
+                self.data.len(),
+                self.residual.len(),
+                self.dim
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Each row of a row-major `? × dim` matrix as its unit vector in f16, with the residual. A zero
+/// row stays zero with residual 0 (its relevance is 0 on both sides).
+pub fn encode_rows(data: &[f32], dim: usize) -> (Vec<u16>, Vec<f32>) {
+    if dim == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    let mut half = vec![0u16; data.len()];
+    let mut residual = vec![0f32; data.len() / dim];
+    let encode = |(row, (out, res)): (&[f32], (&mut [u16], &mut f32))| {
+        let norm = scoring::vector_norm(row);
+        if norm <= 0.0 || !norm.is_finite() {
+            return;
+        }
+        let mut err = 0.0f64;
+        for (&x, o) in row.iter().zip(out.iter_mut()) {
+            let unit = f64::from(x) / norm;
+            let h = f16::from_f64(unit);
+            err += (unit - h.to_f64()).powi(2);
+            *o = h.to_bits();
+        }
+        *res = (err.sqrt() as f32).next_up();
+    };
+    if data.len() >= PAR_MIN_VALUES && rayon::current_num_threads() > 1 {
+        data.par_chunks_exact(dim).zip(half.par_chunks_exact_mut(dim).zip(residual.par_iter_mut())).for_each(encode);
+    } else {
+        data.chunks_exact(dim).zip(half.chunks_exact_mut(dim).zip(residual.iter_mut())).for_each(encode);
+    }
+    (half, residual)
+}
+
+/// How far the shadow's relevance of a row with this `residual` may lie from the f32 kernel's:
+/// the residual (scaled for a unit query's own rounding) plus both passes' summation error, which
+/// is at most `dim` units of f32 rounding each, doubled for the norm and the division.
+#[inline]
+pub fn bound(residual: f32, dim: usize) -> f32 {
+    residual * 1.001 + (2 * dim + 16) as f32 * f32::EPSILON
+}
+
+/// Max over `Q` unit queries of the dot product with an f16 row (portable).
+#[inline(always)]
+fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
+    let mut acc = [0.0f32; Q];
+    for (t, &bits) in row.iter().enumerate() {
+        let x = f16::from_bits(bits).to_f32();
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a += x * queries[j * dim + t];
+        }
+    }
+    acc.into_iter().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Relevance (clamped to [0, 1]) of every f16 unit row against the unit queries, in blocks of up
+/// to eight queries as the f32 kernels do.
+macro_rules! shadow_rows {
+    ($max_dot:ident, $data:expr, $dim:expr, $unit:expr, $out:expr) => {{
+        let (dim, unit): (usize, &[f32]) = ($dim, $unit);
+        let m = unit.len() / dim;
+        for (row, o) in $data.chunks_exact(dim).zip($out.iter_mut()) {
+            let mut best = f32::NEG_INFINITY;
+            let mut start = 0;
+            while start < m {
+                let block = &unit[start * dim..];
+                let take = (m - start).min(8);
+                let local = match take {
+                    1 => $max_dot::<1, 4>(row, block, dim),
+                    2 => $max_dot::<2, 2>(row, block, dim),
+                    3 => $max_dot::<3, 2>(row, block, dim),
+                    4 => $max_dot::<4, 1>(row, block, dim),
+                    5 => $max_dot::<5, 1>(row, block, dim),
+                    6 => $max_dot::<6, 1>(row, block, dim),
+                    7 => $max_dot::<7, 1>(row, block, dim),
+                    _ => $max_dot::<8, 1>(row, block, dim),
+                };
+                best = best.max(local);
+                start += take;
+            }
+            *o = best.clamp(0.0, 1.0);
+        }
+    }};
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! Sixteen f16 values converted per instruction and fused into the queries' accumulators.
+    use std::arch::x86_64::*;
+
+    #[inline(always)]
+    unsafe fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
+        const W: usize = 16;
+        let full = dim - dim % W;
+        let mut accs = [[_mm512_setzero_ps(); U]; Q];
+        let r = row.as_ptr();
+        let q = queries.as_ptr();
+        let mut i = 0;
+        while i + U * W <= full {
+            for u in 0..U {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(i + u * W).cast()));
+                for (j, a) in accs.iter_mut().enumerate() {
+                    a[u] = _mm512_fmadd_ps(x, _mm512_loadu_ps(q.add(j * dim + i + u * W)), a[u]);
+                }
+            }
+            i += U * W;
+        }
+        while i < full {
+            let x = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(i).cast()));
+            for (j, a) in accs.iter_mut().enumerate() {
+                a[0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(q.add(j * dim + i)), a[0]);
+            }
+            i += W;
+        }
+        let mut best = f32::NEG_INFINITY;
+        for (j, a) in accs.iter().enumerate() {
+            let mut sum = _mm512_setzero_ps();
+            for &part in a {
+                sum = _mm512_add_ps(sum, part);
+            }
+            let mut s = _mm512_reduce_add_ps(sum);
+            for t in full..dim {
+                s += half::f16::from_bits(row[t]).to_f32() * queries[j * dim + t];
+            }
+            best = best.max(s);
+        }
+        best
+    }
+
+    /// Shadow relevance of a block of rows (the caller checked the CPU features).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
+        shadow_rows!(max_dot_half, data, dim, unit, out)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! Eight f16 values converted per instruction (F16C) and fused into the queries' accumulators.
+    use std::arch::x86_64::*;
+
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+    }
+
+    #[inline(always)]
+    unsafe fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
+        const W: usize = 8;
+        let full = dim - dim % W;
+        let mut accs = [[_mm256_setzero_ps(); U]; Q];
+        let r = row.as_ptr();
+        let q = queries.as_ptr();
+        let mut i = 0;
+        while i + U * W <= full {
+            for u in 0..U {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(r.add(i + u * W).cast()));
+                for (j, a) in accs.iter_mut().enumerate() {
+                    a[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q.add(j * dim + i + u * W)), a[u]);
+                }
+            }
+            i += U * W;
+        }
+        while i < full {
+            let x = _mm256_cvtph_ps(_mm_loadu_si128(r.add(i).cast()));
+            for (j, a) in accs.iter_mut().enumerate() {
+                a[0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q.add(j * dim + i)), a[0]);
+            }
+            i += W;
+        }
+        let mut best = f32::NEG_INFINITY;
+        for (j, a) in accs.iter().enumerate() {
+            let mut sum = _mm256_setzero_ps();
+            for &part in a {
+                sum = _mm256_add_ps(sum, part);
+            }
+            let mut s = hsum(sum);
+            for t in full..dim {
+                s += half::f16::from_bits(row[t]).to_f32() * queries[j * dim + t];
+            }
+            best = best.max(s);
+        }
+        best
+    }
+
+    /// Shadow relevance of a block of rows (the caller checked the CPU features).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
+        shadow_rows!(max_dot_half, data, dim, unit, out)
+    }
+}
+
+/// Shadow relevance of a block of rows, with the widest kernel the CPU has.
+fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has the kernel's features; every load stays within the row
+            // (i + 16 <= full <= dim) or within the query block.
+            unsafe { avx512::relevance_block(data, dim, unit, out) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            // SAFETY: as above, at 8 lanes.
+            unsafe { avx2::relevance_block(data, dim, unit, out) };
+            return;
+        }
+    }
+    shadow_rows!(max_dot_half, data, dim, unit, out)
+}
+
+/// The shadow's relevance of every row (`rows`: only those, in their order) against unit queries.
+fn shadow_relevance(shadow: Shadow<'_>, unit: &[f32], rows: Option<&[u32]>) -> Vec<f32> {
+    let dim = shadow.dim;
+    let count = rows.map_or(shadow.residual.len(), <[u32]>::len);
+    let mut out = vec![0.0f32; count];
+    let parallel = count * dim >= PAR_MIN_VALUES && rayon::current_num_threads() > 1;
+    match rows {
+        None if parallel => out
+            .par_chunks_mut(PAR_ROWS)
+            .zip(shadow.data.par_chunks(PAR_ROWS * dim))
+            .for_each(|(o, d)| relevance_block(d, dim, unit, o)),
+        None => relevance_block(shadow.data, dim, unit, &mut out),
+        Some(listed) => {
+            let fill = |listed: &[u32], out: &mut [f32]| {
+                let mut i = 0;
+                while i < listed.len() {
+                    let start = listed[i] as usize;
+                    let mut j = i + 1;
+                    while j < listed.len() && listed[j] as usize == start + (j - i) {
+                        j += 1;
+                    }
+                    let end = start + (j - i);
+                    relevance_block(&shadow.data[start * dim..end * dim], dim, unit, &mut out[i..j]);
+                    i = j;
+                }
+            };
+            if parallel {
+                out.par_chunks_mut(PAR_ROWS).zip(listed.par_chunks(PAR_ROWS)).for_each(|(o, r)| fill(r, o));
+            } else {
+                fill(listed, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// [`scoring::top_relevance`] through the shadow, with the same answer: the rows (every stored
+/// row, or the listed ones) with a positive f32 relevance among the best `k`, and every row tied
+/// with the k-th, each with its f32 relevance, in no particular order.
+///
+/// Why the answer is the same: every row's f32 relevance `s` lies in `[a − b, a + b]` (`a` the
+/// shadow's, `b` its [`bound`]). Let `L` be the k-th largest lower bound. At least `k` rows have
+/// `s ≥ L`, so the k-th best `s` is at least `L`, and a row whose upper bound is below `L` is
+/// strictly worse than the k-th: neither in the answer nor tied with it. A row whose upper bound
+/// is not positive cannot have a positive relevance either. Every other row is scored in f32.
+pub fn top_relevance_shadowed(
+    stored: Stored<'_>,
+    shadow: Shadow<'_>,
+    queries: &[f32],
+    k: usize,
+    rows: Option<&[u32]>,
+) -> Result<(Vec<u32>, Vec<f32>), ShapeError> {
+    let n = stored.rows()?;
+    let dim = stored.dim;
+    shadow.check(n, dim)?;
+    if let Some(&bad) = rows.and_then(|listed| listed.iter().find(|&&r| r as usize >= n)) {
+        return Err(ShapeError(format!("row {bad} is past the {n} stored rows")));
+    }
+    if k == 0 || dim == 0 || queries.is_empty() {
+        return scoring::top_relevance(stored, queries, k, rows);
+    }
+    if !queries.len().is_multiple_of(dim) {
+        return Err(ShapeError(format!("query values ({}) are not a multiple of the dimension {dim}", queries.len())));
+    }
+    let unit = normalise_queries(queries, dim);
+    let approx = shadow_relevance(shadow, &unit, rows);
+    let row_of = |i: usize| rows.map_or(i as u32, |listed| listed[i]);
+    let margin = |i: usize| bound(shadow.residual[row_of(i) as usize], dim);
+    let (kth, full) =
+        scoring::kth_key(approx.iter().enumerate().map(|(i, &a)| scoring::positive_key(a - margin(i))), k);
+    let floor = if full { f32::from_bits(kth) } else { 0.0 };
+    let candidates = candidates(&approx, floor, margin, row_of);
+    let sims = relevance_of_rows(stored, queries, &candidates)?;
+    Ok(scoring::best_positive(&sims, k, |i| candidates[i]))
+}
+
+/// The rows whose upper bound is positive and reaches `floor`: those the f32 kernel must score.
+fn candidates(approx: &[f32], floor: f32, margin: impl Fn(usize) -> f32, row_of: impl Fn(usize) -> u32) -> Vec<u32> {
+    approx
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &a)| {
+            let upper = a + margin(i);
+            (upper > 0.0 && upper >= floor).then(|| row_of(i))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scoring::{row_norms, top_relevance};
+
+    fn sorted((r, s): (Vec<u32>, Vec<f32>)) -> Vec<(u32, u32)> {
+        let mut v: Vec<(u32, u32)> = r.into_iter().zip(s.into_iter().map(f32::to_bits)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// A deterministic pseudo-random matrix with exact duplicates (every fifth row repeats row 0),
+    /// a zero row and a row whose values overflow f16 before they are scaled to unit length.
+    fn matrix(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed;
+        let mut data: Vec<f32> = (0..n * dim)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((state >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+            })
+            .collect();
+        for i in (5..n).step_by(5) {
+            data.copy_within(0..dim, i * dim);
+        }
+        data[3 * dim..4 * dim].iter_mut().for_each(|x| *x = 0.0);
+        data[7 * dim..8 * dim].iter_mut().for_each(|x| *x *= 1e6);
+        data
+    }
+
+    #[test]
+    fn the_shadow_answers_exactly_what_the_f32_scan_does() {
+        for (n, dim, seed) in [(300, 16, 1), (2000, 384, 2), (5000, 33, 3), (600_000 / 64, 64, 4)] {
+            let data = matrix(n, dim, seed);
+            let norms = row_norms(&data, dim);
+            let (half, residual) = encode_rows(&data, dim);
+            let stored = Stored { data: &data, norms: &norms, dim };
+            let shadow = Shadow { data: &half, residual: &residual, dim };
+            for (qi, k) in [(1usize, 1usize), (2, 10), (3, 50), (4, n + 5)] {
+                let queries: Vec<f32> = data[qi * 11 * dim..(qi * 11 + qi) * dim].to_vec();
+                let want = sorted(top_relevance(stored, &queries, k, None).unwrap());
+                let got = sorted(top_relevance_shadowed(stored, shadow, &queries, k, None).unwrap());
+                assert_eq!(got, want, "n {n} dim {dim} queries {qi} k {k}");
+                let listed: Vec<u32> = (0..n as u32).filter(|r| r % 3 != 1).collect();
+                let want = sorted(top_relevance(stored, &queries, k, Some(&listed)).unwrap());
+                let got = sorted(top_relevance_shadowed(stored, shadow, &queries, k, Some(&listed)).unwrap());
+                assert_eq!(got, want, "listed: n {n} dim {dim} queries {qi} k {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn residuals_bound_the_shadow_error() {
+        let (n, dim) = (500, 48);
+        let data = matrix(n, dim, 9);
+        let norms = row_norms(&data, dim);
+        let (half, residual) = encode_rows(&data, dim);
+        let q: Vec<f32> = data[dim..2 * dim].to_vec();
+        let exact = scoring::relevance(Stored { data: &data, norms: &norms, dim }, &q).unwrap();
+        let approx =
+            shadow_relevance(Shadow { data: &half, residual: &residual, dim }, &normalise_queries(&q, dim), None);
+        for i in 0..n {
+            assert!((exact[i] - approx[i]).abs() <= bound(residual[i], dim), "row {i}");
+            assert!(residual[i] < 1e-3, "row {i}: residual {}", residual[i]);
+        }
+        assert_eq!(residual[3], 0.0);
+        assert!(half[3 * dim..4 * dim].iter().all(|&h| h == 0));
+    }
+
+    #[test]
+    fn every_kernel_agrees_with_the_portable_one() {
+        let (n, dim) = (64, 77);
+        let data = matrix(n, dim, 5);
+        let (half, _) = encode_rows(&data, dim);
+        let queries = normalise_queries(&data[dim..4 * dim], dim);
+        let mut portable = vec![0.0f32; n];
+        shadow_rows!(max_dot_half, half, dim, &queries, portable);
+        let mut dispatched = vec![0.0f32; n];
+        relevance_block(&half, dim, &queries, &mut dispatched);
+        for i in 0..n {
+            assert!((portable[i] - dispatched[i]).abs() < 1e-5, "row {i}");
+        }
+    }
+
+    #[test]
+    fn only_rows_near_the_kth_are_scored_in_f32() {
+        let (n, dim) = (4000, 64);
+        let data = matrix(n, dim, 6);
+        let (half, residual) = encode_rows(&data, dim);
+        let unit = normalise_queries(&data[9 * dim..10 * dim], dim);
+        let approx = shadow_relevance(Shadow { data: &half, residual: &residual, dim }, &unit, None);
+        let margin = |i: usize| bound(residual[i], dim);
+        let (kth, full) =
+            scoring::kth_key(approx.iter().enumerate().map(|(i, &a)| scoring::positive_key(a - margin(i))), 10);
+        assert!(full);
+        let scored = candidates(&approx, f32::from_bits(kth), margin, |i| i as u32);
+        // The ten best and the few rows within the bounds of the tenth, not 4,000.
+        assert!((10..40).contains(&scored.len()), "{} of {n} rows scored in f32", scored.len());
+    }
+
+    #[test]
+    fn shapes_are_checked() {
+        let data = [1.0f32, 0.0, 0.0, 1.0];
+        let norms = row_norms(&data, 2);
+        let (half, residual) = encode_rows(&data, 2);
+        let stored = Stored { data: &data, norms: &norms, dim: 2 };
+        let short = Shadow { data: &half[..2], residual: &residual, dim: 2 };
+        assert!(top_relevance_shadowed(stored, short, &[1.0, 0.0], 1, None).is_err());
+        let shadow = Shadow { data: &half, residual: &residual, dim: 2 };
+        assert!(top_relevance_shadowed(stored, shadow, &[1.0, 0.0], 1, Some(&[2])).is_err());
+        assert!(top_relevance_shadowed(stored, shadow, &[1.0, 0.0, 1.0], 1, None).is_err());
+        assert!(top_relevance_shadowed(stored, shadow, &[1.0, 0.0], 0, None).unwrap().0.is_empty());
+    }
+}
