@@ -130,9 +130,12 @@ def scan_default(
     now: float,
     params: ValueParams,
     selection: Selection,
+    shadow: tuple[npt.NDArray[np.uint16], npt.NDArray[np.float32]] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """Relevance, default value function and selection in one pass, at unix time `now`; ties by
-    `rank` (or row). GIL released."""
+    `rank` (or row). With `shadow` (`shadow_rows` of the matrix, a row's residual +inf where its
+    shadow is stale) the f32 rows are read only where they may reach the answer: the same answer.
+    GIL released."""
 
 def default_values(
     relevance: npt.NDArray[np.float32], usage: UsageColumns, now: float, params: ValueParams

@@ -28,6 +28,7 @@ from . import regions as regions_
 from . import shutdown, vector_index
 from .checks import Embedding, vector_norm
 from .regions import Regions
+from .shadow import Shadow
 from .tiebreak import TieBreak
 from .vector_index import NO_HNSWLIB, AnnConfig, VectorIndex, ann_available
 
@@ -170,6 +171,8 @@ class TypeColumns:
         self.dim = 0
         self._mat: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
         self._norms: npt.NDArray[np.float32] = np.zeros(0, np.float32)
+        self.shadow = Shadow()
+        """The rows' half-precision shadow, which exact scans read first (`hippograph.engine.shadow`)."""
         self._cols: dict[str, npt.NDArray[Any]] = {
             name: np.zeros(0, np.uint8 if name == "has_meta" else np.float64) for name in USAGE_COLUMNS
         }
@@ -189,6 +192,7 @@ class TypeColumns:
         mat[:cap] = self._mat
         self._mat = mat
         self._norms = np.resize(self._norms, new_cap)
+        self.shadow.resize(new_cap, self.dim)
         for name, col in self._cols.items():
             self._cols[name] = np.resize(col, new_cap)
         self._usage = None
@@ -200,6 +204,7 @@ class TypeColumns:
             raise ValidationError(f"embedding dimension {dim} does not match the columns' dimension {self.dim}")
         self.dim = dim
         self._mat = np.zeros((self._norms.shape[0], dim), np.float32)
+        self.shadow.resize(self._norms.shape[0], dim)
 
     def upsert(self, node_id: str, embedding: Embedding | None, usage: Usage | None, norm: float | None = None) -> None:
         if embedding is not None:
@@ -216,9 +221,12 @@ class TypeColumns:
         if embedding is None:
             self._mat[r] = 0.0
             self._norms[r] = 0.0
-        else:
+            self.shadow.clear(r)
+        elif not unchanged:
             self._mat[r] = embedding
             self._norms[r] = vector_norm(embedding) if norm is None else norm  # the caller's: the same value
+            self.shadow.mark(r)
+            self.shadow.settle(self.matrix())
         if not unchanged:
             self._note_change(node_id)
             self._leave_region(r)
@@ -435,6 +443,7 @@ class TypeColumns:
             self.row[moved] = r
             self._mat[r] = self._mat[last]
             self._norms[r] = self._norms[last]
+            self.shadow.move(r, last)
             for col in self._cols.values():
                 col[r] = col[last]
             self._stale(r)

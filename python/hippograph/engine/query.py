@@ -265,8 +265,11 @@ def _score(
     mat, norms, rank = take(columns.matrix()), take(columns.norms()), take(columns.rank())
     if values is None:
         usage = columns.usage() if rows is None else _core.UsageColumns(*(take(c) for c in columns.usage_arrays()))
+        # A whole type is read through its shadow (the same answer, about half the bytes); a subset
+        # of rows is gathered already and read as it is.
+        shadow = columns.shadow.arrays(len(columns)) if rows is None else None
         idx, scores = _core.scan_default(
-            mat, norms, queries, usage, rank, now, params.core_params, params.core_selection
+            mat, norms, queries, usage, rank, now, params.core_params, params.core_selection, shadow
         )
     else:
         ids = columns.ids if rows is None else [columns.ids[r] for r in rows.tolist()]

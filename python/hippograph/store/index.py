@@ -26,6 +26,7 @@ from .. import _core
 from ..engine.checks import Progress, vector_norm
 from ..engine.columns import TypeColumns
 from ..engine.query import ScanParams, calibrate, scan
+from ..engine.shadow import Shadow
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError
 from .codec import ref_bytes
@@ -87,12 +88,9 @@ class EntryIndex:
         self.dim: int | None = None
         self.matrix = np.zeros((0, 0), np.float32)
         self.norms = np.zeros(0, np.float32)
-        self.half = np.zeros((0, 0), np.uint16)
-        """Per slot, the unit vector in f16 (zero without a vector), and below its rounding residual:
-        an exact scan reads these, then only the rows near its k-th best in `matrix`."""
-        self.residual = np.zeros(0, np.float32)
-        self._bulk = False
-        """While a rebuild sets every entry: the shadow is computed once at its end."""
+        self.shadow = Shadow()
+        """Per slot, the unit vector in f16 and its bound: an exact scan reads these, then only the
+        rows near its k-th best in `matrix`."""
         self.active = np.zeros(0, bool)
         self.expires = np.zeros(0, np.float64)
         self.lexical = _core.LexicalIndex()
@@ -118,15 +116,11 @@ class EntryIndex:
             seq, changed, everything = backend.entry_read(read)
             if changed is None:
                 self._reset()
-                self._bulk = True
-                try:
-                    for done, e in enumerate(everything, start=1):
-                        self.set(e)
-                        if progress is not None and (done % _PROGRESS_STEP == 0 or done == len(everything)):
-                            progress("index entries", done, len(everything))
-                finally:
-                    self._bulk = False
-                    self._shade(slice(0, len(self.entries)))
+                for done, e in enumerate(everything, start=1):
+                    self.set(e)
+                    if progress is not None and (done % _PROGRESS_STEP == 0 or done == len(everything)):
+                        progress("index entries", done, len(everything))
+                self.shadow.encode_all(self.matrix[: len(self.entries)])
             else:
                 for ref, got in changed:
                     if got is None:
@@ -166,10 +160,7 @@ class EntryIndex:
         matrix = np.zeros((new, dim), np.float32)
         matrix[:cap] = self.matrix
         self.matrix = matrix
-        half = np.zeros((new, dim), np.uint16)
-        half[:cap] = self.half
-        self.half = half
-        self.residual = np.concatenate([self.residual, np.zeros(new - cap, np.float32)])
+        self.shadow.resize(new, dim)
         self.norms = np.concatenate([self.norms, np.zeros(new - cap, np.float32)])
         self.active = np.concatenate([self.active, np.zeros(new - cap, bool)])
         self.expires = np.concatenate([self.expires, np.zeros(new - cap, np.float64)])
@@ -219,13 +210,12 @@ class EntryIndex:
             if self.dim is None:
                 self.dim = len(e.embedding)
                 self.matrix = np.zeros((len(self.active), self.dim), np.float32)
-                self.half = np.zeros((len(self.active), self.dim), np.uint16)
+                self.shadow.resize(len(self.active), self.dim)
             if len(e.embedding) != self.dim:  # the store refuses this before writing; another writer did not
                 raise ConfigError(f"entry {e.key!r:.80} has dimension {len(e.embedding)}; the store's is {self.dim}")
             self.matrix[slot] = e.embedding
             self.norms[slot] = norm = vector_norm(e.embedding)
-            if not self._bulk:
-                self._shade(slice(slot, slot + 1))
+            self.shadow.mark(slot)
         rid = self.refs[slot].decode()
         if e.status == "active" and e.embedding is not None:
             self.columns.upsert(rid, e.embedding, None, norm)
@@ -233,19 +223,13 @@ class EntryIndex:
             self.columns.remove(rid)
         self.lexical.set(slot, e.text)
 
-    def _shade(self, rows: slice) -> None:
-        """Computes the shadow of `rows` from `matrix` (a row without a vector is zero in both)."""
-        if self.dim is not None:
-            self.half[rows], self.residual[rows] = _core.shadow_rows(self.matrix[rows])
-
     def _clear_vector(self, slot: int) -> None:
         """Slot `slot` holds no vector: zero in the matrix, its norm and its shadow, so that every
         scan, the shadow's bounds included, scores it 0."""
         self.norms[slot] = 0.0
         if self.dim is not None:
             self.matrix[slot] = 0.0
-            self.half[slot] = 0
-            self.residual[slot] = 0.0
+            self.shadow.clear(slot)
 
     @staticmethod
     def _hides(e: Entry | None) -> bool:
@@ -364,12 +348,13 @@ class EntryIndex:
         # One Rust call scores the rows (only the allowed ones when restricted; a scope's rows are
         # read where they are) through their shadow, then in f32 only those that may reach the
         # best k, and keeps the best k with their ties: the exact answer, no numpy pass over n.
+        n = len(self.entries)
+        self.shadow.settle(self.matrix[:n])
+        half, residual = self.shadow.arrays(n)
         if allowed is None:
-            n = len(self.entries)
-            rows, sims = _core.top_relevance_shadowed(self.matrix[:n], self.norms[:n], self.half[:n],
-                                                      self.residual[:n], query, k)  # fmt: skip
+            rows, sims = _core.top_relevance_shadowed(self.matrix[:n], self.norms[:n], half, residual, query, k)
         else:
-            rows, sims = _core.top_relevance_shadowed(self.matrix, self.norms, self.half, self.residual, query, k,
+            rows, sims = _core.top_relevance_shadowed(self.matrix[:n], self.norms[:n], half, residual, query, k,
                                                       allowed)  # fmt: skip
         return self._cut(rows.tolist(), sims.tolist(), k)
 

@@ -6,6 +6,7 @@
 //! dotted against the query and all tag vectors together. That makes the scan
 //! memory-bandwidth bound, which is the best an exact scan can do.
 
+use crate::shadow::Shadow;
 use rayon::prelude::*;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -679,30 +680,39 @@ fn kth_largest(values: &[f32], k: usize) -> f32 {
 /// no row scoring below it belongs to the answer. Most rows then skip the value function (their
 /// relevance × `gain` is already below it). Zero when the block is too small or a row fails the gate.
 fn seed_floor(rel: &[f32], start: usize, req: &ScanRequest<'_>, gain: f64) -> f64 {
+    seed_floor_from_bounds(rel, start, req, gain, |i| rel[i - start])
+}
+
+/// [`seed_floor`] from lower bounds of the block's relevances: the rows whose lower bound is among
+/// the `top_k` best are at least `top_k` rows; their scores, from their f32 relevance (`exact`),
+/// bound the answer from below in the same way.
+fn seed_floor_from_bounds(
+    lower: &[f32],
+    start: usize,
+    req: &ScanRequest<'_>,
+    gain: f64,
+    exact: impl Fn(usize) -> f32,
+) -> f64 {
     let k = req.top_k;
-    if k == 0 || rel.len() <= 2 * k {
+    if k == 0 || lower.len() <= 2 * k {
         return 0.0;
     }
-    // The k-th best relevance, selected over the values themselves (no indirection); the rows at or
-    // above it are at least k, and the least value among any k or more rows bounds the k-th best.
-    let kth = kth_largest(rel, k);
+    let kth = kth_largest(lower, k);
     if kth.is_nan() || kth <= 0.0 {
         return 0.0;
     }
     let mut least = f64::INFINITY;
-    for (j, &rj) in rel.iter().enumerate() {
-        if rj < kth {
+    for (j, &lj) in lower.iter().enumerate() {
+        if lj < kth {
             continue;
         }
-        let r = f64::from(rj);
+        let r = f64::from(exact(start + j));
         let value = default_value(r, req.meta.row(start + j), req.now, &req.params);
         if !req.gate.admits(req.threshold, r, value) || value.is_nan() {
             return 0.0;
         }
         least = least.min(value);
     }
-    // The skip test compares relevance × gain, which bounds the value from above: keep a margin
-    // for the rounding of the value's own product so a row scoring exactly `least` is never skipped.
     if least.is_finite() && gain >= 1.0 {
         least * (1.0 - 1e-12)
     } else {
@@ -716,6 +726,18 @@ fn seed_floor(rel: &[f32], start: usize, req: &ScanRequest<'_>, gain: f64) -> f6
 /// always contains the block's members of the global answer; the survivors of
 /// all blocks are ordered once at the end.
 pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeError> {
+    scan_default_with(req, None)
+}
+
+/// [`scan_default`] reading the rows' half-precision shadow first ([`crate::shadow`]): the same
+/// answer, with the f32 rows read only where a row's upper bound (its shadow relevance plus its
+/// bound, valued with its own metadata) reaches what the block must beat.
+pub fn scan_default_shadowed(req: &ScanRequest<'_>, shadow: Shadow<'_>) -> Result<Vec<(usize, f64)>, ShapeError> {
+    shadow.check(req.stored.rows()?, req.stored.dim)?;
+    scan_default_with(req, Some(shadow))
+}
+
+fn scan_default_with(req: &ScanRequest<'_>, shadow: Option<Shadow<'_>>) -> Result<Vec<(usize, f64)>, ShapeError> {
     let n = req.stored.rows()?;
     let dim = req.stored.dim;
     req.meta.check(n)?;
@@ -746,24 +768,53 @@ pub fn scan_default(req: &ScanRequest<'_>) -> Result<Vec<(usize, f64)>, ShapeErr
     let order = |a: &(usize, f64), b: &(usize, f64)| {
         b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal).then_with(|| key(a.0).cmp(&key(b.0)))
     };
+    let exact = |i: usize| -> f32 {
+        let mut out = [0.0f32];
+        relevance_block(&req.stored.data[i * dim..(i + 1) * dim], &req.stored.norms[i..=i], dim, &unit, &mut out);
+        out[0]
+    };
     let block = |start: usize| -> Vec<(usize, f64)> {
         let end = (start + SCAN_BLOCK).min(n);
         let mut rel = vec![0.0f32; end - start];
-        if scoring {
-            let rows = &req.stored.data[start * dim..end * dim];
-            relevance_block(rows, &req.stored.norms[start..end], dim, &unit, &mut rel);
-        }
+        // With a shadow, `rel` first holds each row's upper bound; a row's f32 relevance is read
+        // only once the row is found able to reach the answer (`upper` false below).
+        let mut upper = false;
         let m = req.meta;
-        let seeded = seed_floor(&rel, start, req, gain);
+        let seeded = match shadow {
+            Some(sh) if scoring => {
+                crate::shadow::relevance_block(&sh.data[start * dim..end * dim], dim, &unit, &mut rel);
+                let margins: Vec<f32> = sh.residual[start..end].iter().map(|&r| crate::shadow::bound(r, dim)).collect();
+                let lower: Vec<f32> = rel.iter().zip(&margins).map(|(&a, &b)| a - b).collect();
+                rel.iter_mut().zip(&margins).for_each(|(a, &b)| *a = (*a + b).min(1.0));
+                upper = true;
+                seed_floor_from_bounds(&lower, start, req, gain, exact)
+            }
+            _ => {
+                if scoring {
+                    let rows = &req.stored.data[start * dim..end * dim];
+                    relevance_block(rows, &req.stored.norms[start..end], dim, &unit, &mut rel);
+                }
+                seed_floor(&rel, start, req, gain)
+            }
+        };
         let floor = f64::from_bits(cutoff.load(AtomicOrdering::Relaxed)).max(seeded);
         let least = req.gate.score_floor(req.threshold).max(floor);
         // Only rows that can reach the answer are valued and kept: below the floor whatever
         // their metadata (relevance × gain bounds the value), refused by the gate, or NaN.
         let mut kept: Vec<(usize, f64)> = Vec::new();
         for (j, &rj) in rel.iter().enumerate() {
-            let r = f64::from(rj);
+            let mut r = f64::from(rj);
             if r * gain < floor {
                 continue;
+            }
+            if upper {
+                // The value grows with relevance: the upper bound valued with the row's metadata
+                // bounds the row's score, and the gate's relevance test applies to it as well.
+                let most = default_value(r, m.row(start + j), req.now, &req.params);
+                if most < least || (req.gate == Gate::Relevance && r < req.threshold) {
+                    continue;
+                }
+                r = f64::from(exact(start + j));
             }
             let value = default_value(r, m.row(start + j), req.now, &req.params);
             if req.gate.admits(req.threshold, r, value) && value >= least {
@@ -1038,6 +1089,7 @@ mod tests {
         let data: Vec<f32> = (0..n * dim).map(|i| ((i * 7919 % 211) as f32) / 13.0 - 8.0).collect();
         let norms = row_norms(&data, dim);
         let queries: Vec<f32> = (0..3 * dim).map(|i| ((i * 31 % 17) as f32) - 8.0).collect();
+        let (half, residual) = crate::shadow::encode_rows(&data, dim);
         let has: Vec<u8> = (0..n).map(|i| (i % 3 != 0) as u8).collect();
         let ts: Vec<f64> = (0..n).map(|i| (i % 50) as f64 * 3600.0).collect();
         let cnt: Vec<f64> = (0..n).map(|i| (i % 7) as f64).collect();
@@ -1081,7 +1133,22 @@ mod tests {
             let want: Vec<(usize, f64)> =
                 select_top(&scores, least, top_k, Some(&rank)).unwrap().into_iter().map(|i| (i, scores[i])).collect();
             assert_eq!(scan_default(&req).unwrap(), want, "threshold {threshold}, top_k {top_k}, {gate:?}");
+            let shadow = Shadow { data: &half, residual: &residual, dim };
+            assert_eq!(scan_default_shadowed(&req, shadow).unwrap(), want, "shadowed: {threshold}, {top_k}, {gate:?}");
         }
+        let short = Shadow { data: &half[dim..], residual: &residual[1..], dim };
+        let req = ScanRequest {
+            stored: stored(&data, &norms, dim),
+            queries: &queries,
+            meta,
+            rank: None,
+            now: 0.0,
+            params: fast,
+            threshold: 0.0,
+            gate: Gate::Score,
+            top_k: 3,
+        };
+        assert!(scan_default_shadowed(&req, short).is_err());
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub struct Shadow<'a> {
 }
 
 impl Shadow<'_> {
-    fn check(&self, n: usize, dim: usize) -> Result<(), ShapeError> {
+    pub(crate) fn check(&self, n: usize, dim: usize) -> Result<(), ShapeError> {
         if self.dim != dim || self.residual.len() != n || self.data.len() != n * dim {
             return Err(ShapeError(format!(
                 "shadow holds {} values and {} residuals of dimension {}; the matrix has {n} rows × {dim}",
@@ -232,7 +232,7 @@ mod avx2 {
 }
 
 /// Shadow relevance of a block of rows, with the widest kernel the CPU has.
-fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
+pub(crate) fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {

@@ -410,8 +410,10 @@ fn select_top<'py>(
     Ok(picked.into_pyarray(py))
 }
 
-/// One exact scan of a node type with the default value function.
+/// One exact scan of a node type with the default value function (through the rows' shadow when
+/// given: the same answer).
 #[pyfunction]
+#[pyo3(signature = (matrix, norms, queries, usage, rank, now, params, selection, shadow=None))]
 #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
 fn scan_default<'py>(
     py: Python<'py>,
@@ -423,10 +425,18 @@ fn scan_default<'py>(
     now: f64,
     params: &Bound<'py, ValueParams>,
     selection: &Bound<'py, Selection>,
+    shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
 ) -> PyResult<Scan<'py>> {
     let arrays = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
     let req = arrays.request(py, now, params.get(), selection.get())?;
-    let hits = errors::detached(py, "scan_default", || scoring::scan_default(&req))?.map_err(|e| shape(py, e))?;
+    let hits = match &shadow {
+        None => errors::detached(py, "scan_default", || scoring::scan_default(&req))?,
+        Some((half, residual)) => {
+            let sh = crate::shadow::borrowed(py, half, residual, req.stored.dim)?;
+            errors::detached(py, "scan_default", || scoring::scan_default_shadowed(&req, sh))?
+        }
+    }
+    .map_err(|e| shape(py, e))?;
     Ok(hits_to_arrays(py, hits))
 }
 

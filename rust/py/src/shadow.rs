@@ -22,6 +22,19 @@ fn shadow_rows<'py>(
     Ok((half.into_pyarray(py), residual.into_pyarray(py)))
 }
 
+/// The shadow of a matrix of dimension `dim` as the core reads it.
+pub(crate) fn borrowed<'a>(
+    py: Python<'_>,
+    half: &'a PyReadonlyArray2<'_, u16>,
+    residual: &'a PyReadonlyArray1<'_, f32>,
+    dim: usize,
+) -> PyResult<Shadow<'a>> {
+    if half.shape()[1] != dim {
+        return Err(errors::validation(py, format!("the shadow's dimension {} is not {dim}", half.shape()[1])));
+    }
+    Ok(Shadow { data: contiguous(py, "half", half)?, residual: contiguous(py, "residual", residual)?, dim })
+}
+
 /// `top_relevance` read through the shadow: the same answer.
 #[pyfunction]
 #[pyo3(signature = (matrix, norms, half, residual, queries, k, rows=None))]
@@ -40,10 +53,7 @@ fn top_relevance_shadowed<'py>(
     check_query_dim(py, &matrix, &queries)?;
     let dim = matrix.shape()[1];
     let stored = stored(py, &matrix, &norms)?;
-    let sh = Shadow { data: contiguous(py, "half", &half)?, residual: contiguous(py, "residual", &residual)?, dim };
-    if half.shape()[1] != dim {
-        return Err(errors::validation(py, format!("the shadow's dimension {} is not {dim}", half.shape()[1])));
-    }
+    let sh = borrowed(py, &half, &residual, dim)?;
     let q = contiguous(py, "queries", &queries)?;
     let r = match &rows {
         Some(r) => Some(contiguous(py, "rows", r)?),
