@@ -40,8 +40,6 @@ __all__ = [
     "Usage",
     "UsageArrays",
     "catch_up",
-    "retire",
-    "stop_background_builds",
 ]
 
 
@@ -662,24 +660,6 @@ class TypeColumns:
                 params, *_core.merge_usage_order(order.rows, order.keys, stale, self.usage(), params)
             )
         return order
-
-
-def stop_background_builds(
-    columns: Iterable[TypeColumns], retired: Iterable[threading.Thread] = (), timeout: float = 60.0
-) -> None:
-    """Stops background builds for good and waits for them and for `retired` ones (cancelled earlier).
-
-    Call holding none of the backend's locks: a builder may be waiting for one to publish.
-    """
-    for thread in retire(columns, retired):
-        thread.join(timeout)
-
-
-def retire(columns: Iterable[TypeColumns], retired: Iterable[threading.Thread] = ()) -> list[threading.Thread]:
-    """Stops the builds of columns a cache replaces; their threads plus those of `retired` still
-    running, for the backend's close to join."""
-    stopped = [t for c in columns for t in c.close_background_builds()]
-    return [t for t in retired if t.is_alive()] + stopped
 
 
 def _build(columns: TypeColumns, config: AnnConfig, progress: Callable[[int, int], None] | None = None) -> VectorIndex:

@@ -15,10 +15,10 @@ from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar
 
 from .checks import Embedding
-from .columns import SharedLock, TypeColumns, Usage, retire, stop_background_builds
+from .columns import SharedLock, TypeColumns, Usage
 from .vector_index import AnnConfig
 
-__all__ = ["DerivedColumns", "ReadWriteLock", "Row"]
+__all__ = ["DerivedColumns", "ReadWriteLock", "Row", "retire", "stop_background_builds"]
 
 K = TypeVar("K", bound=str)
 
@@ -99,3 +99,21 @@ class DerivedColumns(Generic[K]):
     def close(self) -> None:
         """Stops background builds for good and waits for them (hold none of the backend's locks)."""
         stop_background_builds(self.columns.values(), self.retired)
+
+
+def stop_background_builds(
+    columns: Iterable[TypeColumns], retired: Iterable[threading.Thread] = (), timeout: float = 60.0
+) -> None:
+    """Stops background builds for good and waits for them and for `retired` ones (cancelled earlier).
+
+    Call holding none of the backend's locks: a builder may be waiting for one to publish.
+    """
+    for thread in retire(columns, retired):
+        thread.join(timeout)
+
+
+def retire(columns: Iterable[TypeColumns], retired: Iterable[threading.Thread] = ()) -> list[threading.Thread]:
+    """Stops the builds of columns a cache replaces; their threads plus those of `retired` still
+    running, for the backend's close to join."""
+    stopped = [t for c in columns for t in c.close_background_builds()]
+    return [t for t in retired if t.is_alive()] + stopped
