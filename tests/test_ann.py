@@ -513,8 +513,8 @@ def test_build_vector_index_builds_now_reporting_progress_and_queries_reuse_it(
     assert [done for _, done, _ in calls] == sorted(done for _, done, _ in calls)
     assert calls[-1][1] == calls[-1][2] == stats(b)["nodes"]
     built = []
-    real_build = hg.engine.columns._build
-    monkeypatch.setattr(hg.engine.columns, "_build", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    real_build = hg.engine.columns.build_rows_index
+    monkeypatch.setattr(hg.engine.columns, "build_rows_index", lambda *a, **k: built.append(1) or real_build(*a, **k))
     assert b.build_vector_index() == ["subgoal"]  # semantic is built already
     assert b.build_vector_index() == []
     find(b, rng_vec(np.random.default_rng(1)))

@@ -27,6 +27,8 @@ from ..errors import ValidationError
 from . import regions as regions_
 from . import shutdown, vector_index
 from .checks import Embedding, vector_norm
+from .column_files import SavedType
+from .index_build import build_rows_index, catch_up
 from .regions import Regions
 from .shadow import Shadow
 from .tiebreak import TieBreak
@@ -39,7 +41,6 @@ __all__ = [
     "TypeColumns",
     "Usage",
     "UsageArrays",
-    "catch_up",
 ]
 
 
@@ -469,6 +470,31 @@ class TypeColumns:
     def norms(self) -> npt.NDArray[np.float32]:
         return self._norms[: len(self.ids)]
 
+    def saved(self, headroom: int) -> SavedType:
+        """The rows and every scoring column (room for `headroom` more rows), as `column_files` saves them."""
+        n, cap = len(self.ids), len(self.ids) + headroom
+        self.shadow.settle(self.matrix(), force=True)
+
+        def padded(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            out = np.zeros((cap, *arr.shape[1:]), arr.dtype)
+            out[:n] = arr[:n]
+            return out
+
+        arrays = {name: padded(self._cols[name]) for name in USAGE_COLUMNS}
+        half, residual = self.shadow.arrays(n)
+        arrays |= {"matrix": padded(self._mat), "norms": padded(self._norms), "half": padded(half),
+                   "residual": padded(residual), "rank": self.rank().copy()}  # fmt: skip
+        return SavedType(list(self.ids), arrays)
+
+    def adopt(self, saved: SavedType, dim: int) -> None:
+        """Takes over saved rows (empty columns only): the arrays as they are, mapped or not."""
+        a = saved.arrays
+        self.ids, self.row, self.dim = saved.ids, {node_id: r for r, node_id in enumerate(saved.ids)}, dim
+        self._mat, self._norms = a["matrix"], a["norms"]
+        self._cols = {name: a[name] for name in USAGE_COLUMNS}
+        self.shadow.adopt(a["half"], a["residual"])
+        self._tiebreak.adopt(a["rank"], saved.ids)
+
     def copy(self) -> ColumnsCopy:
         return ColumnsCopy(
             list(self.ids),
@@ -592,7 +618,7 @@ class TypeColumns:
             if self.ann is not None:
                 return False
             self._cancel.set()
-            self.ann = _build(self, self.ann_config, progress)
+            self.ann = build_rows_index(self, self.ann_config, progress)
             self.build_error = None
             return True
 
@@ -623,7 +649,7 @@ class TypeColumns:
         old = self.ann
         if old is None or not old.reclaimable or self.ann_config is None:
             return False
-        self.ann = _build(self, self.ann_config)
+        self.ann = build_rows_index(self, self.ann_config)
         # The same rows at the same depth: the measurement still describes the rebuilt graph.
         self.ann.calibration, self.ann.ef_search = old.calibration, old.ef_search
         return True
@@ -660,30 +686,3 @@ class TypeColumns:
                 params, *_core.merge_usage_order(order.rows, order.keys, stale, self.usage(), params)
             )
         return order
-
-
-def _build(columns: TypeColumns, config: AnnConfig, progress: Callable[[int, int], None] | None = None) -> VectorIndex:
-    """An HNSW graph over every embedded row of `columns`, reporting ``progress(rows_done, rows)``."""
-    built = vector_index.build_rows(list(columns.ids), columns.matrix(), config, progress)
-    if built is None:  # pragma: no cover - only a `cancelled` callback stops a build
-        raise RuntimeError("vector index build cancelled")
-    columns.regions = regions_.partition(columns.matrix(), columns.norms(), len(columns.ids))
-    return built
-
-
-def catch_up(columns: TypeColumns, ann: VectorIndex, changed: set[str]) -> VectorIndex:
-    """`ann`, built from an earlier copy of `columns`' rows, made to mirror `columns` now.
-
-    `changed` must hold every id whose vector changed or that was removed
-    since the copy: their old labels are marked deleted and their current
-    vectors added. Every other label's row is looked up afresh (swap-removes
-    moved rows since).
-    """
-    vector_index.replay(ann, changed, columns.current(changed))
-    for node_id in [i for i in ann.label_of if i not in columns.row]:  # defensive: a removal not reported
-        ann.discard(node_id)
-    rows = np.full(len(ann.row_of_label), -1, np.int64)
-    for node_id, label in ann.label_of.items():
-        rows[label] = columns.row[node_id]
-    ann.row_of_label = rows
-    return ann

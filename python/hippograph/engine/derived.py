@@ -79,6 +79,10 @@ class DerivedColumns(Generic[K]):
         for item_id, kind, embedding, usage in rows:
             columns[kind].upsert(item_id, embedding, usage)
             kind_of[item_id] = kind
+        self.install(columns, kind_of)
+
+    def install(self, columns: dict[K, TypeColumns], kind_of: dict[str, K]) -> None:
+        """Makes `columns` (from `_fresh`, filled) current, retiring the builds of those they replace."""
         self.retired = retire(self.columns.values(), self.retired)
         self.columns, self.kind_of = columns, kind_of
 

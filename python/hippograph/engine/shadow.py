@@ -63,6 +63,10 @@ class Shadow:
         if len(rows):
             self.half[rows], self.residual[rows] = _core.shadow_rows(np.ascontiguousarray(matrix[rows]))
 
+    def adopt(self, half: npt.NDArray[np.uint16], residual: npt.NDArray[np.float32]) -> None:
+        """Takes over a saved shadow, every row current."""
+        self.half, self.residual, self._stale = half, residual, []
+
     def encode_all(self, matrix: npt.NDArray[np.float32]) -> None:
         """Encodes the first `len(matrix)` rows at once (a rebuild)."""
         self._stale = []

@@ -36,6 +36,12 @@ class TieBreak:
         self._rank: npt.NDArray[np.uint32] | None = None
         self._sorted: list[str] | None = None
 
+    def adopt(self, rank: npt.NDArray[np.uint32], ids: list[str]) -> None:
+        """Takes over saved keys of rows holding `ids` (keys that order like the ids, as dealt)."""
+        with self._lock:
+            self._rank = rank
+            self._sorted = [ids[i] for i in np.argsort(rank, kind="stable").tolist()]
+
     def keys(self, ids: list[str], row: dict[str, int]) -> npt.NDArray[np.uint32]:
         """Each row's key (row i holds `ids[i]`, `row` maps ids to rows); rows appended since the
         last call are merged in first."""

@@ -89,7 +89,9 @@ class LMDB(DerivedBackend):
         self._readonly = readonly
         self._pid = os.getpid()
         self._cache_lock = RWLock()
-        self._cache = self._derived = _Cache(ann, self.path / "ann", self._cache_lock, self._read)
+        self._cache = self._derived = _Cache(
+            ann, self.path / "ann", self._cache_lock, self._read, self.path / "columns"
+        )
         self._write_lock = threading.Lock()
         # lock.mdb alone is what a kill during the very first open leaves behind: a new store.
         try:
@@ -474,6 +476,23 @@ class LMDB(DerivedBackend):
             except (OSError, RuntimeError, ValueError) as exc:
                 raise StorageError(f"cannot save the vector index: {exc}", operation="save_vector_index") from None
 
+    def _save_columns(self) -> bool:
+        """Saves the scoring columns for the next open to map (docs/lmdb.md, "Saved columns") when
+        this process read them and the saved set is older; True when it wrote one."""
+        if self._cache.seq < 0:
+            return False
+
+        def fresh(t: _Txn) -> None:
+            with self._cache_lock.write():
+                self._cache.refresh(t)
+
+        self._read(fresh, "save_columns")
+        with self._cache_lock.read():
+            try:
+                return self._cache.save_columns()
+            except (OSError, ValueError) as exc:
+                raise StorageError(f"cannot save the scoring columns: {exc}", operation="save_columns") from None
+
     def _refresh(self, operation: str) -> None:
         def run(t: _Txn) -> None:
             if t.seq() != self._cache.seq:
@@ -571,6 +590,7 @@ class LMDB(DerivedBackend):
                 "metadata": t.txn.stat(self._dbs["meta"])["entries"],
                 "dimension": t.dim(),
                 "disk_bytes": sum(f.stat().st_blocks * 512 for f in self.path.iterdir() if f.name.endswith(".mdb")),
+                "saved_columns": {"state": self._cache.columns_state, "seq": self._cache.columns_seq},
             }
 
         return self._read(run, "stats")
@@ -600,6 +620,10 @@ class LMDB(DerivedBackend):
                     self._save_vector_index()
                 except HippographError as exc:
                     warnings.warn(f"hippograph: vector index not saved: {exc}", RuntimeWarning, stacklevel=2)
+                try:
+                    self._save_columns()
+                except HippographError as exc:
+                    warnings.warn(f"hippograph: scoring columns not saved: {exc}", RuntimeWarning, stacklevel=2)
             self._closed = True
             if os.getpid() == self._pid:
                 envs.release(self._shared)

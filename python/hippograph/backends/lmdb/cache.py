@@ -10,13 +10,16 @@ graphs.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from ...engine import vector_files
+import numpy as np
+
+from ...engine import column_files, vector_files
 from ...engine.columns import TypeColumns
 from ...engine.derived import DerivedColumns
 from ...engine.vector_index import AnnConfig
@@ -40,6 +43,9 @@ class _Reader(Protocol):
 _ADOPT_TRIES = 5
 """Snapshots a background adoption tries before giving up on a cache that writers keep moving."""
 
+_SAMPLE_ROWS = 256
+"""Rows per type compared with the store before saved columns are adopted."""
+
 NODES_KEPT = 4096
 """Decoded nodes a `_Cache` keeps, least recently hydrated dropped first: recall's usual hits, not the store."""
 
@@ -59,11 +65,23 @@ class _Cache(DerivedColumns[NodeType]):
     or, when it rebuilds, all of them.
     """
 
-    def __init__(self, ann: AnnConfig | None, ann_dir: Path | None, lock: RWLock, read: _Reader) -> None:
+    def __init__(
+        self, ann: AnnConfig | None, ann_dir: Path | None, lock: RWLock, read: _Reader, columns_dir: Path | None = None
+    ) -> None:
         self._read = read
         super().__init__(NodeType, ann, lock, self.adopt_in_background)
         self.seq = -1
         self.ann_dir = ann_dir if ann is not None else None
+        self.columns_dir = columns_dir
+        self.columns_seq: int | None = None
+        """The store change the saved columns on disk reflect (None: none known to this process)."""
+        self.columns_state = "none"
+        """Whether this process's columns came from the saved set: "none" (rebuilt from the store),
+        "mapped" (checks passed; hashes being verified), "verified", or "rejected" (a hash
+        differed: the columns were rebuilt from the store)."""
+        self._columns_tried = False
+        self._verifier: threading.Thread | None = None
+        self._closing = threading.Event()
         self.ann_tried: set[NodeType] = set()
         self._nodes: OrderedDict[str, Node] = OrderedDict()
         self._nodes_lock = threading.Lock()
@@ -144,6 +162,10 @@ class _Cache(DerivedColumns[NodeType]):
     def _rebuild(self, t: _Txn) -> None:
         self.ann_tried = set()
         self._nodes.clear()
+        if not self._columns_tried and self.columns_dir is not None:
+            self._columns_tried = True
+            if self._map_saved(t):
+                return
         embeddings, metas, dim = dict(t.items("emb")), dict(t.items("meta")), t.dim()
         rows = []
         for key, data in t.items("nodes"):
@@ -157,6 +179,93 @@ class _Cache(DerivedColumns[NodeType]):
                 )
             )
         self.replace(rows)
+
+    def _map_saved(self, t: _Txn) -> bool:
+        """Adopts the saved columns when they pass every check but the hashes (`column_files.read`),
+        agree with the store on a sample of rows, and the change log reaches back to their change;
+        then replays the log and verifies the hashes in the background."""
+        assert self.columns_dir is not None
+        target, dim = t.seq(), t.dim()
+        saved = column_files.read(self.columns_dir, target, dim or 0, {nt.value for nt in NodeType})
+        if saved is None or not saved.types:
+            return False
+        changed = set() if saved.seq == target else self._changed_since(t, saved.seq, target)
+        if changed is None or not self._sample_agrees(t, saved, changed):
+            return False
+        columns = self._fresh()
+        kind_of: dict[str, NodeType] = {}
+        for name, rows in saved.types.items():
+            node_type = NodeType(name)
+            columns[node_type].adopt(rows, dim or 0)
+            kind_of.update(dict.fromkeys(rows.ids, node_type))
+        self.install(columns, kind_of)
+        for node_id in changed:
+            self._reload(t, node_id)
+        self.columns_seq, self.columns_state = saved.seq, "mapped"
+        self._verifier = threading.Thread(target=self._verify, args=(saved,), name="hippograph-columns-verify",
+                                          daemon=True)  # fmt: skip
+        self._verifier.start()
+        return True
+
+    @staticmethod
+    def _sample_agrees(t: _Txn, saved: column_files.Saved, changed: set[str]) -> bool:
+        """A sample of each type's saved rows (not changed since) holds the store's vector and type."""
+        for name, rows in saved.types.items():
+            step = max(1, len(rows.ids) // _SAMPLE_ROWS)
+            for r in range(0, len(rows.ids), step):
+                node_id = rows.ids[r]
+                if node_id in changed:
+                    continue
+                key = _key(node_id)
+                data, emb = t.get("nodes", key), t.get("emb", key)
+                if data is None or codec.node_type_of(data).value != name:
+                    return False
+                norm = float(rows.arrays["norms"][r])
+                if emb is None:
+                    if norm != 0.0:
+                        return False
+                elif not np.array_equal(codec.decode_embedding(emb, t.dim()), rows.arrays["matrix"][r]):
+                    return False
+        return True
+
+    def _verify(self, saved: column_files.Saved) -> None:
+        """Hashes the mapped files; on a mismatch the columns are dropped so the next read rebuilds
+        them from the store (and the set is not trusted again)."""
+        if column_files.verify(saved, self._closing.is_set):
+            if not self._closing.is_set():
+                self.columns_state = "verified"
+            return
+        with self.lock.write():
+            self.columns_state = "rejected"
+            self.columns_seq = None
+            self.seq = -1
+        if self.columns_dir is not None:
+            with contextlib.suppress(OSError):
+                (self.columns_dir / column_files.SIDECAR).unlink()
+
+    def save_columns(self) -> bool:
+        """Saves the columns as of `seq` when the saved set is older and the store large enough to
+        gain from it (call under the cache's read lock, fresh)."""
+        if self.columns_dir is None or self.seq < 0 or self.columns_seq == self.seq:
+            return False
+        if self.columns_state == "mapped":  # not hashed yet: saving now could vouch for damaged rows
+            return False
+        total = sum(len(c) for c in self.columns.values())
+        if total < column_files.SAVE_MIN_ROWS:
+            return False
+        dims = {c.dim for c in self.columns.values() if len(c) and c.dim}
+        if len(dims) > 1:
+            return False
+        types = {nt.value: c.saved(max(1024, len(c) // 8)) for nt, c in self.columns.items() if len(c)}
+        column_files.save(types, self.columns_dir, self.seq, dims.pop() if dims else 0)
+        self.columns_seq = self.seq
+        return True
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._verifier is not None:
+            self._verifier.join()
+        super().close()
 
     def wants_saved(self, types: object) -> list[NodeType]:
         """The requested types whose saved HNSW graph has not been tried yet and would be used now."""

@@ -1,0 +1,47 @@
+"""Building a type's HNSW graph from its columns, and bringing a graph built from an earlier copy
+of the rows up to the rows as they are now."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import regions as regions_
+from . import vector_index
+from .vector_index import AnnConfig, VectorIndex
+
+if TYPE_CHECKING:
+    from .columns import TypeColumns
+
+__all__ = ["build_rows_index", "catch_up"]
+
+
+def build_rows_index(
+    columns: TypeColumns, config: AnnConfig, progress: Callable[[int, int], None] | None = None
+) -> VectorIndex:
+    """An HNSW graph over every embedded row of `columns`, reporting ``progress(rows_done, rows)``."""
+    built = vector_index.build_rows(list(columns.ids), columns.matrix(), config, progress)
+    if built is None:  # pragma: no cover - only a `cancelled` callback stops a build
+        raise RuntimeError("vector index build cancelled")
+    columns.regions = regions_.partition(columns.matrix(), columns.norms(), len(columns.ids))
+    return built
+
+
+def catch_up(columns: TypeColumns, ann: VectorIndex, changed: set[str]) -> VectorIndex:
+    """`ann`, built from an earlier copy of `columns`' rows, made to mirror `columns` now.
+
+    `changed` must hold every id whose vector changed or that was removed
+    since the copy: their old labels are marked deleted and their current
+    vectors added. Every other label's row is looked up afresh (swap-removes
+    moved rows since).
+    """
+    vector_index.replay(ann, changed, columns.current(changed))
+    for node_id in [i for i in ann.label_of if i not in columns.row]:  # defensive: a removal not reported
+        ann.discard(node_id)
+    rows = np.full(len(ann.row_of_label), -1, np.int64)
+    for node_id, label in ann.label_of.items():
+        rows[label] = columns.row[node_id]
+    ann.row_of_label = rows
+    return ann

@@ -1,0 +1,168 @@
+"""Saved scoring columns of an LMDB store: mapped at open instead of rebuilt, caught up from the
+change log, and never trusted past a check they fail (docs/lmdb.md, "Saved columns")."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hippograph as hg
+from hippograph.backends import LMDB
+from hippograph.engine import column_files
+from hippograph.graph.model import NodeType
+from hippograph.testing.graphs import make_node, random_graph
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def small_stores_save(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(column_files, "SAVE_MIN_ROWS", 10)
+
+
+def answers(b: LMDB, seed: int) -> list[list[tuple[str, float]]]:
+    """Exact answers to a few queries over every type (ids and scores)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(4):
+        q = rng.normal(size=8).astype(np.float32)
+        got = b.find_candidates(list(NodeType), q, [rng.normal(size=8).astype(np.float32)], None, now=NOW, exact=True)
+        out.append([(n.id, round(s, 12)) for n, s in got])
+    return out
+
+
+def rebuilt(path: Path, seed: int) -> list[list[tuple[str, float]]]:
+    """The answers of the store's columns rebuilt from its records, the saved set left aside."""
+    side = path / "columns" / column_files.SIDECAR
+    kept = side.read_bytes() if side.exists() else None
+    side.unlink(missing_ok=True)
+    try:
+        with LMDB(path, readonly=True) as b:
+            return answers(b, seed)
+    finally:
+        if kept is not None:
+            side.write_bytes(kept)
+
+
+def saved_store(path: Path, seed: int = 3, n: int = 300) -> None:
+    with LMDB(path) as b:
+        b.apply_changeset(random_graph(seed, n=n, now=NOW).changeset)
+        answers(b, 0)  # this process reads its columns: close saves them
+
+
+def state(b: LMDB) -> str:
+    got = b.stats()["saved_columns"]["state"]
+    assert isinstance(got, str)
+    return got
+
+
+def wait_verified(b: LMDB) -> None:
+    if b._cache._verifier is not None:
+        b._cache._verifier.join(30)
+
+
+def test_a_reopened_store_maps_its_saved_columns_and_answers_as_a_rebuild(tmp_path: Path) -> None:
+    saved_store(tmp_path / "s")
+    assert (tmp_path / "s" / "columns" / column_files.SIDECAR).exists()
+    with LMDB(tmp_path / "s") as b:
+        got = answers(b, 1)
+        assert state(b) in ("mapped", "verified")
+        columns = b._cache.columns[NodeType.SEMANTIC]
+        assert isinstance(columns._mat, np.memmap) and columns._mat.mode == "c"
+        wait_verified(b)
+        assert state(b) == "verified"
+    assert got == rebuilt(tmp_path / "s", 1)
+
+
+def test_writes_after_the_save_are_replayed_from_the_change_log(tmp_path: Path) -> None:
+    saved_store(tmp_path / "s")
+    with LMDB(tmp_path / "s") as b:  # writes without reading: this process never loads its columns
+        g = random_graph(4, n=40, now=NOW)
+        b.apply_changeset(g.changeset)
+        cs = hg.Changeset()
+        cs.add_node(make_node(NodeType.SEMANTIC, "zz-new", np.ones(8, np.float32)))
+        b.apply_changeset(cs)
+    with LMDB(tmp_path / "s") as b:
+        got = answers(b, 2)
+        assert state(b) in ("mapped", "verified")
+        assert b.get_node("zz-new") is not None
+        assert "zz-new" in b._cache.columns[NodeType.SEMANTIC].row
+    assert got == rebuilt(tmp_path / "s", 2)
+
+
+def test_a_saved_set_newer_than_the_store_is_not_read(tmp_path: Path) -> None:
+    saved_store(tmp_path / "s")
+    side = tmp_path / "s" / "columns" / column_files.SIDECAR
+    doc = json.loads(side.read_bytes())
+    doc["seq"] += 1000  # as after restoring an older copy of the store beside newer columns
+    side.write_text(json.dumps(doc))
+    with LMDB(tmp_path / "s") as b:
+        got = answers(b, 5)
+        assert state(b) == "none"
+    assert got == rebuilt(tmp_path / "s", 5)
+
+
+def test_a_row_that_disagrees_with_the_store_rejects_the_set_before_any_answer(tmp_path: Path) -> None:
+    saved_store(tmp_path / "s")
+    side = json.loads((tmp_path / "s" / "columns" / column_files.SIDECAR).read_bytes())
+    path = tmp_path / "s" / "columns" / side["set"] / "semantic.matrix.npy"
+    matrix = np.load(path, mmap_mode="r+")
+    row = int(np.flatnonzero(np.abs(matrix).sum(axis=1) > 0)[0])  # row 0 of the sample, with a vector
+    matrix[row] += 1.0
+    matrix.flush()
+    del matrix
+    with LMDB(tmp_path / "s") as b:
+        got = answers(b, 6)
+        assert state(b) == "none"
+    assert got == rebuilt(tmp_path / "s", 6)
+
+
+def test_a_file_whose_hash_differs_is_dropped_and_the_columns_rebuilt(tmp_path: Path) -> None:
+    saved_store(tmp_path / "s", n=600)
+    side = json.loads((tmp_path / "s" / "columns" / column_files.SIDECAR).read_bytes())
+    path = tmp_path / "s" / "columns" / side["set"] / "semantic.timestamp.npy"
+    stamps = np.load(path, mmap_mode="r+")
+    stamps[1] += 7200.0  # metadata is not sampled: only the hash can tell
+    stamps.flush()
+    del stamps
+    with LMDB(tmp_path / "s") as b:
+        answers(b, 7)
+        wait_verified(b)
+        assert state(b) == "rejected"
+        assert not (tmp_path / "s" / "columns" / column_files.SIDECAR).exists()
+        got = answers(b, 7)  # the next read rebuilds from the store
+        assert b._cache.seq >= 0 and not isinstance(b._cache.columns[NodeType.SEMANTIC]._mat, np.memmap)
+    assert got == rebuilt(tmp_path / "s", 7)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "sidecar", "dimension", "unknown type"])
+def test_damaged_or_foreign_sets_are_never_read(tmp_path: Path, damage: str) -> None:
+    saved_store(tmp_path / "s")
+    columns = tmp_path / "s" / "columns"
+    side = columns / column_files.SIDECAR
+    doc = json.loads(side.read_bytes())
+    if damage == "truncate":
+        path = columns / doc["set"] / "semantic.norms.npy"
+        path.write_bytes(path.read_bytes()[:-8])
+    elif damage == "sidecar":
+        side.write_bytes(b"{not json")
+    elif damage == "dimension":
+        doc["dim"] = 9
+        side.write_text(json.dumps(doc))
+    else:
+        doc["types"]["no-such-type"] = 1
+        side.write_text(json.dumps(doc))
+    with LMDB(tmp_path / "s") as b:
+        got = answers(b, 8)
+        assert state(b) == "none"
+    assert got == rebuilt(tmp_path / "s", 8)
+
+
+def test_small_stores_save_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(column_files, "SAVE_MIN_ROWS", 10_000)
+    saved_store(tmp_path / "s")
+    assert not (tmp_path / "s" / "columns").exists()
