@@ -162,6 +162,23 @@ def test_damaged_or_foreign_sets_are_never_read(tmp_path: Path, damage: str) -> 
     assert got == rebuilt(tmp_path / "s", 8)
 
 
+def test_a_type_without_any_vector_is_saved_and_mapped(tmp_path: Path) -> None:
+    with LMDB(tmp_path / "s") as b:
+        rng = np.random.default_rng(9)
+        g = hg.Changeset()
+        for i in range(60):
+            g.add_node(make_node(NodeType.SEMANTIC, f"s-{i:02d}", rng.normal(size=8).astype(np.float32)))
+        for i in range(30):
+            g.add_node(make_node(NodeType.INTENT, f"intent-{i:02d}", None))
+        b.apply_changeset(g)
+        answers(b, 0)
+    with LMDB(tmp_path / "s") as b:
+        got = answers(b, 9)
+        assert state(b) in ("mapped", "verified")
+        assert len(b._cache.columns[NodeType.INTENT]) == 30
+    assert got == rebuilt(tmp_path / "s", 9)
+
+
 def test_small_stores_save_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(column_files, "SAVE_MIN_ROWS", 10_000)
     saved_store(tmp_path / "s")

@@ -470,19 +470,21 @@ class TypeColumns:
     def norms(self) -> npt.NDArray[np.float32]:
         return self._norms[: len(self.ids)]
 
-    def saved(self, headroom: int) -> SavedType:
-        """The rows and every scoring column (room for `headroom` more rows), as `column_files` saves them."""
+    def saved(self, headroom: int, dim: int) -> SavedType:
+        """The rows and every scoring column (room for `headroom` more rows; vectors of width `dim`,
+        the store's, zero when this type holds none), as `column_files` saves them."""
         n, cap = len(self.ids), len(self.ids) + headroom
         self.shadow.settle(self.matrix(), force=True)
 
-        def padded(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
-            out = np.zeros((cap, *arr.shape[1:]), arr.dtype)
-            out[:n] = arr[:n]
+        def padded(arr: npt.NDArray[Any], width: int | None = None) -> npt.NDArray[Any]:
+            out = np.zeros((cap,) if width is None else (cap, width), arr.dtype)
+            if width is None or arr.shape[1] == width:
+                out[:n] = arr[:n]
             return out
 
         arrays = {name: padded(self._cols[name]) for name in USAGE_COLUMNS}
         half, residual = self.shadow.arrays(n)
-        arrays |= {"matrix": padded(self._mat), "norms": padded(self._norms), "half": padded(half),
+        arrays |= {"matrix": padded(self._mat, dim), "norms": padded(self._norms), "half": padded(half, dim),
                    "residual": padded(residual), "rank": self.rank().copy()}  # fmt: skip
         return SavedType(list(self.ids), arrays)
 

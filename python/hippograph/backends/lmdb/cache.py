@@ -256,8 +256,9 @@ class _Cache(DerivedColumns[NodeType]):
         dims = {c.dim for c in self.columns.values() if len(c) and c.dim}
         if len(dims) > 1:
             return False
-        types = {nt.value: c.saved(max(1024, len(c) // 8)) for nt, c in self.columns.items() if len(c)}
-        column_files.save(types, self.columns_dir, self.seq, dims.pop() if dims else 0)
+        dim = dims.pop() if dims else 0
+        types = {nt.value: c.saved(max(1024, len(c) // 8), dim) for nt, c in self.columns.items() if len(c)}
+        column_files.save(types, self.columns_dir, self.seq, dim)
         self.columns_seq = self.seq
         return True
 
