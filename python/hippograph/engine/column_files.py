@@ -34,7 +34,7 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from .vector_files import _fsync_dir, _read_sidecar
+from .files import fsync_dir, read_sidecar
 
 __all__ = ["COLUMNS_FORMAT", "SAVE_MIN_ROWS", "Saved", "SavedType", "read", "save", "verify"]
 
@@ -118,7 +118,7 @@ def save(types: Mapping[str, SavedType], directory: Path, seq: int, dim: int) ->
             for path in sorted(target.glob(f"{name}.*")):
                 sha, size = _sha256(path)
                 files[path.name] = {"bytes": size, "sha256": sha}
-        _fsync_dir(target)
+        fsync_dir(target)
         sidecar = {
             "format": COLUMNS_FORMAT,
             "seq": seq,
@@ -133,7 +133,7 @@ def save(types: Mapping[str, SavedType], directory: Path, seq: int, dim: int) ->
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, directory / SIDECAR)
-        _fsync_dir(directory)
+        fsync_dir(directory)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
@@ -154,7 +154,7 @@ def _sweep(directory: Path, keep: str) -> None:
 
 def saved_seq(directory: Path) -> int | None:
     """The store change the current set reflects (None: no readable sidecar)."""
-    doc = _read_sidecar(directory / SIDECAR)
+    doc = read_sidecar(directory / SIDECAR)
     seq = None if doc is None else doc.get("seq")
     return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
@@ -186,7 +186,7 @@ def read(directory: Path, latest: int, dim: int, kinds: set[str]) -> Saved | Non
     """The current set if its sidecar and every file pass the checks that cost no hashing (the
     saved change at most `latest`, the dimension `dim`, known types, sizes, shapes, dtypes, ids
     distinct); None otherwise. Hashes are left to `verify`."""
-    doc = _read_sidecar(directory / SIDECAR)
+    doc = read_sidecar(directory / SIDECAR)
     if doc is None or not _valid(doc, dim, latest, kinds):
         return None
     where = directory / doc["set"]

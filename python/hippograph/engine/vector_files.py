@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import calibration, vector_index
+from .files import fsync_dir, read_sidecar
 from .vector_index import AnnConfig, VectorIndex
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ ANN_FORMAT = 1
 ChangedSince = Callable[[int], "set[str] | None"]
 """`changed_since(seq)`: the ids changed after store change `seq` (None: the change log no longer reaches back)."""
 
-_SIDECAR_MAX = 1 << 16
 _CHUNK = 1 << 20
 _SAMPLE = 1024
 
@@ -97,27 +97,6 @@ def _write_private(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform can open a directory
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _read_sidecar(path: Path) -> dict[str, Any] | None:
-    try:
-        with path.open("rb") as f:
-            raw = f.read(_SIDECAR_MAX + 1)
-        if len(raw) > _SIDECAR_MAX:
-            return None
-        doc = json.loads(raw)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
     """Writes `ann` as the saved index `name` reflecting store change `seq`; False when nothing needed writing.
 
@@ -128,7 +107,7 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     _sweep(directory, name)
     bin_path, map_path, json_path = _paths(directory, name)
-    on_disk = _read_sidecar(json_path)
+    on_disk = read_sidecar(json_path)
     if ann.persisted is not None and on_disk is not None and on_disk.get("bin_sha256") == ann.persisted[1]:
         if on_disk.get("seq") == seq:
             return False
@@ -139,7 +118,7 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
             os.replace(tmp, json_path)
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(directory)
+        fsync_dir(directory)
         ann.persisted = (seq, ann.persisted[1])
         return True
     live = sorted(ann.id_of.items())
@@ -174,7 +153,7 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     ann.persisted = (seq, bin_sha)
     return True
 
@@ -289,7 +268,7 @@ def read_saved(
     if not vector_index.ann_available() or dim == 0:
         return None
     bin_path, map_path, json_path = _paths(directory, name)
-    doc = _read_sidecar(json_path)
+    doc = read_sidecar(json_path)
     if doc is None or not _valid_sidecar(doc, name, dim, config, seq):
         return None
     mapping = _read_mapping(map_path, doc)
@@ -334,7 +313,7 @@ def load(
     """
     if not vector_index.ann_available() or columns.dim == 0:
         return None
-    doc = _read_sidecar(_paths(directory, name)[2])
+    doc = read_sidecar(_paths(directory, name)[2])
     if doc is None or not _valid_sidecar(doc, name, columns.dim, config, seq):
         return None
     changed = set() if doc["seq"] == seq else changed_since(doc["seq"])
