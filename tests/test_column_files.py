@@ -179,6 +179,39 @@ def test_a_type_without_any_vector_is_saved_and_mapped(tmp_path: Path) -> None:
     assert got == rebuilt(tmp_path / "s", 9)
 
 
+def test_a_save_that_fails_midway_leaves_the_last_set_named_and_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved_store(tmp_path / "s")
+    columns = tmp_path / "s" / "columns"
+    before = json.loads((columns / column_files.SIDECAR).read_bytes())
+    real, calls = np.save, []
+
+    def failing(*args: object, **kwargs: object) -> None:
+        calls.append(1)
+        if len(calls) == 5:
+            raise OSError("no space left on device")
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    with LMDB(tmp_path / "s") as b:
+        answers(b, 0)
+        wait_verified(b)
+        cs = hg.Changeset()
+        cs.add_node(make_node(NodeType.SEMANTIC, "zz-late", np.ones(8, np.float32)))
+        b.apply_changeset(cs)
+        answers(b, 0)
+        monkeypatch.setattr(column_files.np, "save", failing)
+        with pytest.warns(RuntimeWarning, match="scoring columns not saved"):
+            b.close()
+    monkeypatch.setattr(column_files.np, "save", real)
+    assert json.loads((columns / column_files.SIDECAR).read_bytes()) == before
+    assert sorted(p.name for p in columns.iterdir()) == sorted([column_files.SIDECAR, before["set"]])
+    with LMDB(tmp_path / "s") as b:
+        got = answers(b, 10)
+        assert state(b) in ("mapped", "verified") and b.get_node("zz-late") is not None
+    assert got == rebuilt(tmp_path / "s", 10)
+
+
 def test_small_stores_save_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(column_files, "SAVE_MIN_ROWS", 10_000)
     saved_store(tmp_path / "s")
