@@ -47,7 +47,6 @@ class DerivedColumns(Generic[K]):
         self.lock = lock
         self._load_saved = load_saved
         self.columns: dict[K, TypeColumns] = self._fresh()
-        self.kind_of: dict[str, K] = {}
         self.retired: list[threading.Thread] = []
         """Builder threads of columns a `replace` retired, joined on close."""
 
@@ -56,35 +55,39 @@ class DerivedColumns(Generic[K]):
 
     def put(self, item_id: str, kind: K, embedding: Embedding | None, usage: Usage | None) -> None:
         """The item's current row (moved out of another kind's columns if its kind changed)."""
-        old = self.kind_of.get(item_id)
+        old = self.kind_of(item_id)
         if old is not None and old != kind:
             self.columns[old].remove(item_id)
         self.columns[kind].upsert(item_id, embedding, usage)
-        self.kind_of[item_id] = kind
+
+    def kind_of(self, item_id: str) -> K | None:
+        """The kind whose columns hold `item_id` (looked up in each: no second map of every id)."""
+        for kind, columns in self.columns.items():
+            if item_id in columns.row:
+                return kind
+        return None
 
     def set_usage(self, item_id: str, usage: Usage | None) -> None:
-        kind = self.kind_of.get(item_id)
+        kind = self.kind_of(item_id)
         if kind is not None:
             self.columns[kind].set_usage(item_id, usage)
 
     def drop(self, item_id: str) -> None:
-        kind = self.kind_of.pop(item_id, None)
+        kind = self.kind_of(item_id)
         if kind is not None:
             self.columns[kind].remove(item_id)
 
     def replace(self, rows: Iterable[Row[K]]) -> None:
         """Everything afresh from the store's rows (decode them first: nothing changes if that fails)."""
         columns = self._fresh()
-        kind_of: dict[str, K] = {}
         for item_id, kind, embedding, usage in rows:
             columns[kind].upsert(item_id, embedding, usage)
-            kind_of[item_id] = kind
-        self.install(columns, kind_of)
+        self.install(columns)
 
-    def install(self, columns: dict[K, TypeColumns], kind_of: dict[str, K]) -> None:
+    def install(self, columns: dict[K, TypeColumns]) -> None:
         """Makes `columns` (from `_fresh`, filled) current, retiring the builds of those they replace."""
         self.retired = retire(self.columns.values(), self.retired)
-        self.columns, self.kind_of = columns, kind_of
+        self.columns = columns
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per kind: the vector index's state (`TypeColumns.vector_index_stats`) and ``loaded``:

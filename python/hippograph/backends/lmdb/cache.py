@@ -193,12 +193,9 @@ class _Cache(DerivedColumns[NodeType]):
         if changed is None or not self._sample_agrees(t, saved, changed):
             return False
         columns = self._fresh()
-        kind_of: dict[str, NodeType] = {}
         for name, rows in saved.types.items():
-            node_type = NodeType(name)
-            columns[node_type].adopt(rows, dim or 0)
-            kind_of.update(dict.fromkeys(rows.ids, node_type))
-        self.install(columns, kind_of)
+            columns[NodeType(name)].adopt(rows, dim or 0)
+        self.install(columns)
         for node_id in changed:
             self._reload(t, node_id)
         self.columns_seq, self.columns_state = saved.seq, "mapped"
