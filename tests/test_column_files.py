@@ -94,6 +94,28 @@ def test_writes_after_the_save_are_replayed_from_the_change_log(tmp_path: Path) 
     assert got == rebuilt(tmp_path / "s", 2)
 
 
+def test_mapped_columns_take_writes_and_deletions_like_rebuilt_ones(tmp_path: Path) -> None:
+    saved_store(tmp_path / "s")
+    with LMDB(tmp_path / "s") as b:
+        answers(b, 0)
+        semantic = b._cache.columns[NodeType.SEMANTIC]
+        assert isinstance(semantic._mat, np.memmap)
+        doomed = semantic.ids[:5]
+        cs = hg.Changeset()
+        for i in range(5):  # the same vector five times: their order is the tie-break's
+            cs.add_node(make_node(NodeType.SEMANTIC, f"tie-{4 - i}", np.full(8, 0.5, np.float32)))
+        b.apply_changeset(cs)
+        b.rewrite(hg.Changeset(), doomed, [])
+        got = answers(b, 11)
+        assert sum(i.startswith("tie-") for i in semantic.ids) == 5
+        assert not set(doomed) & set(semantic.row)
+    assert got == rebuilt(tmp_path / "s", 11)
+    with LMDB(tmp_path / "s") as b:
+        q = np.full(8, 0.5, np.float32)
+        hits = b.find_candidates([NodeType.SEMANTIC], q, [], None, now=NOW, exact=True)
+        assert [n.id for n, _ in hits[:5]] == [f"tie-{i}" for i in range(5)]
+
+
 def test_a_saved_set_newer_than_the_store_is_not_read(tmp_path: Path) -> None:
     saved_store(tmp_path / "s")
     side = tmp_path / "s" / "columns" / column_files.SIDECAR

@@ -185,7 +185,8 @@ def _valid(doc: dict[str, Any], dim: int, latest: int, kinds: set[str]) -> bool:
 def read(directory: Path, latest: int, dim: int, kinds: set[str]) -> Saved | None:
     """The current set if its sidecar and every file pass the checks that cost no hashing (the
     saved change at most `latest`, the dimension `dim`, known types, sizes, shapes, dtypes, ids
-    distinct); None otherwise. Hashes are left to `verify`."""
+    all str; that they are distinct is checked when the caller first maps ids to rows); None
+    otherwise. Hashes are left to `verify`."""
     doc = read_sidecar(directory / SIDECAR)
     if doc is None or not _valid(doc, dim, latest, kinds):
         return None
@@ -200,9 +201,7 @@ def read(directory: Path, latest: int, dim: int, kinds: set[str]) -> Saved | Non
             if path not in stated:
                 return None
             ids = msgpack.unpackb(path.read_bytes(), raw=False)
-            if not isinstance(ids, list) or len(ids) != rows or not all(type(i) is str for i in ids):
-                return None
-            if len(set(ids)) != rows:
+            if not isinstance(ids, list) or len(ids) != rows or (ids and set(map(type, ids)) != {str}):
                 return None
             arrays: dict[str, npt.NDArray[Any]] = {}
             for column, (dtype, roomy) in ARRAYS.items():

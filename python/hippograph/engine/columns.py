@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from ..errors import ValidationError
+from ..errors import StorageError, ValidationError
 from . import regions as regions_
 from . import shutdown, vector_index
 from .checks import Embedding, vector_norm
@@ -166,7 +166,8 @@ class TypeColumns:
         shutdown.track(self)
         self._pending_rows: tuple[VectorIndex, int, npt.NDArray[np.uint32]] | None = None
         self.ids: list[str] = []
-        self.row: dict[str, int] = {}
+        self._row: dict[str, int] | None = {}
+        """Each id's row (built on first use after `adopt`: a first answer needs none)."""
         self.dim = 0
         self._mat: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
         self._norms: npt.NDArray[np.float32] = np.zeros(0, np.float32)
@@ -181,6 +182,16 @@ class TypeColumns:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def row(self) -> dict[str, int]:
+        got = self._row
+        if got is None:  # adopted rows: saved distinct, their file hashed since
+            got = dict(zip(self.ids, range(len(self.ids)), strict=True))
+            if len(got) != len(self.ids):
+                raise StorageError("the saved columns list an id twice", operation="map columns")
+            self._row = got
+        return got
 
     def _grow(self, need: int) -> None:
         cap = self._norms.shape[0]
@@ -462,7 +473,7 @@ class TypeColumns:
 
     def rank(self) -> npt.NDArray[np.uint32]:
         """Each row's tie-break key (`hippograph.engine.tiebreak`): equal scores go to the smaller id."""
-        return self._tiebreak.keys(self.ids, self.row)
+        return self._tiebreak.keys(self.ids, lambda: self.row)
 
     def matrix(self) -> npt.NDArray[np.float32]:
         return self._mat[: len(self.ids)]
@@ -491,7 +502,7 @@ class TypeColumns:
     def adopt(self, saved: SavedType, dim: int) -> None:
         """Takes over saved rows (empty columns only): the arrays as they are, mapped or not."""
         a = saved.arrays
-        self.ids, self.row, self.dim = saved.ids, {node_id: r for r, node_id in enumerate(saved.ids)}, dim
+        self.ids, self._row, self.dim = saved.ids, None, dim
         self._mat, self._norms = a["matrix"], a["norms"]
         self._cols = {name: a[name] for name in USAGE_COLUMNS}
         self.shadow.adopt(a["half"], a["residual"])

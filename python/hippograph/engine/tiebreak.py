@@ -35,28 +35,40 @@ class TieBreak:
         self._lock = threading.Lock()
         self._rank: npt.NDArray[np.uint32] | None = None
         self._sorted: list[str] | None = None
+        self._adopted: list[str] | None = None
+        """Ids of rows whose keys were taken over (`adopt`), until `_ordered` lists them by key."""
 
     def adopt(self, rank: npt.NDArray[np.uint32], ids: list[str]) -> None:
-        """Takes over saved keys of rows holding `ids` (keys that order like the ids, as dealt)."""
+        """Takes over saved keys of rows holding `ids` (keys that order like the ids, as dealt); the
+        ids in key order are listed only once a row is added or removed."""
         with self._lock:
-            self._rank = rank
-            self._sorted = [ids[i] for i in np.argsort(rank, kind="stable").tolist()]
+            self._rank, self._sorted, self._adopted = rank, None, list(ids)  # a snapshot: rows move later
 
-    def keys(self, ids: list[str], row: dict[str, int]) -> npt.NDArray[np.uint32]:
-        """Each row's key (row i holds `ids[i]`, `row` maps ids to rows); rows appended since the
-        last call are merged in first."""
+    def _ordered(self) -> list[str] | None:
+        """The ids in key order (listed from adopted keys on first need); None when not kept."""
+        if self._sorted is None and self._adopted is not None and self._rank is not None:
+            # Called before the keys change (an append or a removal): they still match the snapshot.
+            self._sorted = [self._adopted[i] for i in np.argsort(self._rank, kind="stable").tolist()]
+            self._adopted = None
+        return self._sorted
+
+    def keys(self, ids: list[str], rows: Callable[[], dict[str, int]]) -> npt.NDArray[np.uint32]:
+        """Each row's key (row i holds `ids[i]`, `rows()` maps ids to rows, asked for only when keys
+        are dealt or merged); rows appended since the last call are merged in first."""
         with self._lock:
-            return self._merged(ids, row)
+            n = len(ids)
+            if self._rank is not None and len(self._rank) == n:
+                return self._rank
+            return self._merged(ids, rows())
 
     def _merged(self, ids: list[str], row: dict[str, int]) -> npt.NDArray[np.uint32]:
         n = len(ids)
         ranked = 0 if self._rank is None else len(self._rank)
-        if self._rank is None or self._sorted is None or not 0 <= n - ranked <= _RANK_MERGE_MAX:
+        listed = None if self._rank is None else self._ordered()
+        if self._rank is None or listed is None or not 0 <= n - ranked <= _RANK_MERGE_MAX:
             self._sorted = sorted(ids)
             return self._deal(row)
-        if ranked == n:
-            return self._rank
-        rank, ordered = self._rank.copy(), self._sorted  # a copy: readers may still use the last keys
+        rank, ordered = self._rank.copy(), listed  # a copy: readers may still use the last keys
         keys: dict[str, int] = {}
 
         def key(node_id: str) -> int:
@@ -104,7 +116,7 @@ class TieBreak:
     def removed(self, r: int, node_id: str, last: int) -> None:
         """Row `r` (holding `node_id`) is removed and the last row moves into it: its key goes too."""
         with self._lock:
-            rank, ordered = self._rank, self._sorted
+            rank, ordered = self._rank, self._ordered()
             if rank is None or ordered is None or len(rank) != last + 1:
                 self._rank = self._sorted = None  # not caught up with appends: dealt afresh when asked
                 return
