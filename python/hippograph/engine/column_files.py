@@ -112,7 +112,7 @@ def save(types: Mapping[str, SavedType], directory: Path, seq: int, dim: int) ->
             for column, (dtype, _) in ARRAYS.items():
                 path = target / f"{name}.{column}.npy"
                 with _private(path) as f:
-                    np.save(f, np.ascontiguousarray(saved.arrays[column], dtype=dtype), allow_pickle=False)
+                    np.save(f, np.ascontiguousarray(saved.arrays[column], dtype=dtype))  # numbers: never pickled
                     f.flush()
                     os.fsync(f.fileno())
             for path in sorted(target.glob(f"{name}.*")):
@@ -208,7 +208,7 @@ def read(directory: Path, latest: int, dim: int, kinds: set[str]) -> Saved | Non
                 path = where / f"{name}.{column}.npy"
                 if path not in stated:
                     return None
-                arr = np.load(path, mmap_mode="c", allow_pickle=False)
+                arr = np.load(path, mmap_mode="c")  # numpy refuses pickled objects by default
                 width = {"matrix": dim, "half": dim}.get(column)
                 shape_ok = arr.ndim == (1 if width is None else 2) and (width is None or arr.shape[1] == width)
                 length_ok = arr.shape[0] >= rows if roomy else arr.shape[0] == rows

@@ -166,8 +166,7 @@ class TypeColumns:
         shutdown.track(self)
         self._pending_rows: tuple[VectorIndex, int, npt.NDArray[np.uint32]] | None = None
         self.ids: list[str] = []
-        self._row: dict[str, int] | None = {}
-        """Each id's row (built on first use after `adopt`: a first answer needs none)."""
+        self._row: dict[str, int] | None = {}  # each id's row; after `adopt`, built on first use
         self.dim = 0
         self._mat: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
         self._norms: npt.NDArray[np.float32] = np.zeros(0, np.float32)

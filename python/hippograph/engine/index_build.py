@@ -3,23 +3,38 @@ of the rows up to the rows as they are now."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from . import regions as regions_
 from . import vector_index
+from .regions import Regions
 from .vector_index import AnnConfig, VectorIndex
 
-if TYPE_CHECKING:
-    from .columns import TypeColumns
+__all__ = ["IndexedRows", "build_rows_index", "catch_up"]
 
-__all__ = ["build_rows_index", "catch_up"]
+
+class IndexedRows(Protocol):
+    """What these need of a type's columns (`hippograph.engine.columns.TypeColumns`)."""
+
+    ids: list[str]
+    regions: Regions | None
+
+    @property
+    def row(self) -> dict[str, int]: ...
+
+    def matrix(self) -> npt.NDArray[np.float32]: ...
+
+    def norms(self) -> npt.NDArray[np.float32]: ...
+
+    def current(self, ids: Iterable[str]) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
 
 
 def build_rows_index(
-    columns: TypeColumns, config: AnnConfig, progress: Callable[[int, int], None] | None = None
+    columns: IndexedRows, config: AnnConfig, progress: Callable[[int, int], None] | None = None
 ) -> VectorIndex:
     """An HNSW graph over every embedded row of `columns`, reporting ``progress(rows_done, rows)``."""
     built = vector_index.build_rows(list(columns.ids), columns.matrix(), config, progress)
@@ -29,7 +44,7 @@ def build_rows_index(
     return built
 
 
-def catch_up(columns: TypeColumns, ann: VectorIndex, changed: set[str]) -> VectorIndex:
+def catch_up(columns: IndexedRows, ann: VectorIndex, changed: set[str]) -> VectorIndex:
     """`ann`, built from an earlier copy of `columns`' rows, made to mirror `columns` now.
 
     `changed` must hold every id whose vector changed or that was removed
