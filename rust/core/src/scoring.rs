@@ -211,7 +211,7 @@ fn dots<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> [f32; Q] {
     out
 }
 
-/// Relevance of every row of `data` against the unit queries: the best of `$max_dot::<Q, U>` over
+/// Relevance of every row of `data` (f32, or the f16 bits of a shadow) against the unit queries: the best of `$max_dot::<Q, U>` over
 /// blocks of up to eight queries (`Q` a constant, so a kernel keeps its accumulators in
 /// registers; `U` accumulators per query, so a row's fused multiply-adds form at least four
 /// independent chains rather than one waiting on the last: the latency, not the loads, bounds a
@@ -248,6 +248,8 @@ macro_rules! relevance_rows {
         }
     }};
 }
+
+pub(crate) use relevance_rows;
 
 /// Max over `Q` unit queries of the dot product with `row` (portable kernel: `dots` already keeps
 /// a lane-wide accumulator per query, so `U` is not needed here).

@@ -92,34 +92,12 @@ fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], di
     acc.into_iter().fold(f32::NEG_INFINITY, f32::max)
 }
 
-/// Relevance (clamped to [0, 1]) of every f16 unit row against the unit queries, in blocks of up
-/// to eight queries as the f32 kernels do.
+/// Relevance (clamped to [0, 1]) of every f16 unit row against the unit queries: the f32 kernels'
+/// loop, each row with norm one.
 macro_rules! shadow_rows {
-    ($max_dot:ident, $data:expr, $dim:expr, $unit:expr, $out:expr) => {{
-        let (dim, unit): (usize, &[f32]) = ($dim, $unit);
-        let m = unit.len() / dim;
-        for (row, o) in $data.chunks_exact(dim).zip($out.iter_mut()) {
-            let mut best = f32::NEG_INFINITY;
-            let mut start = 0;
-            while start < m {
-                let block = &unit[start * dim..];
-                let take = (m - start).min(8);
-                let local = match take {
-                    1 => $max_dot::<1, 4>(row, block, dim),
-                    2 => $max_dot::<2, 2>(row, block, dim),
-                    3 => $max_dot::<3, 2>(row, block, dim),
-                    4 => $max_dot::<4, 1>(row, block, dim),
-                    5 => $max_dot::<5, 1>(row, block, dim),
-                    6 => $max_dot::<6, 1>(row, block, dim),
-                    7 => $max_dot::<7, 1>(row, block, dim),
-                    _ => $max_dot::<8, 1>(row, block, dim),
-                };
-                best = best.max(local);
-                start += take;
-            }
-            *o = best.clamp(0.0, 1.0);
-        }
-    }};
+    ($max_dot:ident, $data:expr, $dim:expr, $unit:expr, $out:expr) => {
+        crate::scoring::relevance_rows!($max_dot, $data, std::iter::repeat(&1.0f32), $dim, $unit, $out)
+    };
 }
 
 #[cfg(target_arch = "x86_64")]

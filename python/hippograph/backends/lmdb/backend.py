@@ -465,11 +465,7 @@ class LMDB(DerivedBackend):
         if not any(index.ann is not None for index in self._cache.columns.values()):
             return []  # nothing built: no need to bring the cache up to date
 
-        def fresh(t: _Txn) -> None:
-            with self._cache_lock.write():
-                self._cache.refresh(t)
-
-        self._read(fresh, "save_vector_index")
+        self._refresh("save_vector_index")
         with self._cache_lock.read():
             try:
                 return self._cache.save()
@@ -482,11 +478,7 @@ class LMDB(DerivedBackend):
         if self._cache.seq < 0:
             return False
 
-        def fresh(t: _Txn) -> None:
-            with self._cache_lock.write():
-                self._cache.refresh(t)
-
-        self._read(fresh, "save_columns")
+        self._refresh("save_columns")
         with self._cache_lock.read():
             try:
                 return self._cache.save_columns()
