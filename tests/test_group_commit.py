@@ -58,6 +58,24 @@ def _wait_for(condition: Callable[[], bool]) -> bool:
     return False
 
 
+@pytest.fixture(params=["sync environment", "environment opened fast"])
+def sync_handle(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., LMDB]:
+    """Opens a `sync` handle: alone, or in an environment a `fast` handle of this process opened
+    first (commits that do not sync and a map written in place: the group commits write by write,
+    then syncs once)."""
+    opened: list[LMDB] = []
+
+    def open_(**kw: Any) -> LMDB:
+        if request.param == "environment opened fast":
+            opened.append(LMDB(tmp_path / "s", durability="fast", **kw))
+        opened.append(LMDB(tmp_path / "s", durability="sync", **kw))
+        return opened[-1]
+
+    yield open_  # type: ignore[misc]
+    for b in reversed(opened):
+        b.close()
+
+
 def _txnid(backend: LMDB) -> int:
     return int(backend._env.info()["last_txnid"])
 
@@ -82,8 +100,8 @@ def test_writes_queued_behind_a_commit_share_the_next_one(tmp_path: Path) -> Non
     reopened.close()
 
 
-def test_a_write_that_raises_is_rolled_back_alone(tmp_path: Path) -> None:
-    backend = LMDB(tmp_path / "s", durability="sync")
+def test_a_write_that_raises_is_rolled_back_alone(sync_handle: Callable[..., LMDB]) -> None:
+    backend = sync_handle()
 
     def good(i: int) -> Callable[[Any], None]:
         return lambda t: t.put("info", f"good-{i}".encode(), b"1")
@@ -99,11 +117,10 @@ def test_a_write_that_raises_is_rolled_back_alone(tmp_path: Path) -> None:
     assert read(lambda t: t.get("info", b"good-0")) == b"1"
     assert read(lambda t: t.get("info", b"good-1")) == b"1"
     assert read(lambda t: t.get("info", b"bad")) is None
-    backend.close()
 
 
-def test_a_full_map_grows_and_the_whole_group_runs_again(tmp_path: Path) -> None:
-    backend = LMDB(tmp_path / "s", durability="sync", map_size=1 << 16)
+def test_a_full_map_grows_and_the_whole_group_runs_again(sync_handle: Callable[..., LMDB]) -> None:
+    backend = sync_handle(map_size=1 << 16)
     big = b"v" * 20_000
 
     def put(i: int) -> Callable[[Any], int]:
@@ -116,7 +133,6 @@ def test_a_full_map_grows_and_the_whole_group_runs_again(tmp_path: Path) -> None
     got = _held_group(backend, [put(i) for i in range(6)])
     assert got == [(i, None) for i in range(6)]
     assert all(backend._read(lambda t, i=i: t.get("info", f"big-{i}".encode())) == big for i in range(6))
-    backend.close()
 
 
 def test_concurrent_ingestions_are_all_acknowledged_and_stored(tmp_path: Path) -> None:
