@@ -67,6 +67,30 @@ def _ttl(value: object) -> float | None:
     return out
 
 
+def _checked(
+    where: str,
+    scope: object,
+    key: object,
+    text: object = "",
+    value: object = None,
+    embedding: object = None,
+    kind: object = "semantic",
+    importance: object = 0.5,
+    pending: object = False,
+    ttl: object = None,
+) -> dict[str, Any]:
+    """One item of a put, checked: `put`'s arguments, or a mapping of them in `put_many`."""
+    if not isinstance(text, str):
+        raise ValidationError(f"{where}: text must be a str, got {type(text).__name__}")
+    if not isinstance(pending, bool):
+        raise ValidationError(f"{where}: pending must be a bool")
+    return {
+        "scope": check_scope(scope), "key": check_key(key), "text": check_text(text, f"{where}: text"),
+        "value": check_value(value), "embedding": check_embedding(embedding), "kind": check_kind(kind),
+        "importance": check_importance(importance), "pending": pending, "ttl": _ttl(ttl),
+    }  # fmt: skip
+
+
 def _kinds(value: object) -> frozenset[str] | None:
     if value is None:
         return None
@@ -194,29 +218,14 @@ class Store:
         self._index.take_own(before, after, written)
         return written
 
-    def _prepared(self, item: Mapping[str, Any], where: str) -> dict[str, Any]:
+    @staticmethod
+    def _prepared(item: Mapping[str, Any], where: str) -> dict[str, Any]:
         unknown = set(item) - _PUT_FIELDS
         if unknown:
             raise ValidationError(f"{where}: unknown field {sorted(unknown)[0]!r:.40}")
         if "scope" not in item or "key" not in item:
             raise ValidationError(f"{where}: needs scope and key")
-        text = item.get("text", "")
-        if not isinstance(text, str):
-            raise ValidationError(f"{where}: text must be a str, got {type(text).__name__}")
-        pending = item.get("pending", False)
-        if not isinstance(pending, bool):
-            raise ValidationError(f"{where}: pending must be a bool")
-        return {
-            "scope": check_scope(item["scope"]),
-            "key": check_key(item["key"]),
-            "text": check_text(text, f"{where}: text"),
-            "value": check_value(item.get("value")),
-            "embedding": check_embedding(item.get("embedding")),
-            "kind": check_kind(item.get("kind", "semantic")),
-            "importance": check_importance(item.get("importance", 0.5)),
-            "pending": pending,
-            "ttl": _ttl(item.get("ttl")),
-        }
+        return _checked(where, **item)
 
     def _fill_vectors(self, items: builtins.list[dict[str, Any]]) -> None:
         need = [i for i, it in enumerate(items) if it["embedding"] is None and it["text"] and self.embed is not None]
@@ -252,21 +261,9 @@ class Store:
     ) -> Entry:
         """Files (or replaces) the entry at `(scope, key)`; a replaced entry keeps `created_at` and
         its access history. With an embedder and no `embedding`, `text` is embedded."""
-        return self.put_many(
-            [
-                {
-                    "scope": scope,
-                    "key": key,
-                    "text": text,
-                    "value": value,
-                    "embedding": embedding,
-                    "kind": kind,
-                    "importance": importance,
-                    "pending": pending,
-                    "ttl": ttl,
-                }
-            ]
-        )[0]
+        self._open("put")
+        item = _checked("put", scope, key, text, value, embedding, kind, importance, pending, ttl)
+        return self._put_prepared([item])[0]
 
     def put_many(self, items: Iterable[Mapping[str, Any]]) -> builtins.list[Entry]:
         """Puts every item (each a mapping of `put`'s arguments) in one transaction: all or none."""
@@ -278,6 +275,10 @@ class Store:
             if not isinstance(item, Mapping):
                 raise ValidationError(f"put_many item {i} must be a mapping, got {type(item).__name__}")
             prepared.append(self._prepared(item, f"put_many item {i}"))
+        return self._put_prepared(prepared)
+
+    def _put_prepared(self, prepared: builtins.list[dict[str, Any]]) -> builtins.list[Entry]:
+        """Puts checked items (`_prepared`'s) in one transaction, embedding those that need it."""
         self._fill_vectors(prepared)
         now = utcnow()
 
