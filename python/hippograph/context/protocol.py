@@ -1,0 +1,75 @@
+"""What a backend implements to hold a context store (`ContextBackend`): ordered key-value spaces
+changed in transactions.
+
+Every rule of the context store (the URI tree, memories, sessions, commits, the job queue, which
+groups change together) lives once, in `hippograph.context.ContextStore`, over this small contract;
+a backend only has to make a transaction atomic, isolated and durable. `hippograph.testing.
+ContextConformance` holds a backend to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar, runtime_checkable
+
+__all__ = ["SPACES", "ContextBackend", "KvTxn"]
+
+T = TypeVar("T")
+
+SPACES = (
+    "ctx_nodes",
+    "ctx_vectors",
+    "ctx_memories",
+    "ctx_memory_uris",
+    "ctx_sessions",
+    "ctx_messages",
+    "ctx_commits",
+    "ctx_jobs",
+    "ctx_job_queue",
+    "ctx_job_due",
+    "ctx_job_uris",
+    "ctx_job_state",
+    "ctx_counters",
+)
+"""Every space a context store uses; a backend may create them all up front."""
+
+
+class KvTxn(Protocol):
+    """One transaction over the spaces: a consistent snapshot; the writes of a write transaction
+    become visible to others all at once, or not at all if the function given to
+    `ContextBackend.context_write` raises. Keys and values are bytes; keys order bytewise."""
+
+    def get(self, space: str, key: bytes) -> bytes | None:
+        """The value at `key`, or None."""
+        ...
+
+    def put(self, space: str, key: bytes, value: bytes) -> None:
+        """Inserts or replaces the value at `key`."""
+        ...
+
+    def delete(self, space: str, key: bytes) -> bool:
+        """Removes `key`; False when it was not there."""
+        ...
+
+    def range(
+        self, space: str, start: bytes = b"", stop: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The pairs with ``start <= key < stop`` (no `stop`: to the end), by key ascending, or
+        descending with `reverse`. Lazy: a caller that stops early reads no further. The caller
+        does not write to `space` while it iterates."""
+        ...
+
+
+@runtime_checkable
+class ContextBackend(Protocol):
+    """A backend that holds a context store (InMemory, LMDB and PostgreSQL do)."""
+
+    def context_write(self, fn: Callable[[KvTxn], T]) -> T:
+        """Runs `fn` in one write transaction, durable before this returns (in the durable mode);
+        nothing is written if `fn` raises. Write transactions are serialised, across processes
+        where the backend is shared by several."""
+        ...
+
+    def context_read(self, fn: Callable[[KvTxn], T]) -> T:
+        """Runs `fn` on a read-only snapshot (`put` and `delete` raise `StorageError`)."""
+        ...

@@ -1,0 +1,153 @@
+"""The URI tree inside a transaction: documents, directories, their counters, and removal of a
+subtree from every space keyed by URI (docs/context.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ValidationError
+from . import jobs, memories
+from .keys import COUNTERS, add, decode, encode, keys_of, node_key, subtree, uri_of
+from .model import TreeNode
+from .protocol import KvTxn
+
+__all__ = [
+    "ALL_FIELDS",
+    "COMMITS",
+    "DIRS",
+    "DOCS",
+    "NODES",
+    "VECTORS",
+    "VECTOR_COUNT",
+    "VECTOR_SEQ",
+    "node",
+    "put_document",
+    "remove",
+    "to_node",
+]
+
+NODES = "ctx_nodes"
+VECTORS = "ctx_vectors"
+COMMITS = "ctx_commits"
+DOCS = b"docs"
+DIRS = b"dirs"
+TOP = b"top\x00"
+VECTOR_COUNT = b"vectors"
+VECTOR_SEQ = b"vector_seq"
+"""Bumped by every change of the vectors space: a process's vector cache reloads when it moved."""
+
+ALL_FIELDS = frozenset({"uri", "content", "abstract", "overview"})
+
+
+def node(t: KvTxn, segments: tuple[str, ...]) -> dict[str, Any] | None:
+    raw = t.get(NODES, node_key(segments))
+    return None if raw is None else decode(raw, "context node")
+
+
+def to_node(segments: tuple[str, ...], rec: dict[str, Any], fields: frozenset[str] = ALL_FIELDS) -> TreeNode:
+    return TreeNode(
+        uri="/".join(segments),
+        parent_uri="/".join(segments[:-1]) if len(segments) > 1 else None,
+        name=segments[-1],
+        kind=rec["k"],
+        content=rec.get("c") if "content" in fields else None,
+        abstract=rec.get("a") if "abstract" in fields else None,
+        overview=rec.get("o") if "overview" in fields else None,
+        enabled=bool(rec.get("e", True)),
+        group_tag=str(rec.get("g", "")),
+    )
+
+
+def _count(t: KvTxn, segments: tuple[str, ...], kind: str, delta: int) -> None:
+    if kind == "doc":
+        add(t, DOCS, delta)
+        add(t, TOP + segments[0].encode(), delta)
+    else:
+        add(t, DIRS, delta)
+
+
+def _ensure_dirs(t: KvTxn, segments: tuple[str, ...]) -> None:
+    for depth in range(1, len(segments)):
+        parent = segments[:depth]
+        rec = node(t, parent)
+        if rec is None:
+            t.put(NODES, node_key(parent), encode({"k": "dir", "e": True, "g": ""}))
+            _count(t, parent, "dir", 1)
+        elif rec["k"] != "dir":
+            raise ValidationError(f"{'/'.join(parent)!r} is a document: it cannot hold {'/'.join(segments)!r}")
+
+
+def has_children(t: KvTxn, segments: tuple[str, ...]) -> bool:
+    head = node_key(segments)[:-1]
+    return next(t.range(NODES, head + b"\x01", head + b"\x02"), None) is not None
+
+
+def put_document(t: KvTxn, segments: tuple[str, ...], content: str, abstract: str | None, overview: str | None) -> int:
+    """Writes the document (parents created), retires its vector; returns its new revision."""
+    _ensure_dirs(t, segments)
+    key = node_key(segments)
+    old = node(t, segments)
+    if old is not None and old["k"] == "dir" and has_children(t, segments):
+        raise ValidationError(f"{'/'.join(segments)!r} is a directory with children: it cannot become a document")
+    if old is None or old["k"] == "dir":
+        if old is not None:
+            _count(t, segments, "dir", -1)
+        _count(t, segments, "doc", 1)
+        old = {"e": True, "g": "", "r": 0} if old is None else old
+    revision = int(old.get("r", 0)) + 1
+    t.put(NODES, key, encode({
+        "k": "doc", "c": content, "a": old.get("a") if abstract is None else abstract,
+        "o": old.get("o") if overview is None else overview, "e": old.get("e", True), "g": old.get("g", ""),
+        "r": revision, "s": old.get("s"),
+    }))  # fmt: skip
+    retire_vector(t, key)
+    return revision
+
+
+def retire_vector(t: KvTxn, key: bytes) -> None:
+    if t.delete(VECTORS, key):
+        add(t, VECTOR_COUNT, -1)
+        add(t, VECTOR_SEQ, 1)
+
+
+def set_field(t: KvTxn, segments: tuple[str, ...], name: str, value: Any) -> int:
+    """Sets one field of every node in the subtree; how many nodes there were."""
+    rng = subtree(segments)
+    done = 0
+    for key in keys_of(t, NODES, rng):
+        raw = t.get(NODES, key)
+        assert raw is not None
+        rec = decode(raw, "context node")
+        rec[name] = value
+        t.put(NODES, key, encode(rec))
+        done += 1
+    if done:
+        add(t, VECTOR_SEQ, 1)  # the cache keeps which rows are searchable
+    return done
+
+
+def remove(t: KvTxn, segments: tuple[str, ...]) -> int:
+    """Removes the subtree from every space keyed by URI (nodes, vectors, memories, commits, jobs);
+    how many nodes it held."""
+    rng = subtree(segments)
+    removed = 0
+    for key, raw in list(t.range(NODES, *rng)):
+        rec = decode(raw, "context node")
+        _count(t, tuple(uri_of(key).split("/")), rec["k"], -1)
+        t.delete(NODES, key)
+        removed += 1
+    vectors = keys_of(t, VECTORS, rng)
+    for key in vectors:
+        t.delete(VECTORS, key)
+    if vectors:
+        add(t, VECTOR_COUNT, -len(vectors))
+        add(t, VECTOR_SEQ, 1)
+    memories.remove_range(t, rng)
+    for key in keys_of(t, COMMITS, rng):
+        t.delete(COMMITS, key)
+    jobs.cancel(t, rng)
+    return removed
+
+
+def top_counts(t: KvTxn) -> dict[str, int]:
+    return {k[len(TOP) :].decode(): int.from_bytes(v, "big") for k, v in t.range(COUNTERS, TOP, b"top\x01")}

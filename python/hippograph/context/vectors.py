@@ -1,0 +1,73 @@
+"""The vectors of a context store's documents as one matrix per process, and the exact search over
+it (docs/context.md, vectors).
+
+Derived data: rows sorted by URI key, so a scope is one slice; reloaded when the store's vector
+counter moved (any process's write). A row is only ever a candidate: a hit is returned once the
+node it names is read back in the same snapshot, present and enabled, so nothing the store no
+longer holds is surfaced whatever the matrix still has.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _core
+from .keys import counter, decode, subtree
+from .protocol import KvTxn
+from .tree import VECTOR_SEQ, VECTORS
+
+__all__ = ["VectorCache"]
+
+
+class VectorCache:
+    """`keys[i]` (URI keys, sorted) and `matrix[i]`, of the vectors of the active dimension."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seq = -1
+        self.dim: int | None = None
+        self.keys: list[bytes] = []
+        self.matrix: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
+        self.norms: npt.NDArray[np.float32] = np.zeros(0, np.float32)
+
+    def current(self, t: KvTxn, dim: int | None) -> VectorCache:
+        """Brought up to the snapshot `t` reads (a reload when any vector changed since)."""
+        seq = counter(t, VECTOR_SEQ)
+        with self.lock:
+            if seq != self.seq or dim != self.dim:
+                keys: list[bytes] = []
+                rows: list[bytes] = []
+                if dim is not None:
+                    for key, raw in t.range(VECTORS):
+                        rec = decode(raw, "context vector")
+                        if rec["d"] == dim:
+                            keys.append(key)
+                            rows.append(rec["v"])
+                matrix = np.frombuffer(b"".join(rows), "<f4").astype(np.float32).reshape(len(rows), dim or 0)
+                self.keys, self.matrix, self.dim, self.seq = keys, matrix, dim, seq
+                self.norms = _core.row_norms(matrix) if len(rows) else np.zeros(0, np.float32)
+            return self
+
+    def slice_of(self, segments: tuple[str, ...]) -> tuple[int, int]:
+        start, stop = subtree(segments)
+        lo = bisect.bisect_left(self.keys, start)
+        hi = len(self.keys) if stop is None else bisect.bisect_left(self.keys, stop)
+        return lo, hi
+
+    def ranked(self, query: npt.NDArray[np.float32], lo: int, hi: int) -> tuple[list[int], list[float]]:
+        """Rows of ``[lo, hi)`` by cosine, best first (ties by key), only those above 0."""
+        if hi <= lo:
+            return [], []
+        qn = float(np.linalg.norm(query))
+        if qn == 0.0:
+            return [], []
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sims = (self.matrix[lo:hi] @ query) / (self.norms[lo:hi] * qn)
+        sims = np.nan_to_num(sims, nan=0.0, posinf=0.0, neginf=0.0)
+        order = np.lexsort((np.arange(hi - lo), -sims))
+        keep = order[sims[order] > 0]
+        return (keep + lo).tolist(), np.minimum(sims[keep], 1.0).astype(float).tolist()
