@@ -9,9 +9,10 @@ its descendants and ``user/a/b`` before ``user/a-old``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from ..engine.checks import finite_float
 from ..errors import HippographError, NotFoundError, ValidationError
@@ -66,8 +67,7 @@ class EmbeddingsUnavailableError(HippographError):
     """Conflicts cannot be evaluated: the memories asked about have no stored vectors."""
 
 
-@dataclass(frozen=True, slots=True)
-class TreeNode:
+class TreeNode(NamedTuple):
     """A stored document or directory. Fields a projection did not ask for are None."""
 
     uri: str
@@ -81,8 +81,7 @@ class TreeNode:
     group_tag: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ContextHit:
+class ContextHit(NamedTuple):
     """A vector search hit: the document it names, as stored now, and its cosine similarity."""
 
     uri: str
@@ -92,8 +91,7 @@ class ContextHit:
     score: float
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(NamedTuple):
     """A unit of durable background work as a worker claims it."""
 
     id: int
@@ -104,22 +102,19 @@ class Job:
     uri: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class LineMatch:
+class LineMatch(NamedTuple):
     uri: str
     line_number: int
     excerpt: str
 
 
-@dataclass(frozen=True, slots=True)
-class PathMatch:
+class PathMatch(NamedTuple):
     uri: str
     name: str
     kind: NodeKind
 
 
-@dataclass(frozen=True, slots=True)
-class ConflictPair:
+class ConflictPair(NamedTuple):
     """Two active memories at distinct URIs whose stored vectors are this similar (cosine)."""
 
     uri_a: str
@@ -127,8 +122,7 @@ class ConflictPair:
     similarity: float
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryRow:
+class MemoryRow(NamedTuple):
     """One assertion ever made at a memory's URI. Times are microseconds since the epoch (UTC)."""
 
     id: int
@@ -144,8 +138,7 @@ class MemoryRow:
     truncated: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
     seq: int
     role: str
     content: str
@@ -159,8 +152,17 @@ class SkillFile:
     content: str
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+_CHECKED: dict[str, tuple[str, ...]] = {}
+"""URIs that passed `check_uri`: the URI an agent reads again costs one lookup."""
+
+
 def check_uri(value: object, what: str = "uri", *, root: bool = False) -> tuple[str, ...]:
     """The URI's segments. `root`: the empty URI (the whole tree) is allowed."""
+    if type(value) is str:
+        known = _CHECKED.get(value)
+        if known is not None:
+            return known
     if not isinstance(value, str):
         raise ValidationError(f"{what} must be a str, got {type(value).__name__}")
     if value == "":
@@ -172,20 +174,23 @@ def check_uri(value: object, what: str = "uri", *, root: bool = False) -> tuple[
         raise ValidationError(f"{what} has more than {MAX_SEGMENTS} segments")
     for s in segments:
         check_segment(s, what)
+    if len(_CHECKED) >= 65_536:
+        _CHECKED.clear()
+    _CHECKED[str(value)] = segments
     return segments
 
 
 def check_segment(s: object, what: str) -> str:
     if not isinstance(s, str) or not s:
         raise ValidationError(f"{what} has an empty segment (or one that is not a str)")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in s):
+    if _CONTROL.search(s):
         raise ValidationError(f"{what} holds a control character")
-    if len(s.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES:
-        raise ValidationError(f"{what} has a segment longer than {MAX_SEGMENT_BYTES} UTF-8 bytes")
     try:
-        s.encode("utf-8")
+        size = len(s.encode("utf-8"))
     except UnicodeEncodeError:
         raise ValidationError(f"{what} is not valid Unicode (lone surrogate)") from None
+    if size > MAX_SEGMENT_BYTES:
+        raise ValidationError(f"{what} has a segment longer than {MAX_SEGMENT_BYTES} UTF-8 bytes")
     return s
 
 

@@ -44,17 +44,18 @@ def node(t: KvTxn, segments: tuple[str, ...]) -> dict[str, Any] | None:
     return None if raw is None else decode(raw, "context node")
 
 
-def to_node(segments: tuple[str, ...], rec: dict[str, Any], fields: frozenset[str] = ALL_FIELDS) -> TreeNode:
+def to_node(uri: str, rec: dict[str, Any], fields: frozenset[str] = ALL_FIELDS) -> TreeNode:
+    parent, _, name = uri.rpartition("/")
     return TreeNode(
-        uri="/".join(segments),
-        parent_uri="/".join(segments[:-1]) if len(segments) > 1 else None,
-        name=segments[-1],
-        kind=rec["k"],
-        content=rec.get("c") if "content" in fields else None,
-        abstract=rec.get("a") if "abstract" in fields else None,
-        overview=rec.get("o") if "overview" in fields else None,
-        enabled=bool(rec.get("e", True)),
-        group_tag=str(rec.get("g", "")),
+        uri,
+        parent or None,
+        name,
+        rec["k"],
+        rec.get("c") if "content" in fields else None,
+        rec.get("a") if "abstract" in fields else None,
+        rec.get("o") if "overview" in fields else None,
+        rec.get("e", True),
+        rec.get("g", ""),
     )
 
 
