@@ -32,8 +32,9 @@ def _fill(path: Path, n: int, durability: str) -> list[int]:
 
 def _run(path: Path, logs: Path, workers: int, die_after: list[int], durability: str) -> None:
     procs = [
-        subprocess.Popen([sys.executable, str(CHILD), str(path), str(logs / f"w{i}.log"), "2",
-                          str(die_after[i]), durability])  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, str(CHILD), str(path), str(logs / f"w{i}.log"), "2", str(die_after[i]), durability]
+        )  # fmt: skip
         for i in range(workers)
     ]
     for p in procs:
