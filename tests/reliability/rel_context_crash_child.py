@@ -17,7 +17,7 @@ from hippograph.errors import NotFoundError
 
 def main(path: str, seed: int, durability: str) -> None:
     rng = random.Random(seed)
-    ctx = ContextStore(LMDB(path, durability=durability), document_jobs=("embed", "layers"))  # type: ignore[arg-type]
+    ctx = ContextStore(LMDB(path, durability=durability), document_jobs=("embed", "layers"))
     session = ctx.create_session()
     print("ready", flush=True)
     step = 0

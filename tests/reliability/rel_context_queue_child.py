@@ -15,8 +15,8 @@ from hippograph.context import ContextStore
 
 
 def main(path: str, log_path: str, threads: int, die_after: int, durability: str) -> None:
-    ctx = ContextStore(LMDB(path, durability=durability))  # type: ignore[arg-type]
-    log = open(log_path, "a", buffering=1)
+    ctx = ContextStore(LMDB(path, durability=durability))
+    log = open(log_path, "a", buffering=1)  # noqa: SIM115 - closed after the threads, or by the kill
     lock = threading.Lock()
     claims = [0]
 

@@ -34,14 +34,14 @@ def test_killed_writers_leave_every_group_agreeing(tmp_path: Path, durability: s
         proc.wait(timeout=30)
         backend = LMDB(path, durability=durability)
         try:
-            assert verify_context(backend) == []  # type: ignore[arg-type]
-            ctx = ContextStore(backend)  # type: ignore[arg-type]
+            assert verify_context(backend) == []
+            ctx = ContextStore(backend)
             ctx.reset_running_jobs()
             assert ctx.queue_stats()["running"] == 0
             ctx.put_document("after/kill", f"round {round_}")
             assert ctx.get_node("after/kill") is not None
-            assert verify_context(backend) == []  # type: ignore[arg-type]
+            assert verify_context(backend) == []
         finally:
             backend.close()
-    with ContextStore(LMDB(path), owns_backend=True) as ctx:  # type: ignore[arg-type]
+    with ContextStore(LMDB(path), owns_backend=True) as ctx:
         assert ctx.stats()["documents"] > 1  # the writers did write

@@ -24,7 +24,7 @@ CHILD = Path(__file__).with_name("rel_context_queue_child.py")
 
 
 def _fill(path: Path, n: int, durability: str) -> list[int]:
-    with ContextStore(LMDB(path, durability=durability), owns_backend=True) as ctx:  # type: ignore[arg-type]
+    with ContextStore(LMDB(path, durability=durability), owns_backend=True) as ctx:
         ids = [ctx.enqueue_job("work", {"i": i}) for i in range(n)]
         ctx.enqueue_job("other", {})  # a kind no worker asked for: never claimed
         return ids
@@ -60,7 +60,7 @@ def _drain(tmp_path: Path, n: int, kills: bool, durability: str) -> None:
     logs.mkdir()
     ids = _fill(path, n, durability)
     _run(path, logs, 4, [n // 20, 0, n // 13, 0] if kills else [0] * 4, durability)
-    with ContextStore(LMDB(path, durability=durability), owns_backend=True) as ctx:  # type: ignore[arg-type]
+    with ContextStore(LMDB(path, durability=durability), owns_backend=True) as ctx:
         stranded = ctx.reset_running_jobs()
         assert 2 <= stranded <= 4 if kills else stranded == 0  # each killed worker held one job or two
     _run(path, logs, 4, [0] * 4, durability)
@@ -71,7 +71,7 @@ def _drain(tmp_path: Path, n: int, kills: bool, durability: str) -> None:
     assert all(c == 1 for c in Counter(done).values()), "no job is completed twice"
     if not kills:
         assert all(c == 1 for c in claimed.values())
-    with ContextStore(LMDB(path, durability=durability), owns_backend=True) as ctx:  # type: ignore[arg-type]
+    with ContextStore(LMDB(path, durability=durability), owns_backend=True) as ctx:
         assert ctx.queue_stats() == {"pending": 1, "running": 0, "done": n, "failed": 0}  # every job done
         assert ctx.count_jobs_of_kind("work") == n and ctx.dequeue_job(["work"]) is None
 
