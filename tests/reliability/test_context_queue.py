@@ -34,7 +34,7 @@ def _run(path: Path, logs: Path, workers: int, die_after: list[int], durability:
     procs = [
         subprocess.Popen(
             [sys.executable, str(CHILD), str(path), str(logs / f"w{i}.log"), "2", str(die_after[i]), durability]
-        )  # fmt: skip
+        )
         for i in range(workers)
     ]
     for p in procs:
