@@ -220,6 +220,12 @@ def consolidation_pairs(
     is in at most one returned pair; best cosine first, ties by (a, b). GIL released.
     """
 
+def similar_pairs(
+    matrix: npt.NDArray[np.float32], norms: npt.NDArray[np.float32], threshold: float
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], npt.NDArray[np.float32]]:
+    """Every pair of rows (a < b) with cosine above `threshold`, most similar first, ties by (a, b);
+    zero rows never pair. GIL released."""
+
 def lmdb_check(data: bytes | mmap, txnid: int | None = None) -> dict[str, Any] | None:
     """Structural check of an LMDB data file (bytes or an mmap of data.mdb); GIL released.
 

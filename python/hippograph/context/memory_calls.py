@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .. import _core
 from ..engine.checks import finite_float
 from ..errors import ValidationError
 from . import memories, tree
@@ -119,8 +120,8 @@ class MemoryCalls(ContextBase):
 
     def memory_conflict_pairs(self, prefix: str = "", threshold: float = 0.9) -> list[ConflictPair]:
         """Pairs of active memories at distinct URIs under `prefix` whose stored vectors have a
-        cosine of at least `threshold`, most similar first (`EmbeddingsUnavailableError` when none
-        of them has a vector)."""
+        cosine above `threshold`, most similar first, then in URI order (`EmbeddingsUnavailableError`
+        when none of them has a vector). Reuses stored vectors; the pair search runs in Rust."""
         segments = scope_of(prefix, "prefix")
         floor = finite_float(threshold, "threshold")
 
@@ -143,16 +144,11 @@ class MemoryCalls(ContextBase):
         if len(uris) < 2:
             return []
         m = np.frombuffer(b"".join(rows), "<f4").astype(np.float32).reshape(len(rows), -1)
-        norms = np.linalg.norm(m, axis=1)
-        norms[norms == 0] = np.inf
-        unit = m / norms[:, None]
-        sims = unit @ unit.T
-        a, b = np.nonzero(np.triu(sims >= floor, k=1))
+        a, b, sims = _core.similar_pairs(m, _core.row_norms(m), floor)
         pairs = [
-            ConflictPair(uris[i], uris[j], float(min(1.0, sims[i, j])))
-            for i, j in zip(a.tolist(), b.tolist(), strict=True)
+            ConflictPair(uris[i], uris[j], min(1.0, s))
+            for i, j, s in zip(a.tolist(), b.tolist(), sims.tolist(), strict=True)
         ]
-        pairs.sort(key=lambda p: (-p.similarity, p.uri_a, p.uri_b))
         return pairs
 
     def memory_stats(self) -> dict[str, Any]:

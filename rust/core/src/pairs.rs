@@ -71,11 +71,17 @@ pub fn group_pairs(
     Ok(pairs)
 }
 
-/// Greedy matching: best cosine first (ties by `(a, b)` ascending), each row used once.
-pub fn greedy_matching(mut pairs: Vec<Pair>, rows: usize) -> Vec<Pair> {
+/// The pairs best cosine first, ties by `(a, b)` ascending.
+pub fn by_similarity(mut pairs: Vec<Pair>) -> Vec<Pair> {
     pairs.sort_unstable_by(|p, q| {
         q.cosine.partial_cmp(&p.cosine).unwrap_or(Ordering::Equal).then_with(|| (p.a, p.b).cmp(&(q.a, q.b)))
     });
+    pairs
+}
+
+/// Greedy matching: best cosine first (ties by `(a, b)` ascending), each row used once.
+pub fn greedy_matching(pairs: Vec<Pair>, rows: usize) -> Vec<Pair> {
+    let pairs = by_similarity(pairs);
     let mut used = vec![false; rows];
     let mut out = Vec::new();
     for p in pairs {
@@ -126,6 +132,14 @@ mod tests {
             vec![Pair { a: 0, b: 1, cosine: 0.8 }, Pair { a: 1, b: 2, cosine: 0.95 }, Pair { a: 0, b: 3, cosine: 0.7 }];
         let got: Vec<_> = greedy_matching(pairs, 4).iter().map(|p| (p.a, p.b)).collect();
         assert_eq!(got, vec![(1, 2), (0, 3)]);
+    }
+
+    #[test]
+    fn by_similarity_orders_best_first_then_by_rows() {
+        let pairs =
+            vec![Pair { a: 2, b: 3, cosine: 0.9 }, Pair { a: 0, b: 1, cosine: 0.9 }, Pair { a: 0, b: 2, cosine: 0.99 }];
+        let got: Vec<_> = by_similarity(pairs).iter().map(|p| (p.a, p.b)).collect();
+        assert_eq!(got, vec![(0, 2), (0, 1), (2, 3)]);
     }
 
     #[test]

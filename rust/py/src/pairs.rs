@@ -34,7 +34,30 @@ fn consolidation_pairs<'py>(
     Ok((a.into_pyarray(py), b.into_pyarray(py), c.into_pyarray(py)))
 }
 
+/// Every pair of rows with cosine above `threshold`, most similar first (ties by `(a, b)`), as
+/// `(a, b, cosine)` arrays with `a < b`.
+#[pyfunction]
+fn similar_pairs<'py>(
+    py: Python<'py>,
+    matrix: PyReadonlyArray2<'py, f32>,
+    norms: PyReadonlyArray1<'py, f32>,
+    threshold: f32,
+) -> PyResult<Pairs<'py>> {
+    let stored = stored(py, &matrix, &norms)?;
+    let rows = norms.len();
+    let found = errors::detached(py, "similar_pairs", || {
+        let members: Vec<u32> = (0..rows as u32).collect();
+        pairs::group_pairs(stored, &members, &[0, rows], threshold).map(pairs::by_similarity)
+    })?
+    .map_err(|e| shape(py, e))?;
+    let a: Vec<u32> = found.iter().map(|p| p.a).collect();
+    let b: Vec<u32> = found.iter().map(|p| p.b).collect();
+    let c: Vec<f32> = found.iter().map(|p| p.cosine).collect();
+    Ok((a.into_pyarray(py), b.into_pyarray(py), c.into_pyarray(py)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(consolidation_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(similar_pairs, m)?)?;
     Ok(())
 }
