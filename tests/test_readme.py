@@ -43,3 +43,11 @@ def test_the_store_quickstart_finds_the_entry_and_erases_the_scope(tmp_path: Pat
 
 def test_the_async_quickstart_finds_the_entry(tmp_path: Path) -> None:
     assert run_block("### Async", tmp_path) == ["['tz']"]
+
+
+def test_the_context_quickstart_claims_a_job_and_removes_a_subtree(tmp_path: Path) -> None:
+    lines = run_block("### Context store", tmp_path)
+    assert lines[0] == "[2]"  # the line holding the word, whatever its case
+    assert lines[1] == "['proj/notes/build']"
+    assert lines[2] == "['helix']"
+    assert lines[3].startswith("1 ") and "'pending': 1" in lines[3]  # the memory's document and its job remain
