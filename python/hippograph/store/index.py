@@ -96,6 +96,11 @@ class EntryIndex:
         self.lexical = _core.LexicalIndex()
         self.hidden = 0
         """Entries reads may not return whatever the scope: not active, or with an expiry."""
+        self._unsynced: dict[str, int | None] = {}
+        """Row ids of `columns` whose entry changed since the columns last caught up: the slot now
+        holding its vector, or None (no active vector: out of the columns). `columns` feeds only the
+        vector index of unrestricted searches, so a write leaves it to the next such search
+        (`sync_columns`) instead of paying for it."""
 
     # -- keeping up with the backend ------------------------------------------------------------
 
@@ -216,11 +221,7 @@ class EntryIndex:
             self.matrix[slot] = e.embedding
             self.norms[slot] = norm = vector_norm(e.embedding)
             self.shadow.mark(slot)
-        rid = self.refs[slot].decode()
-        if e.status == "active" and e.embedding is not None:
-            self.columns.upsert(rid, e.embedding, None, norm)
-        else:
-            self.columns.remove(rid)
+        self._unsynced[self.refs[slot].decode()] = slot if e.status == "active" and norm > 0 else None
         self.lexical.set(slot, e.text)
 
     def _clear_vector(self, slot: int) -> None:
@@ -244,7 +245,7 @@ class EntryIndex:
         if slot is None:
             return
         self._forget_counts(self.entries[slot])
-        self.columns.remove(self.refs[slot].decode())
+        self._unsynced[self.refs[slot].decode()] = None
         self.entries[slot] = None
         members = self.scopes[ref[0]]
         members.discard(slot)
@@ -338,7 +339,7 @@ class EntryIndex:
         """
         if k <= 0 or self.dim is None:
             return [], []
-        if now is not None and self.expiring <= 4 * k and self.columns.wants_vector_index():
+        if now is not None and self.expiring <= 4 * k and self.sync_columns().wants_vector_index():
             got = self._scanned(vector, k + self.expiring, now)
             if got is not None:
                 return got[0][:k], got[1][:k]
@@ -376,7 +377,7 @@ class EntryIndex:
     def build_vector_index(self, now: datetime) -> bool:
         """Builds and measures the HNSW index of the active entries' vectors now (recall@10, the
         default limit); True when this call built it."""
-        built = self.columns.build_vector_index()
+        built = self.sync_columns().build_vector_index()
         ann = self.columns.ann
         if ann is not None and ann.needs_calibration():
             with self.columns.calibrating:
@@ -384,7 +385,17 @@ class EntryIndex:
         return built
 
     def vector_stats(self) -> dict[str, Any]:
-        return self.columns.vector_index_stats()
+        return self.sync_columns().vector_index_stats()
+
+    def sync_columns(self) -> TypeColumns:
+        """`columns` caught up with every entry changed since (the caller holds `lock`)."""
+        changed, self._unsynced = self._unsynced, {}
+        for rid, slot in changed.items():
+            if slot is None:
+                self.columns.remove(rid)
+            else:
+                self.columns.upsert(rid, self.matrix[slot], None, float(self.norms[slot]))
+        return self.columns
 
     def _cut(self, slots: list[int], scores: list[float], k: int) -> Ranked:
         """The best `k` by score, ties by (scope, key). Only the entries tied with the k-th score
