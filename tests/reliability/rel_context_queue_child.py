@@ -1,5 +1,6 @@
 """A job-queue worker process for test_context_queue.py: `threads` threads claim jobs of the kind
-"work" from the LMDB context store at `path` until the queue is empty, logging every claim
+"work" from the LMDB context store at `path` until the queue is empty (starting once the file
+`go` exists), logging every claim
 (job id, attempts) and every completion to its own file. With `die_after` > 0 the process kills
 itself (SIGKILL) right after that many claims, before completing the last one: a crash mid-job."""
 
@@ -9,13 +10,17 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from hippograph.backends.lmdb import LMDB
 from hippograph.context import ContextStore
 
 
-def main(path: str, log_path: str, threads: int, die_after: int, durability: str) -> None:
+def main(path: str, log_path: str, threads: int, die_after: int, durability: str, go: str) -> None:
     ctx = ContextStore(LMDB(path, durability=durability))
+    print("ready", flush=True)
+    while not os.path.exists(go):  # every worker starts at once: none drains the queue alone
+        time.sleep(0.005)
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 - closed after the threads, or by the kill
     lock = threading.Lock()
     claims = [0]
@@ -44,4 +49,4 @@ def main(path: str, log_path: str, threads: int, die_after: int, durability: str
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])

@@ -31,12 +31,27 @@ def _fill(path: Path, n: int, durability: str) -> list[int]:
 
 
 def _run(path: Path, logs: Path, workers: int, die_after: list[int], durability: str) -> None:
+    go = logs / f"go-{len(list(logs.glob('go-*')))}"
     procs = [
         subprocess.Popen(
-            [sys.executable, str(CHILD), str(path), str(logs / f"w{i}.log"), "2", str(die_after[i]), durability]
+            [
+                sys.executable,
+                str(CHILD),
+                str(path),
+                str(logs / f"w{i}.log"),
+                "2",
+                str(die_after[i]),
+                durability,
+                str(go),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for i in range(workers)
     ]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    go.touch()
     for p in procs:
         p.wait(timeout=600)
 

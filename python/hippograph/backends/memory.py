@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from ..context.protocol import KvTxn
 from ..engine.checks import check_id
 from ..engine.derived import DerivedColumns
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
@@ -41,6 +42,7 @@ from ._base import (
     commit_each_source_once,
     shared_node,
 )
+from ._context import MemoryContext
 from ._entries import MemoryEntries
 
 __all__ = ["InMemory"]
@@ -49,7 +51,7 @@ T = TypeVar("T")
 
 
 class InMemory(DerivedBackend):
-    """The full `GraphBackend` and `EntryBackend` contracts in process memory (thread-safe)."""
+    """The full `GraphBackend`, `EntryBackend` and `ContextBackend` contracts in process memory (thread-safe)."""
 
     def __init__(self, *, ann: AnnConfig | None = DEFAULT_ANN) -> None:
         """`ann`: when a type outgrows `ann.min_nodes`, non-exact queries draw
@@ -64,6 +66,7 @@ class InMemory(DerivedBackend):
         self._derived: DerivedColumns[NodeType] = DerivedColumns(NodeType, ann, self._lock)
         self._dim: int | None = None
         self._entries = MemoryEntries()
+        self._context = MemoryContext()
 
     @property
     def dimension(self) -> int | None:
@@ -258,6 +261,18 @@ class InMemory(DerivedBackend):
     def entry_read(self, fn: Callable[[EntryTxn], T]) -> T:
         self._guard("entry_read")
         return self._entries.read(fn)
+
+    # -- spaces of a context store -------------------------------------------------
+
+    def context_write(self, fn: Callable[[KvTxn], T]) -> T:
+        """`ContextBackend.context_write`: writers run one at a time; what `fn` changed is undone if it raises."""
+        self._guard("context_write")
+        return self._context.write(fn)
+
+    def context_read(self, fn: Callable[[KvTxn], T]) -> T:
+        """`ContextBackend.context_read`: readers run side by side, never during a write."""
+        self._guard("context_read")
+        return self._context.read(fn)
 
     def find_candidates(
         self,

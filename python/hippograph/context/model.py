@@ -45,6 +45,10 @@ Layer = Literal["abstract", "overview"]
 MAX_QUERY_CHARS = 256
 MAX_SEGMENT_BYTES = 255
 MAX_SEGMENTS = 64
+MAX_URI_BYTES = 400
+"""A URI's key, with what follows it in the longest composite key, stays within LMDB's 511 bytes."""
+MAX_ID_BYTES = 100
+"""Session ids: a commit's key is the destination URI's key, then the session id."""
 
 
 class IsRootError(ValidationError):
@@ -174,6 +178,8 @@ def check_uri(value: object, what: str = "uri", *, root: bool = False) -> tuple[
         raise ValidationError(f"{what} has more than {MAX_SEGMENTS} segments")
     for s in segments:
         check_segment(s, what)
+    if len(value.encode()) > MAX_URI_BYTES:
+        raise ValidationError(f"{what} is longer than {MAX_URI_BYTES} UTF-8 bytes")
     if len(_CHECKED) >= 65_536:
         _CHECKED.clear()
     _CHECKED[str(value)] = segments
@@ -206,11 +212,15 @@ def check_text(value: object, what: str, *, none: bool = False) -> str | None:
     return value
 
 
-def check_name(value: object, what: str) -> str:
-    """A short name (a job kind, a role, a group tag): non-empty text, no control character."""
+def check_name(value: object, what: str, most: int = MAX_SEGMENT_BYTES) -> str:
+    """A short name (a job kind, a role, a group tag, a session id): non-empty text of at most
+    `most` UTF-8 bytes, no control character."""
     if not isinstance(value, str):
         raise ValidationError(f"{what} must be a str, got {type(value).__name__}")
-    return check_segment(value, what)
+    check_segment(value, what)
+    if len(value.encode()) > most:
+        raise ValidationError(f"{what} is longer than {most} UTF-8 bytes")
+    return value
 
 
 def check_query(value: object, what: str = "query") -> str:

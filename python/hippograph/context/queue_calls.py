@@ -18,6 +18,7 @@ from .base import (
 )
 from .keys import subtree
 from .model import (
+    MAX_ID_BYTES,
     Job,
     Message,
     SessionConflictError,
@@ -44,13 +45,13 @@ class QueueCalls(ContextBase):
 
     def append_message(self, session_id: str, role: str, content: str) -> int:
         """Appends a message (`NotFoundError` for an unknown session); its sequence number."""
-        sid, r = check_name(session_id, "session_id"), check_name(role, "role")
+        sid, r = check_name(session_id, "session_id", MAX_ID_BYTES), check_name(role, "role")
         text = check_text(content, "content")
         assert text is not None
         return self._write(lambda t: sessions.append(t, sid, r, text))
 
     def get_session(self, session_id: str) -> list[Message]:
-        sid = check_name(session_id, "session_id")
+        sid = check_name(session_id, "session_id", MAX_ID_BYTES)
         return self._read(lambda t: sessions.messages(t, sid))
 
     def list_session_ids(self) -> list[str]:
@@ -59,7 +60,7 @@ class QueueCalls(ContextBase):
     def restore_session(self, session_id: str, messages: Sequence[Message | tuple[str, str]]) -> str:
         """Creates the session with `messages` (``"imported"``); ``"skipped"`` when it already holds
         exactly these (role, content) pairs; `SessionConflictError` when it holds others."""
-        sid = check_name(session_id, "session_id")
+        sid = check_name(session_id, "session_id", MAX_ID_BYTES)
         pairs = []
         for i, m in enumerate(messages):
             role, content = (m.role, m.content) if isinstance(m, Message) else m
@@ -81,7 +82,7 @@ class QueueCalls(ContextBase):
 
     def put_commit(self, session_id: str, uri: str, content: str, content_hash: str) -> None:
         """Writes the committed document and its (session, destination) hash in one step."""
-        sid = check_name(session_id, "session_id")
+        sid = check_name(session_id, "session_id", MAX_ID_BYTES)
         segments = check_uri(uri)
         text = check_text(content, "content")
         digest = check_name(content_hash, "content_hash")
@@ -95,7 +96,7 @@ class QueueCalls(ContextBase):
         self._write(run)
 
     def commit_hash(self, session_id: str, uri: str) -> str | None:
-        sid = check_name(session_id, "session_id")
+        sid = check_name(session_id, "session_id", MAX_ID_BYTES)
         segments = check_uri(uri)
         return self._read(lambda t: sessions.commit_hash(t, sid, segments))
 

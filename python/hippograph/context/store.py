@@ -428,7 +428,7 @@ class ContextStore(MemoryCalls, QueueCalls):
             if t.get(tree.VECTORS, key) is None:
                 add(t, tree.VECTOR_COUNT, 1)
             t.put(tree.VECTORS, key, encode({"d": len(emb), "v": emb.astype("<f4").tobytes(), "r": rec.get("r")}))
-            add(t, tree.VECTOR_SEQ, 1)
+            tree.vectors_changed(t)
             return "stored"
 
         return self._write(run)

@@ -3,11 +3,12 @@ subtree from every space keyed by URI (docs/context.md)."""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from ..errors import ValidationError
 from . import jobs, memories
-from .keys import COUNTERS, add, decode, encode, keys_of, node_key, subtree, uri_of
+from .keys import COUNTERS, add, decode, encode, keys_of, node_key, read_u64, subtree, u64, uri_of
 from .model import TreeNode
 from .protocol import KvTxn
 
@@ -24,6 +25,7 @@ __all__ = [
     "put_document",
     "remove",
     "to_node",
+    "vectors_changed",
 ]
 
 NODES = "ctx_nodes"
@@ -37,6 +39,14 @@ VECTOR_SEQ = b"vector_seq"
 """Bumped by every change of the vectors space: a process's vector cache reloads when it moved."""
 
 ALL_FIELDS = frozenset({"uri", "content", "abstract", "overview"})
+
+
+def vectors_changed(t: KvTxn) -> None:
+    """Moves the vector counter every process's cache compares with. A counter created afresh (a
+    new store, or one whose records were all dropped) starts at a random value, so a cache of the
+    dropped store can never meet its old value again."""
+    raw = t.get(COUNTERS, VECTOR_SEQ)
+    t.put(COUNTERS, VECTOR_SEQ, u64(secrets.randbits(48) + 1 if raw is None else read_u64(raw) + 1))
 
 
 def node(t: KvTxn, segments: tuple[str, ...]) -> dict[str, Any] | None:
@@ -108,7 +118,7 @@ def put_document(t: KvTxn, segments: tuple[str, ...], content: str, abstract: st
 def retire_vector(t: KvTxn, key: bytes) -> None:
     if t.delete(VECTORS, key):
         add(t, VECTOR_COUNT, -1)
-        add(t, VECTOR_SEQ, 1)
+        vectors_changed(t)
 
 
 def set_field(t: KvTxn, segments: tuple[str, ...], name: str, value: Any) -> int:
@@ -123,7 +133,7 @@ def set_field(t: KvTxn, segments: tuple[str, ...], name: str, value: Any) -> int
         t.put(NODES, key, encode(rec))
         done += 1
     if done:
-        add(t, VECTOR_SEQ, 1)  # the cache keeps which rows are searchable
+        vectors_changed(t)  # the cache keeps which rows are searchable
     return done
 
 
@@ -142,7 +152,7 @@ def remove(t: KvTxn, segments: tuple[str, ...]) -> int:
         t.delete(VECTORS, key)
     if vectors:
         add(t, VECTOR_COUNT, -len(vectors))
-        add(t, VECTOR_SEQ, 1)
+        vectors_changed(t)
     memories.remove_range(t, rng)
     for key in keys_of(t, COMMITS, rng):
         t.delete(COMMITS, key)

@@ -306,8 +306,7 @@ class TypeColumns:
     def _wake_worker(self) -> None:
         """Starts the thread that keeps the vector index up (absorbs pending vectors, calibrates), or wakes it."""
         self._woken_at = time.monotonic()
-        if not self._wake.is_set():  # set already: the thread has not looked yet (no lock to take)
-            self._wake.set()
+        self._wake.set()
         worker = self._worker
         if worker is not None and worker.is_alive():
             return

@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar
 
 import lmdb
 
+from ...context.protocol import KvTxn
 from ...engine.checks import check_id
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import HippographError, StorageError, ValidationError
@@ -53,6 +54,7 @@ from .._base import (
 from . import checks, envs
 from .cache import _Cache
 from .checks import _private_dir
+from .context import CONTEXT_DBS, LmdbKvTxn
 from .entries import ENTRY_DBS, LmdbEntryTxn
 from .group import Job
 from .layout import _DBS, DEFAULT_MAP_SIZE, MAGIC, STORAGE_FORMAT, _key
@@ -108,7 +110,7 @@ class LMDB(DerivedBackend):
             return lmdb.open(
                 str(self.path),
                 map_size=map_size,
-                max_dbs=len(_DBS) + len(ENTRY_DBS) + 1,
+                max_dbs=len(_DBS) + len(ENTRY_DBS) + len(CONTEXT_DBS) + 1,
                 sync=durability == "sync",
                 metasync=durability == "sync",
                 # `fast` commits write into the map instead of one write() per dirty page; a `sync`
@@ -143,7 +145,7 @@ class LMDB(DerivedBackend):
     def _open_dbs(self, readonly: bool) -> None:
         try:
             self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in _DBS}
-            for name in ENTRY_DBS:  # a store written before entries existed, opened read-only, has none
+            for name in (*ENTRY_DBS, *CONTEXT_DBS):  # a store older than these, opened read-only, lacks them
                 with contextlib.suppress(lmdb.NotFoundError):
                     self._dbs[name] = self._env.open_db(name.encode(), create=not readonly)
         except lmdb.Error as exc:
@@ -276,6 +278,35 @@ class LMDB(DerivedBackend):
         """`EntryBackend.entry_read`: one read transaction."""
         self._guard("entry_read")
         return self._read(lambda t: fn(LmdbEntryTxn(t.txn, self._dbs, False)), "entry_read")
+
+    # -- spaces of a context store ---------------------------------------------------
+
+    def context_write(self, fn: Callable[[KvTxn], T]) -> T:
+        """`ContextBackend.context_write`: one write transaction of this backend, so the durability
+        mode and group commit apply; LMDB runs one writer at a time across processes. `fn` runs
+        again if the map is full (it grows, and the transaction starts over)."""
+
+        def run(t: _Txn) -> T:
+            kt = LmdbKvTxn(t.txn, self._dbs, True)
+            try:
+                return fn(kt)
+            finally:
+                kt.live = False
+
+        return self._write("context_write", run)
+
+    def context_read(self, fn: Callable[[KvTxn], T]) -> T:
+        """`ContextBackend.context_read`: one read transaction (one snapshot)."""
+        self._guard("context_read")
+
+        def run(t: _Txn) -> T:
+            kt = LmdbKvTxn(t.txn, self._dbs, False)
+            try:
+                return fn(kt)
+            finally:
+                kt.live = False
+
+        return self._read(run, "context_read")
 
     # -- writes --------------------------------------------------------------
 

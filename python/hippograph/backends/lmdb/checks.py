@@ -19,6 +19,7 @@ import lmdb
 from ... import _core
 from ...errors import StorageError
 from ...graph import codec
+from .context import CONTEXT_DBS
 from .entries import ENTRY_DBS
 from .layout import _DBS, MAGIC, STORAGE_FORMAT, _logged_ids, _number
 from .txn import _Txn
@@ -103,7 +104,7 @@ def refuse_foreign(env: lmdb.Environment, path: Path) -> None:
     """An LMDB environment whose main database names anything but ours is someone else's."""
     with env.begin() as txn, txn.cursor() as cur:
         names = {bytes(k) for k in cur.iternext(keys=True, values=False)}
-    foreign = names - {n.encode() for n in (*_DBS, *ENTRY_DBS)}
+    foreign = names - {n.encode() for n in (*_DBS, *ENTRY_DBS, *CONTEXT_DBS)}
     if foreign:
         env.close()
         raise StorageError(

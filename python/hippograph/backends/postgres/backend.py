@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg_pool
 
+from ...context.protocol import KvTxn
 from ...engine.checks import check_id
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import ConfigError, StorageError
@@ -52,6 +53,7 @@ from .._base import (
 )
 from .cache import _Cache
 from .config import _check_repo, _positive_int, _resolve_dsn, _seconds, _where
+from .context import PgKvTxn
 from .entries import PgEntryTxn
 from .reports import _counts, _problems
 from .schema import _check_schema, _migrate, _sql_map
@@ -67,7 +69,8 @@ _TRIM_EVERY = 1024
 
 class Postgres(DerivedBackend):
     """The `GraphBackend` contract on PostgreSQL, shared by any number of processes and hosts; also
-    an `EntryBackend`, holding a scoped store's entries in the same repo (`hippograph.Store`).
+    an `EntryBackend`, holding a scoped store's entries in the same repo (`hippograph.Store`), and
+    a `ContextBackend`, holding a context store's spaces there.
 
     `dsn`: a libpq connection string or URI; when None, ``$HIPPOGRAPH_PG_DSN``
     (neither → `ConfigError`). `repo`: the memory to use in that database
@@ -238,6 +241,37 @@ class Postgres(DerivedBackend):
     def entry_read(self, fn: Callable[[EntryTxn], T]) -> T:
         """`EntryBackend.entry_read`: one REPEATABLE READ READ ONLY transaction (one snapshot)."""
         return self._read("entry_read", lambda tx: fn(PgEntryTxn(tx, False)))
+
+    # -- context store spaces ----------------------------------------------------------------
+
+    def context_write(self, fn: Callable[[KvTxn], T]) -> T:
+        """`ContextBackend.context_write`: one transaction holding the repo's context lock, so context
+        writers on every connection and host run one after another. `fn` runs again if the
+        transaction is retried."""
+
+        def run(tx: _Tx) -> T:
+            kt = PgKvTxn(tx, True)
+            kt.lock()
+            try:
+                result = fn(kt)
+                kt.finish()
+                return result
+            finally:
+                kt.live = False
+
+        return self._transaction("context_write", run, write=True)
+
+    def context_read(self, fn: Callable[[KvTxn], T]) -> T:
+        """`ContextBackend.context_read`: one REPEATABLE READ READ ONLY transaction (one snapshot)."""
+
+        def run(tx: _Tx) -> T:
+            kt = PgKvTxn(tx, False)
+            try:
+                return fn(kt)
+            finally:
+                kt.live = False
+
+        return self._read("context_read", run)
 
     # -- writes ----------------------------------------------------------------------------
 

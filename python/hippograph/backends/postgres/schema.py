@@ -109,6 +109,20 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             )""",
         ),
     ),
+    (
+        3,
+        "context store spaces and their writers' lock",
+        (
+            """CREATE TABLE {s}.context_kv (
+                repo text NOT NULL,
+                space text NOT NULL,
+                k bytea NOT NULL,
+                v bytea NOT NULL,
+                PRIMARY KEY (repo, space, k)
+            )""",
+            "CREATE TABLE {s}.context_locks (repo text PRIMARY KEY)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION: Final = _MIGRATIONS[-1][0]
@@ -221,6 +235,23 @@ _SQL: Final[dict[str, str]] = {
     "entry_log": "INSERT INTO {s}.entry_changes (repo, seq, refs) VALUES (%s, %s, %s)",
     "entry_log_trim": "DELETE FROM {s}.entry_changes WHERE repo = %s AND seq <= %s",
     "entry_log_since": "SELECT refs FROM {s}.entry_changes WHERE repo = %s AND seq > %s ORDER BY seq",
+    # context store spaces (`context.PgKvTxn`); a range is read in batches, each starting past the last
+    "ctx_lock": "SELECT 1 FROM {s}.context_locks WHERE repo = %s FOR UPDATE",
+    "ctx_lock_new": "INSERT INTO {s}.context_locks (repo) VALUES (%s) ON CONFLICT (repo) DO NOTHING",
+    "ctx_get": "SELECT v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k = %s",
+    "ctx_put": (
+        "INSERT INTO {s}.context_kv (repo, space, k, v) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (repo, space, k) DO UPDATE SET v = EXCLUDED.v"
+    ),
+    "ctx_delete": "DELETE FROM {s}.context_kv WHERE repo = %s AND space = %s AND k = %s RETURNING 1",
+    "ctx_up": "SELECT k, v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k >= %s ORDER BY k LIMIT %s",
+    "ctx_up_to": (
+        "SELECT k, v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k >= %s AND k < %s ORDER BY k LIMIT %s"
+    ),
+    "ctx_down": "SELECT k, v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k >= %s ORDER BY k DESC LIMIT %s",
+    "ctx_down_to": (
+        "SELECT k, v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k >= %s AND k < %s ORDER BY k DESC LIMIT %s"
+    ),
 }
 
 _DROP_REPO: Final = (
@@ -240,6 +271,14 @@ _DROP_ENTRIES: Final = (
 )
 _ENTRIES_SINCE: Final = 2
 """The schema version that added the entry tables (`drop_repo` on an older schema skips them)."""
+
+_DROP_CONTEXT: Final = (
+    # Taken like a context writer takes it, so that no context write straddles the drop.
+    "SELECT 1 FROM {s}.context_locks WHERE repo = %s FOR UPDATE",
+    "DELETE FROM {s}.context_kv WHERE repo = %s",
+)
+_CONTEXT_SINCE: Final = 3
+"""The schema version that added the context tables."""
 
 
 def _check_schema(schema: object) -> str:
@@ -323,8 +362,8 @@ def _bootstrap(conn: Conn, schema: str, quoted: str) -> None:
 
 def drop_repo(dsn: str | None = None, *, repo: str, schema: str = "hippograph") -> bool:
     """Deletes every node, link, embedding, metadata and ingestion record of one
-    repo, and its scoped-store entries with their change log, in one
-    transaction; returns whether the repo existed.
+    repo, its scoped-store entries with their change log, and its context store
+    spaces, in one transaction; returns whether the repo existed.
 
     Processes that have the repo open see it empty from their next call (their
     caches notice the repo was dropped and rebuild). Other repos are untouched.
@@ -337,7 +376,11 @@ def drop_repo(dsn: str | None = None, *, repo: str, schema: str = "hippograph") 
             version = _schema_version(conn, quoted)
             if version is None:
                 return False
-            statements = (_DROP_ENTRIES if version >= _ENTRIES_SINCE else ()) + _DROP_REPO
+            statements = (
+                (_DROP_CONTEXT if version >= _CONTEXT_SINCE else ())
+                + (_DROP_ENTRIES if version >= _ENTRIES_SINCE else ())
+                + _DROP_REPO
+            )
             with conn.transaction():
                 existed = conn.execute(
                     f"SELECT 1 FROM {quoted}.repos WHERE repo = %s",

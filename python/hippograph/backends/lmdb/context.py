@@ -1,0 +1,99 @@
+"""A context store's spaces in the LMDB environment of a graph store (docs/lmdb.md, context spaces).
+
+One named database per space of `SPACES`, holding the space's keys and values as they are: LMDB
+orders keys bytewise, which is the order the contract asks for. A context write is one write
+transaction of the backend (so its durability mode and group commit apply); LMDB runs one writer
+at a time across every process sharing the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ...context.protocol import SPACES
+from .._context import MAX_KEY, check_bounds, check_put, check_space, ended, read_only, storable
+
+__all__ = ["CONTEXT_DBS", "LmdbKvTxn"]
+
+CONTEXT_DBS = SPACES
+"""The databases of the spaces (a store written before they existed, opened read-only, has none)."""
+
+
+class LmdbKvTxn:
+    """`hippograph.context.KvTxn` over one LMDB transaction; a space whose database is missing
+    reads as empty."""
+
+    def __init__(self, txn: Any, dbs: dict[str, Any], writable: bool) -> None:
+        self.txn = txn
+        self.dbs = dbs
+        self.writable = writable
+        self.live = True
+
+    def _db(self, space: str) -> Any:
+        if not self.live:
+            raise ended("context")
+        return self.dbs.get(check_space(space))
+
+    def get(self, space: str, key: bytes) -> bytes | None:
+        db = self._db(space)
+        if db is None or not storable(key):  # LMDB refuses to look up a key it could not hold
+            return None
+        raw = self.txn.get(key, db=db)
+        return None if raw is None else bytes(raw)
+
+    def put(self, space: str, key: bytes, value: bytes) -> None:
+        # Checked here: an LMDB error inside a group commit would fail every write of the group.
+        if not self.writable:
+            raise read_only("context_read")
+        space, key, value = check_put(space, key, value)
+        self.txn.put(key, value, db=self._db(space))
+
+    def delete(self, space: str, key: bytes) -> bool:
+        if not self.writable:
+            raise read_only("context_read")
+        db = self._db(space)
+        return storable(key) and bool(self.txn.delete(key, db=db))
+
+    def range(
+        self, space: str, start: bytes = b"", stop: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        db = self._db(space)
+        lo, hi = check_bounds(start, stop)
+        if db is None or (hi is not None and hi <= lo):
+            return iter(())
+        return self._walk(db, lo, hi, reverse)
+
+    def _walk(self, db: Any, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        # A bound longer than a key can be is positioned by its first MAX_KEY bytes: the one stored
+        # key that can sit between the two is that prefix itself, skipped or stepped over below.
+        if not self.live:
+            raise ended("context")
+        with self.txn.cursor(db=db) as cur:
+            if reverse:
+                if hi is None:
+                    ok = cur.last()
+                else:
+                    ok = cur.set_range(hi[:MAX_KEY]) or cur.last()
+                    while ok and bytes(cur.key()) >= hi:
+                        ok = cur.prev()
+                while ok:
+                    key = bytes(cur.key())
+                    if key < lo:
+                        return
+                    yield key, bytes(cur.value())
+                    ok = self._step(cur.prev)
+            else:
+                ok = cur.set_range(lo[:MAX_KEY]) if lo else cur.first()
+                while ok:
+                    key = bytes(cur.key())
+                    if hi is not None and key >= hi:
+                        return
+                    if key >= lo:
+                        yield key, bytes(cur.value())
+                    ok = self._step(cur.next)
+
+    def _step(self, move: Any) -> bool:
+        if not self.live:
+            raise ended("context")
+        return bool(move())
