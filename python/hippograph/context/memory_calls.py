@@ -67,7 +67,8 @@ class MemoryCalls(ContextBase):
             now = now_us()
             if memories.put(t, segments, text, conf, src, imp, status, now) is None:
                 return
-            if status == "active" or tree.node(t, segments) is None:
+            held = tree.node(t, segments)
+            if status == "active" or held is None or held["k"] == "dir":  # a candidate keeps a document
                 self._document(t, segments, text, None, None, work, now)
 
         self._write(run)

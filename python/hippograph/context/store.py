@@ -8,6 +8,8 @@ nothing, across processes sharing the backend.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -334,10 +336,11 @@ class ContextStore(MemoryCalls, QueueCalls):
                 content = rec.get("c")
                 if not rec.get("e", True) or not _matches(content, needle):
                     continue
-                for number, line in enumerate(str(content).splitlines(), 1):
-                    at = line.casefold().find(needle)
-                    if at >= 0:
-                        out.append(LineMatch(uri=uri, line_number=number, excerpt=_excerpt(line, at, len(needle))))
+                for number, raw_line in enumerate(str(content).split("\n"), 1):
+                    line = raw_line.removesuffix("\r")  # lines end at LF; a CRLF's CR is not content
+                    span = _find(line, needle)
+                    if span is not None:
+                        out.append(LineMatch(uri=uri, line_number=number, excerpt=_excerpt(line, *span)))
                         if len(out) >= limit:
                             return out
             return out
@@ -522,12 +525,29 @@ def _allocated(path: str) -> int:
     return min(st.st_size, st.st_blocks * 512)
 
 
-def _excerpt(line: str, at: int, length: int) -> str:
-    """At most `_EXCERPT` characters of `line` holding the match at `at`."""
+def _find(line: str, needle: str) -> tuple[int, int] | None:
+    """Where `needle` (case-folded) first matches `line` ignoring case, as a span of `line` itself:
+    case folding can change a text's length (ß folds to ss), so a span of the folded line is mapped
+    back character by character."""
+    folded = line.casefold()
+    at = folded.find(needle)
+    if at < 0:
+        return None
+    if len(folded) == len(line):
+        return at, at + len(needle)
+    ends = list(itertools.accumulate(len(c.casefold()) for c in line))
+    start = bisect.bisect_right(ends, at)
+    return start, bisect.bisect_left(ends, at + len(needle)) + 1
+
+
+def _excerpt(line: str, start: int, end: int) -> str:
+    """At most `_EXCERPT` characters of `line` holding its span ``[start, end)`` (its start, when the
+    span is longer), centred on it where the line allows."""
     if len(line) <= _EXCERPT:
         return line
-    start = max(0, min(at - (_EXCERPT - length) // 2, len(line) - _EXCERPT))
-    return line[start : start + _EXCERPT]
+    end = min(end, start + _EXCERPT)
+    first = max(0, min(start - (_EXCERPT - (end - start)) // 2, len(line) - _EXCERPT))
+    return line[first : first + _EXCERPT]
 
 
 def open_context(
