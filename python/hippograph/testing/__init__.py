@@ -3,7 +3,8 @@
 `BackendConformance` is the public conformance suite every `GraphBackend` is
 held to; `PersistentConformance` and `SharedConformance` add the durability and
 multi-process tests; `StoreConformance` (and `PersistentStoreConformance`) hold an `EntryBackend`
-to the scoped store's contract. `hippograph.testing.graphs` holds reusable fixtures:
+to the scoped store's contract; `ContextConformance` (and `PersistentContextConformance`) hold a
+`ContextBackend` to the context store's. `hippograph.testing.graphs` holds reusable fixtures:
 sample nodes, snapshots, random graphs and an independent reference scorer.
 """
 
@@ -16,11 +17,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from . import graphs
 from .conformance import BackendConformance, PersistentConformance, SharedConformance
+from .context import ContextConformance, PersistentContextConformance
 from .store import PersistentStoreConformance, StoreConformance
 
 __all__ = [
     "BackendConformance",
+    "ContextConformance",
     "PersistentConformance",
+    "PersistentContextConformance",
     "PersistentStoreConformance",
     "SharedConformance",
     "StoreConformance",
