@@ -17,7 +17,20 @@ from .keys import add, counter, counters_under, decode, encode, keys_of, node_ke
 from .model import Job
 from .protocol import KvTxn
 
-__all__ = ["STATUSES", "cancel", "claim", "complete", "count", "defer", "detail", "enqueue", "fail", "reset_running"]
+__all__ = [
+    "STATUSES",
+    "cancel",
+    "claim",
+    "complete",
+    "count",
+    "defer",
+    "detail",
+    "enqueue",
+    "fail",
+    "find",
+    "get",
+    "reset_running",
+]
 
 JOBS = "ctx_jobs"
 QUEUE = "ctx_job_queue"
@@ -118,7 +131,19 @@ def claim(t: KvTxn, kinds: list[str], now: int) -> Job | None:
 
 
 def get(t: KvTxn, job_id: int) -> dict[str, Any]:
+    """The job's record (`NotFoundError` when there is none)."""
     return _load(t, job_id)
+
+
+def find(t: KvTxn, job_id: int) -> dict[str, Any] | None:
+    """The job, or None when it is gone (done with, cancelled, removed with its URI);
+    `NotFoundError` for an id never issued."""
+    raw = t.get(JOBS, u64(job_id))
+    if raw is None:
+        if job_id > counter(t, NEXT_ID):
+            raise NotFoundError("job", str(job_id))
+        return None
+    return decode(raw, "context job")
 
 
 def complete(t: KvTxn, job_id: int, now: int) -> None:
@@ -209,7 +234,8 @@ def detail(t: KvTxn, limit: int, now: int) -> dict[str, Any]:
         rec = _load(t, job_id)
         failed.append({"id": job_id, "kind": rec["k"], "uri": rec["u"], "attempts": rec["a"],
                        "last_error": rec["e"], "failed_at": rec["t"]})  # fmt: skip
-    return {**stats(t), "oldest_pending_ms": oldest, "failed": failed}
+    counts = stats(t)
+    return {**counts, "failed_count": counts["failed"], "oldest_pending_ms": oldest, "failed": failed}
 
 
 def uri_segments(rec: dict[str, Any]) -> tuple[str, ...] | None:

@@ -419,7 +419,9 @@ class ContextStore(MemoryCalls, QueueCalls):
             dim = self._active_dim(t)
             if dim is not None and len(emb) != dim:
                 raise ValidationError(f"embedding has dimension {len(emb)}; the store's is {dim}")
-            job = jobs.get(t, job_id)
+            job = jobs.find(t, job_id)
+            if job is None:  # cancelled, or removed with its document: the result is not wanted
+                return "discarded"
             rec = tree.node(t, segments)
             now = now_us()
             jobs.complete(t, job_id, now)
@@ -446,7 +448,9 @@ class ContextStore(MemoryCalls, QueueCalls):
         value = check_text(text, "text")
 
         def run(t: KvTxn) -> Literal["stored", "discarded"]:
-            job = jobs.get(t, job_id)
+            job = jobs.find(t, job_id)
+            if job is None:
+                return "discarded"
             rec = tree.node(t, segments)
             jobs.complete(t, job_id, now_us())
             if rec is None or rec["k"] != "doc" or (job.get("r") is not None and job["r"] != rec.get("r")):

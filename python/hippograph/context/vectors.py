@@ -20,37 +20,17 @@ from .keys import counter, decode, subtree
 from .protocol import KvTxn
 from .tree import VECTOR_SEQ, VECTORS
 
-__all__ = ["VectorCache"]
+__all__ = ["VectorCache", "VectorSnapshot"]
 
 
-class VectorCache:
-    """`keys[i]` (URI keys, sorted) and `matrix[i]`, of the vectors of the active dimension."""
+class VectorSnapshot:
+    """One version of the vectors: `keys[i]` (URI keys, sorted) and `matrix[i]`, of the active
+    dimension. Never changed once built, so a search ranks one version whatever reloads meanwhile."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.seq = -1
-        self.dim: int | None = None
-        self.keys: list[bytes] = []
-        self.matrix: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
-        self.norms: npt.NDArray[np.float32] = np.zeros(0, np.float32)
-
-    def current(self, t: KvTxn, dim: int | None) -> VectorCache:
-        """Brought up to the snapshot `t` reads (a reload when any vector changed since)."""
-        seq = counter(t, VECTOR_SEQ)
-        with self.lock:
-            if seq != self.seq or dim != self.dim:
-                keys: list[bytes] = []
-                rows: list[bytes] = []
-                if dim is not None:
-                    for key, raw in t.range(VECTORS):
-                        rec = decode(raw, "context vector")
-                        if rec["d"] == dim:
-                            keys.append(key)
-                            rows.append(rec["v"])
-                matrix = np.frombuffer(b"".join(rows), "<f4").astype(np.float32).reshape(len(rows), dim or 0)
-                self.keys, self.matrix, self.dim, self.seq = keys, matrix, dim, seq
-                self.norms = _core.row_norms(matrix) if len(rows) else np.zeros(0, np.float32)
-            return self
+    def __init__(self, seq: int, dim: int | None, keys: list[bytes], rows: list[bytes]) -> None:
+        self.seq, self.dim, self.keys = seq, dim, keys
+        self.matrix = np.frombuffer(b"".join(rows), "<f4").astype(np.float32).reshape(len(rows), dim or 0)
+        self.norms = _core.row_norms(self.matrix) if rows else np.zeros(0, np.float32)
 
     def slice_of(self, segments: tuple[str, ...]) -> tuple[int, int]:
         start, stop = subtree(segments)
@@ -71,3 +51,29 @@ class VectorCache:
         order = np.lexsort((np.arange(hi - lo), -sims))
         keep = order[sims[order] > 0]
         return (keep + lo).tolist(), np.minimum(sims[keep], 1.0).astype(float).tolist()
+
+
+class VectorCache:
+    """The latest `VectorSnapshot` this process built."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.snapshot = VectorSnapshot(-1, None, [], [])
+
+    def current(self, t: KvTxn, dim: int | None) -> VectorSnapshot:
+        """The version the snapshot `t` reads (rebuilt when any vector changed since)."""
+        seq = counter(t, VECTOR_SEQ)
+        with self.lock:
+            got = self.snapshot
+            if got.seq == seq and got.dim == dim:
+                return got
+            keys: list[bytes] = []
+            rows: list[bytes] = []
+            if dim is not None:
+                for key, raw in t.range(VECTORS):
+                    rec = decode(raw, "context vector")
+                    if rec["d"] == dim:
+                        keys.append(key)
+                        rows.append(rec["v"])
+            self.snapshot = got = VectorSnapshot(seq, dim, keys, rows)
+            return got

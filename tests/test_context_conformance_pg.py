@@ -1,0 +1,73 @@
+"""The context store's conformance suite on the PostgreSQL backend.
+
+As in test_store_conformance_pg.py, `make_backend(path)` maps the test's temporary path to a repo of
+its own (`pg_server.repo_for`), so a reopen on the same path finds the same spaces; the repo is
+dropped after its test. The server comes from `pg_server`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pg_server import DSN_ENV, pg_dsn, repo_for, require_psycopg
+
+require_psycopg()
+
+from hippograph.backends.postgres import Postgres, drop_repo  # noqa: E402
+from hippograph.context import ContextStore  # noqa: E402
+from hippograph.testing import PersistentContextConformance  # noqa: E402
+from hippograph.testing.context import EMBED, embed_pending, v  # noqa: E402
+
+__all__ = ["TestPostgresContext", "pg_dsn"]
+
+
+class TestPostgresContext(PersistentContextConformance):
+    @pytest.fixture(autouse=True)
+    def _isolated_repo(self, pg_dsn: str, tmp_path: Path) -> Iterator[None]:
+        """Runs before `backend` (autouse): skip or fail without a server; drop the repo afterwards."""
+        yield
+        drop_repo(pg_dsn, repo=repo_for(tmp_path))
+
+    def make_backend(self, path: Path) -> Postgres:
+        return Postgres(os.environ[DSN_ENV], repo=repo_for(path))
+
+
+def test_drop_repo_empties_the_context_and_open_stores_notice(pg_dsn: str, tmp_path: Path) -> None:
+    """An open store's vector cache must not outlive the repo it was read from: after the drop, a
+    document written again at the same URI is ranked on its new vector, not on the dropped one."""
+    backend = Postgres(pg_dsn, repo=repo_for(tmp_path))
+    try:
+        store = ContextStore(backend, document_jobs=[EMBED])
+        store.put_document("u/a", "peanuts")
+        embed_pending(store, {"u/a": v(1)})
+        assert [h.uri for h in store.search_vector(v(1))] == ["u/a"]
+        assert drop_repo(pg_dsn, repo=backend.repo) is True
+        assert store.get_node("u/a") is None and store.search_vector(v(1)) == []
+        store.put_document("u/a", "travel")
+        embed_pending(store, {"u/a": v(0, 1)})
+        assert [h.uri for h in store.search_vector(v(0, 1))] == ["u/a"]
+        assert store.search_vector(v(1)) == []
+    finally:
+        backend.close()
+
+
+def test_drop_repo_unseen_by_an_idle_store(pg_dsn: str, tmp_path: Path) -> None:
+    """The same, for a store that does not search between the drop and the new vector."""
+    backend = Postgres(pg_dsn, repo=repo_for(tmp_path))
+    try:
+        store = ContextStore(backend, document_jobs=[EMBED])
+        store.put_document("u/a", "peanuts")
+        embed_pending(store, {"u/a": v(1)})
+        assert [h.uri for h in store.search_vector(v(1))] == ["u/a"]
+        drop_repo(pg_dsn, repo=backend.repo)
+        writer = ContextStore(backend, document_jobs=[EMBED])
+        writer.put_document("u/a", "travel")
+        embed_pending(writer, {"u/a": v(0, 1)})
+        assert [h.uri for h in store.search_vector(v(0, 1))] == ["u/a"]
+        assert store.search_vector(v(1)) == []
+    finally:
+        backend.close()
