@@ -122,30 +122,36 @@ def run(repeat: int) -> list[str]:
                 sql.put_document(f"proj/docs/d{i:02d}", _text(i))
             writes = repeat if durability == "fast" else max(200, repeat // 10)
             label = f"`{durability}`" if durability == "fast" else "`sync` (fsync per write)"
-            rows.append((f"write: `put_document` + its job, {label}", "hippograph LMDB",
-                         *timed(lambda i, c=ctx: c.put_document(f"proj/new/n{i}", _text(i)), writes), SEED["write"]))  # fmt: skip
-            rows.append((f"write: `put_document` + its job, {label}", f"SQLite WAL `synchronous={synchronous}`",
-                         *timed(lambda i, s=sql: s.put_document(f"proj/new/n{i}", _text(i)), writes), SEED["write"]))  # fmt: skip
+            sql_name = f"SQLite WAL `synchronous={synchronous}`"
+
+            def both(
+                op: str,
+                seed: float | None,
+                ours: Callable[[int], object],
+                theirs: Callable[[int], object],
+                n: int,
+                theirs_name: str = "SQLite",
+            ) -> None:
+                rows.append((op, "hippograph LMDB", *timed(ours, n), seed))
+                rows.append((op, theirs_name, *timed(theirs, n), seed))  # fmt: skip
+
+            both(f"write: `put_document` + its job, {label}", SEED["write"],
+                 lambda i, c=ctx: c.put_document(f"proj/new/n{i}", _text(i)),
+                 lambda i, s=sql: s.put_document(f"proj/new/n{i}", _text(i)), writes, sql_name)  # fmt: skip
             if durability == "fast":
-                rows.append(("read: `get_node`", "hippograph LMDB",
-                             *timed(lambda i, c=ctx: c.get_node(f"proj/docs/d{i % 20:02d}"), repeat), SEED["read"]))  # fmt: skip
-                rows.append(("read: `get_node`", "SQLite", *timed(lambda i, s=sql: s.get_node(f"proj/docs/d{i % 20:02d}"),
-                                                                   repeat), SEED["read"]))  # fmt: skip
-                rows.append(("keyword search over 20 documents", "hippograph LMDB",
-                             *timed(lambda i, c=ctx: c.search_keyword("Coffee", "proj/docs", 10), repeat), SEED["keyword"]))  # fmt: skip
-                rows.append(("keyword search over 20 documents", "SQLite",
-                             *timed(lambda i, s=sql: s.search_keyword("Coffee", "proj/docs"), repeat), SEED["keyword"]))  # fmt: skip
+                both("read: `get_node`", SEED["read"], lambda i, c=ctx: c.get_node(f"proj/docs/d{i % 20:02d}"),
+                     lambda i, s=sql: s.get_node(f"proj/docs/d{i % 20:02d}"), repeat)  # fmt: skip
+                both("keyword search over 20 documents", SEED["keyword"],
+                     lambda i, c=ctx: c.search_keyword("Coffee", "proj/docs", 10),
+                     lambda i, s=sql: s.search_keyword("Coffee", "proj/docs"), repeat)  # fmt: skip
 
                 def claim(i: int, c: ContextStore = ctx) -> None:
                     job = c.dequeue_job(["embed"])
                     if job is not None:
                         c.complete_job(job.id)
 
-                rows.append(
-                    ("claim + complete a job (two transactions)", "hippograph LMDB", *timed(claim, repeat), None)
-                )
-                rows.append(("claim + complete a job (two transactions)", "SQLite", *timed(lambda i, s=sql: s.claim_and_complete(),
-                                                                                      repeat), None))  # fmt: skip
+                both("claim + complete a job (two transactions)", None, claim,
+                     lambda i, s=sql: s.claim_and_complete(), repeat)  # fmt: skip
             ctx.close()
             ctx.backend.close()  # type: ignore[attr-defined]
             sql.db.close()
