@@ -17,6 +17,7 @@ import os
 import platform
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -120,11 +121,15 @@ def run(n: int, queries: int) -> list[str]:
         truth = [[h.entry.key for h in exact.search_vector(qv[i])] for i in range(queries)]
         got = [[h.entry.key for h in store.search_vector(qv[i])] for i in range(queries)]
         recalls = [len(set(a) & set(b)) / max(1, len(a)) for a, b in zip(truth, got, strict=True)]
+        worst = int(np.argmin(recalls))
+        if recalls[worst] < 0.5:  # said loudly, with what came back, so the case can be followed up
+            print(f"default search_vector, query {worst}: recall {recalls[worst]:.2f}; exact {truth[worst]}, "
+                  f"default ({len(got[worst])} hits) {got[worst]}", file=sys.stderr)  # fmt: skip
         rows.append(
             (
                 "hippograph `search_vector` (default: calibrated HNSW), all entries",
                 *timed(lambda i: store.search_vector(qv[i]), queries),
-                f"recall@10 {np.mean(recalls):.3f} (worst {min(recalls):.2f}); estimate "
+                f"recall@10 {np.mean(recalls):.3f} (worst {min(recalls):.2f}, {len(got[worst])} hits); estimate "
                 f"{ann.get('recall_estimate')}, fallback {ann.get('exact_fallback')}",
             )
         )
