@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import platform
 import sqlite3
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store import fmt, write_section
+from store import fmt, timed, write_section
 
 from hippograph.backends import LMDB
 from hippograph.context import ContextStore
@@ -35,16 +34,11 @@ SEED = {"read": 2.5e-6, "keyword": 125e-6, "write": 537e-6}
 """The reference implementation's published figures (Apple M1, its own storage)."""
 
 
-def timed(fn: Callable[[int], object], n: int) -> tuple[float, float]:
+def warmed(fn: Callable[[int], object], n: int) -> tuple[float, float]:
+    """`store.timed` after a warm-up of up to 50 calls (negative indexes: keys never timed)."""
     for i in range(min(50, n)):
         fn(-1 - i)
-    times = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return statistics.median(times), times[int(0.95 * (len(times) - 1))]
+    return timed(fn, n)
 
 
 def _text(i: int) -> str:
@@ -132,8 +126,8 @@ def run(repeat: int) -> list[str]:
                 n: int,
                 theirs_name: str = "SQLite",
             ) -> None:
-                rows.append((op, "hippograph LMDB", *timed(ours, n), seed))
-                rows.append((op, theirs_name, *timed(theirs, n), seed))  # fmt: skip
+                rows.append((op, "hippograph LMDB", *warmed(ours, n), seed))
+                rows.append((op, theirs_name, *warmed(theirs, n), seed))  # fmt: skip
 
             both(f"write: `put_document` + its job, {label}", SEED["write"],
                  lambda i, c=ctx: c.put_document(f"proj/new/n{i}", _text(i)),

@@ -8,14 +8,32 @@ sample graph and scoring shortcut used across sections and declaring what
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..errors import StorageError
 from ..graph.changeset import Changeset
 from ..graph.model import EdgeType, Node, NodeMetadata, NodeType
 from ..graph.protocol import GraphBackend
 from .graphs import NOW, make_node, vec
+
+B = TypeVar("B")
+
+
+def closing(backend: B) -> Iterator[B]:
+    """A suite's backend fixture: yields the backend, then closes it where it can be closed (a close
+    that fails after the test is not the test's result)."""
+    try:
+        yield backend
+    finally:
+        close = getattr(backend, "close", None)
+        if callable(close):
+            with contextlib.suppress(StorageError):
+                close()
+
 
 #: A value-function config that keeps every candidate of every type.
 KEEP_ALL: dict[str, Any] = {"params": {t: {"threshold": 0.0, "top_k": 10_000} for t in NodeType}}

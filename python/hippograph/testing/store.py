@@ -9,7 +9,6 @@ second `Store` on the same backend, so what one handle wrote must be what the ot
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 
 from ..errors import HippographError, NotFoundError, StorageError, ValidationError
 from ..store import Entry, EntryBackend, EntryTxn, Store
+from ._helpers import closing
 
 __all__ = ["PersistentStoreConformance", "StoreConformance", "fake_embed"]
 
@@ -55,14 +55,7 @@ class StoreConformance:
 
     @pytest.fixture
     def backend(self, tmp_path: Path) -> Iterator[EntryBackend]:
-        b = self.make_backend(tmp_path)
-        try:
-            yield b
-        finally:
-            close = getattr(b, "close", None)
-            if callable(close):
-                with contextlib.suppress(StorageError):
-                    close()
+        yield from closing(self.make_backend(tmp_path))
 
     @pytest.fixture
     def store(self, backend: EntryBackend) -> Store:

@@ -17,7 +17,6 @@ was, whichever of its writes failed.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,6 +30,7 @@ from ...context import (
     SkillFile,
 )
 from ...errors import HippographError, StorageError
+from .._helpers import closing
 from .documents import ContextDocuments
 from .memories import ContextMemories
 from .queue import ContextQueue
@@ -70,14 +70,7 @@ class ContextConformance(ContextDocuments, ContextVectors, ContextMemories, Cont
 
     @pytest.fixture
     def backend(self, tmp_path: Path) -> Iterator[ContextBackend]:
-        b = self.make_backend(tmp_path)
-        try:
-            yield b
-        finally:
-            close = getattr(b, "close", None)
-            if callable(close):
-                with contextlib.suppress(StorageError):
-                    close()
+        yield from closing(self.make_backend(tmp_path))
 
     @pytest.fixture
     def store(self, backend: ContextBackend) -> ContextStore:
