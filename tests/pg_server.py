@@ -257,3 +257,22 @@ def pg_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callabl
         from hippograph.backends.postgres import drop_repo
 
         drop_repo(server[0], repo=repo_for(tmp_path))
+
+
+class OwnRepo:
+    """A conformance suite on PostgreSQL: each test's temporary path maps to a repo of its own
+    (`repo_for`), so a reopen on the same path finds the same data; the repo is dropped after its
+    test. Mix in before the suite's class."""
+
+    @pytest.fixture(autouse=True)
+    def _isolated_repo(self, pg_dsn: str, tmp_path: Path) -> Iterator[None]:
+        """Runs before `backend` (autouse): skip or fail without a server; drop the repo afterwards."""
+        yield
+        from hippograph.backends.postgres import drop_repo
+
+        drop_repo(pg_dsn, repo=repo_for(tmp_path))
+
+    def make_backend(self, path: Path) -> Any:
+        from hippograph.backends.postgres import Postgres
+
+        return Postgres(os.environ[DSN_ENV], repo=repo_for(path))

@@ -7,13 +7,9 @@ dropped after its test. The server comes from `pg_server`.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from pg_server import DSN_ENV, pg_dsn, repo_for, require_psycopg
+from pg_server import OwnRepo, pg_dsn, repo_for, require_psycopg
 
 require_psycopg()
 
@@ -25,15 +21,8 @@ from hippograph.testing.context import EMBED, embed_pending, v  # noqa: E402
 __all__ = ["TestPostgresContext", "pg_dsn"]
 
 
-class TestPostgresContext(PersistentContextConformance):
-    @pytest.fixture(autouse=True)
-    def _isolated_repo(self, pg_dsn: str, tmp_path: Path) -> Iterator[None]:
-        """Runs before `backend` (autouse): skip or fail without a server; drop the repo afterwards."""
-        yield
-        drop_repo(pg_dsn, repo=repo_for(tmp_path))
-
-    def make_backend(self, path: Path) -> Postgres:
-        return Postgres(os.environ[DSN_ENV], repo=repo_for(path))
+class TestPostgresContext(OwnRepo, PersistentContextConformance):
+    """The suite, each test on a repo of its own."""
 
 
 def test_drop_repo_empties_the_context_and_open_stores_notice(pg_dsn: str, tmp_path: Path) -> None:

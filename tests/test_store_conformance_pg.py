@@ -9,16 +9,14 @@ dropped after its test. The server comes from `pg_server`.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pg_server import DSN_ENV, pg_dsn, repo_for, require_psycopg
+from pg_server import OwnRepo, pg_dsn, require_psycopg
 
 require_psycopg()
 
@@ -34,15 +32,8 @@ from hippograph.testing.store import fake_embed  # noqa: E402
 __all__ = ["TestPostgresStore", "pg_dsn"]
 
 
-class TestPostgresStore(PersistentStoreConformance):
-    @pytest.fixture(autouse=True)
-    def _isolated_repo(self, pg_dsn: str, tmp_path: Path) -> Iterator[None]:
-        """Runs before `backend` (autouse): skip or fail without a server; drop the repo afterwards."""
-        yield
-        drop_repo(pg_dsn, repo=repo_for(tmp_path))
-
-    def make_backend(self, path: Path) -> Postgres:
-        return Postgres(os.environ[DSN_ENV], repo=repo_for(path))
+class TestPostgresStore(OwnRepo, PersistentStoreConformance):
+    """The suite, each test on a repo of its own."""
 
 
 @pytest.fixture
