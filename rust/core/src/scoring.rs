@@ -661,7 +661,7 @@ const SCAN_BLOCK: usize = 4096;
 /// The `k`-th largest of `values` (`0 < k <= values.len()`): a sorted buffer of the best `k` for a
 /// small `k` (most values fail one comparison), else a selection over a copy.
 fn kth_largest(values: &[f32], k: usize) -> f32 {
-    if k > 64 {
+    if k > 128 {
         let mut sorted = values.to_vec();
         return *sorted.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1;
     }
@@ -677,46 +677,50 @@ fn kth_largest(values: &[f32], k: usize) -> f32 {
     best[k - 1]
 }
 
-/// A score the block's answer cannot fall below, from its `top_k` most relevant rows alone: when
-/// all of them pass the gate, the block holds `top_k` rows scoring at least their least score, so
-/// no row scoring below it belongs to the answer. Most rows then skip the value function (their
-/// relevance × `gain` is already below it). Zero when the block is too small or a row fails the gate.
+/// Rows valued per answer slot when a block seeds its floor: the best `SEED_ROWS × top_k` by
+/// relevance. The k-th best of their scores bounds the answer far more tightly than the least
+/// score of the `top_k` most relevant rows when usage varies, for a few dozen value computations.
+const SEED_ROWS: usize = 4;
+
+/// A score the block's answer cannot fall below, from its most relevant rows alone: when `top_k`
+/// of them pass the gate, the block holds `top_k` rows scoring at least the k-th best of their
+/// scores, so no row scoring below it belongs to the answer. Most rows then skip the value
+/// function (their relevance × `gain` is already below it). Zero when the block is too small or
+/// fewer than `top_k` of those rows pass the gate.
 fn seed_floor(rel: &[f32], start: usize, req: &ScanRequest<'_>, gain: f64) -> f64 {
-    seed_floor_from_bounds(rel, start, req, gain, |i| rel[i - start])
+    seed_floor_from_bounds(rel, start, req, gain)
 }
 
-/// [`seed_floor`] from lower bounds of the block's relevances: the rows whose lower bound is among
-/// the `top_k` best are at least `top_k` rows; their scores, from their f32 relevance (`exact`),
-/// bound the answer from below in the same way.
-fn seed_floor_from_bounds(
-    lower: &[f32],
-    start: usize,
-    req: &ScanRequest<'_>,
-    gain: f64,
-    exact: impl Fn(usize) -> f32,
-) -> f64 {
+/// [`seed_floor`] from lower bounds of the block's relevances: each row is valued at its lower
+/// bound, which the value function (growing with relevance) keeps below the row's score, and the
+/// gate admits a row at its lower bound only if it admits it at its relevance.
+fn seed_floor_from_bounds(lower: &[f32], start: usize, req: &ScanRequest<'_>, gain: f64) -> f64 {
     let k = req.top_k;
-    if k == 0 || lower.len() <= 2 * k {
+    if k == 0 || lower.len() <= 2 * k || gain < 1.0 {
         return 0.0;
     }
-    let kth = kth_largest(lower, k);
-    if kth.is_nan() || kth <= 0.0 {
+    let picked = (SEED_ROWS * k).min(lower.len() / 2);
+    let cut = kth_largest(lower, picked);
+    if cut.is_nan() || cut <= 0.0 {
         return 0.0;
     }
-    let mut least = f64::INFINITY;
+    let mut values: Vec<f64> = Vec::with_capacity(picked + 8);
     for (j, &lj) in lower.iter().enumerate() {
-        if lj < kth {
+        if lj < cut {
             continue;
         }
-        let r = f64::from(exact(start + j));
+        let r = f64::from(lj);
         let value = default_value(r, req.meta.row(start + j), req.now, &req.params);
-        if !req.gate.admits(req.threshold, r, value) || value.is_nan() {
-            return 0.0;
+        if req.gate.admits(req.threshold, r, value) && !value.is_nan() {
+            values.push(value);
         }
-        least = least.min(value);
     }
-    if least.is_finite() && gain >= 1.0 {
-        least * (1.0 - 1e-12)
+    if values.len() < k {
+        return 0.0;
+    }
+    let kth = *values.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1;
+    if kth.is_finite() && kth > 0.0 {
+        kth * (1.0 - 1e-12)
     } else {
         0.0
     }
@@ -789,7 +793,7 @@ fn scan_default_with(req: &ScanRequest<'_>, shadow: Option<Shadow<'_>>) -> Resul
                 let lower: Vec<f32> = rel.iter().zip(&margins).map(|(&a, &b)| a - b).collect();
                 rel.iter_mut().zip(&margins).for_each(|(a, &b)| *a = (*a + b).min(1.0));
                 upper = true;
-                seed_floor_from_bounds(&lower, start, req, gain, exact)
+                seed_floor_from_bounds(&lower, start, req, gain)
             }
             _ => {
                 if scoring {
