@@ -196,7 +196,7 @@ def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
         return real_merge(*args)
 
     monkeypatch.setattr(hg._core, "merge_usage_order", merge)
-    monkeypatch.setattr(hg.engine.columns, "_STALE_MAX", 6)  # merges (7–18 stale rows) as well as re-sorts (more)
+    monkeypatch.setattr(hg.engine.usage_order, "STALE_MAX", 6)  # merges (7–18 stale rows) as well as re-sorts (more)
     b = make()
     b.apply_changeset(random_graph(7, n=300))
     rng = np.random.default_rng(7)

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import hippograph as hg
 from hippograph.backends import LMDB
 from hippograph.engine import column_files
+from hippograph.engine.mapped_ids import MappedIds, encode_ids
 from hippograph.graph.model import NodeType
 from hippograph.testing.graphs import make_node, random_graph
 
@@ -238,3 +241,56 @@ def test_small_stores_save_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(column_files, "SAVE_MIN_ROWS", 10_000)
     saved_store(tmp_path / "s")
     assert not (tmp_path / "s" / "columns").exists()
+
+
+@given(st.lists(st.text(st.characters(exclude_categories=("Cs",)), max_size=12), max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_mapped_ids_read_back_every_id_as_saved(ids: list[str]) -> None:
+    mapped = MappedIds(*encode_ids(ids))
+    assert len(mapped) == len(ids)
+    assert list(mapped) == ids
+    assert [mapped[i] for i in range(len(ids))] == ids
+    assert [mapped[-i] for i in range(1, len(ids) + 1)] == [ids[-i] for i in range(1, len(ids) + 1)]
+    assert mapped[1:-1:2] == ids[1:-1:2]
+    for outside in (len(ids), -len(ids) - 1):
+        with pytest.raises(IndexError):
+            mapped[outside]
+    assert encode_ids(mapped) is mapped.arrays  # saved again as read, not re-encoded
+
+
+def test_a_reader_keeps_saved_ids_mapped_until_it_writes(tmp_path: Path) -> None:
+    saved_store(tmp_path / "s", n=400)
+    want = rebuilt(tmp_path / "s", 12)
+    with LMDB(tmp_path / "s") as b:
+        assert answers(b, 12) == want
+        semantic = b._cache.columns[NodeType.SEMANTIC]
+        assert isinstance(semantic.ids, MappedIds)  # answering decoded only the hits
+        cs = hg.Changeset()
+        cs.add_node(make_node(NodeType.SEMANTIC, "tie-new", np.ones(8, np.float32)))
+        b.apply_changeset(cs)
+        assert isinstance(semantic.ids, list) and semantic.ids[-1] == "tie-new"
+        after = answers(b, 12)
+    assert after == rebuilt(tmp_path / "s", 12)
+
+
+@pytest.mark.parametrize("damage", ["offsets go back", "offsets past the bytes", "older format"])
+def test_saved_ids_that_do_not_add_up_are_never_read(tmp_path: Path, damage: str) -> None:
+    saved_store(tmp_path / "s")
+    columns = tmp_path / "s" / "columns"
+    side = columns / column_files.SIDECAR
+    doc = json.loads(side.read_bytes())
+    if damage == "older format":
+        doc["format"] = column_files.COLUMNS_FORMAT - 1
+        side.write_text(json.dumps(doc))
+    else:
+        ends = np.load(columns / doc["set"] / "semantic.id_ends.npy", mmap_mode="r+")
+        if damage == "offsets go back":
+            ends[3], ends[4] = ends[4], ends[3]
+        else:
+            ends[-1] += 1
+        ends.flush()
+        del ends
+    with LMDB(tmp_path / "s") as b:
+        got = answers(b, 13)
+        assert state(b) == "none"
+    assert got == rebuilt(tmp_path / "s", 13)

@@ -2,7 +2,8 @@
 beside the store, under ``columns/``).
 
 A save writes one *set*: a fresh directory ``columns/<token>/`` holding, per type with rows, the
-ids in row order (``<type>.ids.msgpack``) and one ``.npy`` file per column (the vectors, their
+ids in row order (``<type>.id_bytes.npy``, their UTF-8 bytes back to back, and
+``<type>.id_ends.npy``, where each id ends) and one ``.npy`` file per column (the vectors, their
 norms, the usage columns, the half-precision shadow, the tie-break keys), each with room for more
 rows than it holds; then, last, ``columns/columns.json`` names the set, the store change it
 reflects, the dimension, each type's row count, and every file's size and SHA-256. Files are
@@ -11,7 +12,8 @@ half-written, and an older set another process still maps is only removed once i
 
 `read` trusts the sidecar only after checking it and every file's size, shape and dtype; the
 arrays are mapped copy-on-write (``np.load(mmap_mode="c")``, never pickle), so processes opening
-one store share the pages until they write a row. The caller compares a sample of rows with the
+one store share the pages until they write a row; ids are decoded only when asked for
+(`mapped_ids.MappedIds`). The caller compares a sample of rows with the
 store and replays the change log since the saved change; `verify` then hashes every file, off
 the read path. docs/lmdb.md ("Saved columns") describes the whole protocol.
 """
@@ -30,15 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 import numpy.typing as npt
 
 from .files import fsync_dir, read_sidecar
+from .mapped_ids import MappedIds, encode_ids
 
 __all__ = ["COLUMNS_FORMAT", "SAVE_MIN_ROWS", "Saved", "SavedType", "read", "save", "verify"]
 
-COLUMNS_FORMAT = 1
+COLUMNS_FORMAT = 2
 """Version of the saved-columns file set; a sidecar naming another version is never read."""
 
 SAVE_MIN_ROWS = 10_000
@@ -62,13 +64,16 @@ ARRAYS: dict[str, tuple[str, bool]] = {
     "rank": ("<u4", False),
 }
 """Each saved column: its dtype and whether it has room for more rows (the tie-break keys do not)."""
+ID_ARRAYS: dict[str, str] = {"id_bytes": "|u1", "id_ends": "<u8"}
+"""The saved ids: their bytes and each id's end offset, with their dtypes."""
 
 
 @dataclass
 class SavedType:
     """One type's saved rows: ids in row order and its columns (mapped, copy-on-write)."""
 
-    ids: list[str]
+    ids: list[str] | MappedIds
+    """A list, or `MappedIds` (never written) as read."""
     arrays: dict[str, npt.NDArray[Any]]
 
 
@@ -104,15 +109,12 @@ def save(types: Mapping[str, SavedType], directory: Path, seq: int, dim: int) ->
     files: dict[str, dict[str, Any]] = {}
     try:
         for name, saved in types.items():
-            ids = msgpack.packb(saved.ids)
-            with _private(target / f"{name}.ids.msgpack") as f:
-                f.write(ids)
-                f.flush()
-                os.fsync(f.fileno())
-            for column, (dtype, _) in ARRAYS.items():
-                path = target / f"{name}.{column}.npy"
-                with _private(path) as f:
-                    np.save(f, np.ascontiguousarray(saved.arrays[column], dtype=dtype))  # numbers: never pickled
+            blob, ends = encode_ids(saved.ids)
+            columns = {column: (saved.arrays[column], dtype) for column, (dtype, _) in ARRAYS.items()}
+            columns |= {"id_bytes": (blob, ID_ARRAYS["id_bytes"]), "id_ends": (ends, ID_ARRAYS["id_ends"])}
+            for column, (values, dtype) in columns.items():
+                with _private(target / f"{name}.{column}.npy") as f:
+                    np.save(f, np.ascontiguousarray(values, dtype=dtype))  # numbers: never pickled
                     f.flush()
                     os.fsync(f.fileno())
             for path in sorted(target.glob(f"{name}.*")):
@@ -184,9 +186,9 @@ def _valid(doc: dict[str, Any], dim: int, latest: int, kinds: set[str]) -> bool:
 
 def read(directory: Path, latest: int, dim: int, kinds: set[str]) -> Saved | None:
     """The current set if its sidecar and every file pass the checks that cost no hashing (the
-    saved change at most `latest`, the dimension `dim`, known types, sizes, shapes, dtypes, ids
-    all str; that they are distinct is checked when the caller first maps ids to rows); None
-    otherwise. Hashes are left to `verify`."""
+    saved change at most `latest`, the dimension `dim`, known types, sizes, shapes, dtypes, id
+    offsets in order and within the bytes; that the ids are distinct is checked when the caller
+    first maps ids to rows); None otherwise. Hashes are left to `verify`."""
     doc = read_sidecar(directory / SIDECAR)
     if doc is None or not _valid(doc, dim, latest, kinds):
         return None
@@ -197,11 +199,8 @@ def read(directory: Path, latest: int, dim: int, kinds: set[str]) -> Saved | Non
             return None
         types: dict[str, SavedType] = {}
         for name, rows in doc["types"].items():
-            path = where / f"{name}.ids.msgpack"
-            if path not in stated:
-                return None
-            ids = msgpack.unpackb(path.read_bytes(), raw=False)
-            if not isinstance(ids, list) or len(ids) != rows or (ids and set(map(type, ids)) != {str}):
+            ids = _mapped_ids(where, name, rows, stated)
+            if ids is None:
                 return None
             arrays: dict[str, npt.NDArray[Any]] = {}
             for column, (dtype, roomy) in ARRAYS.items():
@@ -218,11 +217,29 @@ def read(directory: Path, latest: int, dim: int, kinds: set[str]) -> Saved | Non
             if len({a.shape[0] for c, a in arrays.items() if ARRAYS[c][1]}) != 1:
                 return None
             types[name] = SavedType(ids, arrays)
-    except (OSError, ValueError, msgpack.UnpackException):
+    except (OSError, ValueError):
         return None
-    if len(stated) != sum(1 + len(ARRAYS) for _ in types):
+    if len(stated) != sum(len(ID_ARRAYS) + len(ARRAYS) for _ in types):
         return None
     return Saved(int(doc["seq"]), types, stated)
+
+
+def _mapped_ids(where: Path, name: str, rows: int, stated: Mapping[Path, object]) -> MappedIds | None:
+    """A type's saved ids, mapped, if both files are stated, typed and sized for `rows` ids whose
+    offsets never go back and end at the last byte."""
+    got = {}
+    for column, dtype in ID_ARRAYS.items():
+        path = where / f"{name}.{column}.npy"
+        if path not in stated:
+            return None
+        arr = np.load(path, mmap_mode="c")
+        if arr.dtype != np.dtype(dtype) or arr.ndim != 1:
+            return None
+        got[column] = arr
+    blob, ends = got["id_bytes"], got["id_ends"]
+    if len(ends) != rows or (rows and (int(ends[-1]) != len(blob) or bool((ends[1:] < ends[:-1]).any()))):
+        return None
+    return MappedIds(blob, ends)
 
 
 def verify(saved: Saved, cancelled: Callable[[], bool] = lambda: False) -> bool:

@@ -10,7 +10,6 @@ nothing of nodes: a family maps its records onto ids, vectors and `Usage`.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import warnings
@@ -29,9 +28,11 @@ from . import shutdown, vector_index
 from .checks import Embedding, vector_norm
 from .column_files import SavedType
 from .index_build import build_rows_index, catch_up
+from .mapped_ids import MappedIds, snapshot
 from .regions import Regions
 from .shadow import Shadow
 from .tiebreak import TieBreak
+from .usage_order import UsageOrder, current_order
 from .vector_index import NO_HNSWLIB, AnnConfig, VectorIndex, ann_available
 
 __all__ = [
@@ -57,24 +58,6 @@ cumulative reward). A row without usage (None) scores its relevance."""
 def _usage_row(usage: Usage | None) -> tuple[int, float, float, float, float]:
     return (0, 0.0, 0.0, 0.0, 0.0) if usage is None else (1, *usage)
 
-
-@dataclass
-class _UsageOrder:
-    """Rows sorted by their time-independent usage bound (`_core.usage_order`), for the certified ANN walk.
-
-    Writes do not re-sort: they append the rows they touch to `stale`, which
-    the walk checks on their current metadata. Past `_STALE_MAX` of them the
-    next query merges them in (one pass in Rust); past a sixteenth of the
-    type, it sorts afresh.
-    """
-
-    params: _core.ValueParams
-    rows: npt.NDArray[np.uint32]
-    keys: npt.NDArray[np.float64]
-    stale: list[int] = dataclasses.field(default_factory=list)
-
-
-_STALE_MAX = 1024
 
 _ABSORB_BATCH = 4  # pending vectors inserted per hold of the graph's lock: a query waits for at most so many
 _COPY_CHUNK = 8192  # rows the upkeep thread copies per hold of the shared lock (rows written meanwhile: no region)
@@ -165,7 +148,8 @@ class TypeColumns:
         self._woken_at = 0.0  # when a write or query last woke the upkeep thread (monotonic seconds)
         shutdown.track(self)
         self._pending_rows: tuple[VectorIndex, int, npt.NDArray[np.uint32]] | None = None
-        self.ids: list[str] = []
+        self.ids: list[str] | MappedIds = []
+        """Row order; saved ids stay mapped (`MappedIds`) until the row map is built, then a list."""
         self._row: dict[str, int] | None = {}  # each id's row; after `adopt`, built on first use
         self.dim = 0
         self._mat: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
@@ -176,7 +160,7 @@ class TypeColumns:
             name: np.zeros(0, np.uint8 if name == "has_meta" else np.float64) for name in USAGE_COLUMNS
         }
         self._tiebreak = TieBreak()
-        self._order: _UsageOrder | None = None
+        self._order: UsageOrder | None = None
         self._usage: tuple[int, _core.UsageColumns] | None = None
 
     def __len__(self) -> int:
@@ -185,9 +169,10 @@ class TypeColumns:
     @property
     def row(self) -> dict[str, int]:
         got = self._row
-        if got is None:  # adopted rows: saved distinct, their file hashed since
-            got = dict(zip(self.ids, range(len(self.ids)), strict=True))
-            if len(got) != len(self.ids):
+        if got is None:  # adopted rows: saved distinct, their file hashed since; ids decoded once
+            self.ids = ids = list(self.ids)
+            got = dict(zip(ids, range(len(ids)), strict=True))
+            if len(got) != len(ids):
                 raise StorageError("the saved columns list an id twice", operation="map columns")
             self._row = got
         return got
@@ -225,6 +210,7 @@ class TypeColumns:
         if r is None:
             r = len(self.ids)
             self._grow(r + 1)
+            assert isinstance(self.ids, list)  # the row map is built: the ids are a list
             self.ids.append(node_id)
             self.row[node_id] = r
         if embedding is None:
@@ -445,10 +431,12 @@ class TypeColumns:
         r = self.row.pop(node_id, None)
         if r is None:
             return
-        last = len(self.ids) - 1
+        ids = self.ids
+        assert isinstance(ids, list)  # the row map is built: the ids are a list
+        last = len(ids) - 1
         if r != last:
-            moved = self.ids[last]
-            self.ids[r] = moved
+            moved = ids[last]
+            ids[r] = moved
             self.row[moved] = r
             self._mat[r] = self._mat[last]
             self._norms[r] = self._norms[last]
@@ -465,7 +453,7 @@ class TypeColumns:
         if touched is not None:
             touched.update((r, last))
         self._tiebreak.removed(r, node_id, last)
-        self.ids.pop()
+        ids.pop()
         self._note_change(node_id)
         if self.ann is not None:
             self.ann.unstage(node_id)
@@ -496,7 +484,7 @@ class TypeColumns:
         half, residual = self.shadow.arrays(n)
         arrays |= {"matrix": padded(self._mat, dim), "norms": padded(self._norms), "half": padded(half, dim),
                    "residual": padded(residual), "rank": self.rank().copy()}  # fmt: skip
-        return SavedType(list(self.ids), arrays)
+        return SavedType(snapshot(self.ids), arrays)
 
     def adopt(self, saved: SavedType, dim: int) -> None:
         """Takes over saved rows (empty columns only): the arrays as they are, mapped or not."""
@@ -685,16 +673,7 @@ class TypeColumns:
             cached = self._usage = (n, _core.UsageColumns(*self.usage_arrays()))
         return cached[1]
 
-    def usage_order(self, params: _core.ValueParams) -> _UsageOrder:
-        """The usage order for value-function `params`, sorted afresh when missing, for other
-        parameters, or too stale."""
-        order = self._order
-        # Readers may run this concurrently: each builds a new object, none is changed in place.
-        if order is None or order.params != params or len(order.stale) > len(self.ids) // 16:
-            order = self._order = _UsageOrder(params, *_core.usage_order(self.usage(), params))
-        elif len(order.stale) > _STALE_MAX:
-            stale = np.array(order.stale, np.uint32)
-            order = self._order = _UsageOrder(
-                params, *_core.merge_usage_order(order.rows, order.keys, stale, self.usage(), params)
-            )
+    def usage_order(self, params: _core.ValueParams) -> UsageOrder:
+        """The usage order for value-function `params` (`usage_order.current_order`)."""
+        order = self._order = current_order(self._order, params, self.usage(), len(self.ids))
         return order

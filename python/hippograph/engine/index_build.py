@@ -3,7 +3,7 @@ of the rows up to the rows as they are now."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -20,8 +20,10 @@ __all__ = ["IndexedRows", "build_rows_index", "catch_up"]
 class IndexedRows(Protocol):
     """What these need of a type's columns (`hippograph.engine.columns.TypeColumns`)."""
 
-    ids: list[str]
     regions: Regions | None
+
+    @property
+    def ids(self) -> Sequence[str]: ...
 
     @property
     def row(self) -> dict[str, int]: ...

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
+
+from .mapped_ids import snapshot
 
 __all__ = ["TieBreak"]
 
@@ -35,14 +37,14 @@ class TieBreak:
         self._lock = threading.Lock()
         self._rank: npt.NDArray[np.uint32] | None = None
         self._sorted: list[str] | None = None
-        self._adopted: list[str] | None = None
+        self._adopted: Sequence[str] | None = None
         """Ids of rows whose keys were taken over (`adopt`), until `_ordered` lists them by key."""
 
-    def adopt(self, rank: npt.NDArray[np.uint32], ids: list[str]) -> None:
+    def adopt(self, rank: npt.NDArray[np.uint32], ids: Sequence[str]) -> None:
         """Takes over saved keys of rows holding `ids` (keys that order like the ids, as dealt); the
         ids in key order are listed only once a row is added or removed."""
         with self._lock:
-            self._rank, self._sorted, self._adopted = rank, None, list(ids)  # a snapshot: rows move later
+            self._rank, self._sorted, self._adopted = rank, None, snapshot(ids)  # rows move later
 
     def _ordered(self) -> list[str] | None:
         """The ids in key order (listed from adopted keys on first need); None when not kept."""
@@ -52,7 +54,7 @@ class TieBreak:
             self._adopted = None
         return self._sorted
 
-    def keys(self, ids: list[str], rows: Callable[[], dict[str, int]]) -> npt.NDArray[np.uint32]:
+    def keys(self, ids: Sequence[str], rows: Callable[[], dict[str, int]]) -> npt.NDArray[np.uint32]:
         """Each row's key (row i holds `ids[i]`, `rows()` maps ids to rows, asked for only when keys
         are dealt or merged); rows appended since the last call are merged in first."""
         with self._lock:
@@ -61,7 +63,7 @@ class TieBreak:
                 return self._rank
             return self._merged(ids, rows())
 
-    def _merged(self, ids: list[str], row: dict[str, int]) -> npt.NDArray[np.uint32]:
+    def _merged(self, ids: Sequence[str], row: dict[str, int]) -> npt.NDArray[np.uint32]:
         n = len(ids)
         ranked = 0 if self._rank is None else len(self._rank)
         listed = None if self._rank is None else self._ordered()

@@ -1,0 +1,45 @@
+"""Rows sorted by their time-independent usage bound, for the certified vector-index walk.
+
+The walk visits rows in this order to find every row whose value could still reach the k-th best
+score. Writes do not re-sort: they append the rows they touch to `stale`, which the walk checks on
+their current metadata. Past `STALE_MAX` of them the next query merges them in (one pass in Rust);
+past a sixteenth of the type, it sorts afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _core
+
+__all__ = ["UsageOrder", "current_order"]
+
+STALE_MAX = 1024
+
+
+@dataclass
+class UsageOrder:
+    """`rows` by descending bound `keys` (`_core.usage_order`) under value-function `params`;
+    `stale`: rows written since, checked on their own."""
+
+    params: _core.ValueParams
+    rows: npt.NDArray[np.uint32]
+    keys: npt.NDArray[np.float64]
+    stale: list[int] = dataclasses.field(default_factory=list)
+
+
+def current_order(
+    order: UsageOrder | None, params: _core.ValueParams, usage: _core.UsageColumns, rows: int
+) -> UsageOrder:
+    """`order` if it still serves `params` over `rows` rows, else merged or sorted afresh (a new
+    object: readers may call this concurrently, and none is changed in place)."""
+    if order is None or order.params != params or len(order.stale) > rows // 16:
+        return UsageOrder(params, *_core.usage_order(usage, params))
+    if len(order.stale) > STALE_MAX:
+        stale = np.array(order.stale, np.uint32)
+        return UsageOrder(params, *_core.merge_usage_order(order.rows, order.keys, stale, usage, params))
+    return order
