@@ -170,8 +170,8 @@ def main() -> None:
         "",
         f"A second process opening the store while a first holds it open, measured from after its imports to "
         f"its first answer: its private memory grows by {added / 2**20:,.0f} MiB ({added / vector_bytes:.0%} "
-        f"of the {vector_bytes / 2**20:,.0f} MiB of vectors: mostly the ids as Python strings; the mapped "
-        f"columns are pages shared with the first process), its resident set by {rss_added / 2**20:,.0f} MiB "
+        f"of the {vector_bytes / 2**20:,.0f} MiB of vectors, target < 10%; the mapped columns and ids are "
+        f"pages shared with the first process), its resident set by {rss_added / 2**20:,.0f} MiB "
         f"(shared pages it touched included); resident in all {mem.get('Rss', 0) / 1024:,.0f} MiB, the first "
         f"process {first_mem.get('Rss', 0) / 1024:,.0f} MiB. Whole run: {fmt(time.perf_counter() - started)}.",
         "",

@@ -485,7 +485,7 @@ class Postgres(DerivedBackend):
             got = tx.nodes([node_id]).get(node_id)
             return None if got is None else got[0]
 
-        return self._read("get_node", run)
+        return self._read("get_node", run, snapshot=False)  # one statement: its own snapshot
 
     def get_linked_nodes(self, ids: Iterable[str], edge_type: EdgeType | str | None = None) -> list[Node]:
         self._guard("get_linked_nodes")

@@ -128,6 +128,11 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
 SCHEMA_VERSION: Final = _MIGRATIONS[-1][0]
 """The schema version this release creates and understands."""
 
+_LINKS = (
+    " LEFT JOIN LATERAL (SELECT array_agg(x.edge) AS edges, array_agg(x.b) AS targets FROM {s}.links x "
+    "WHERE x.repo = n.repo AND x.a = n.id) l ON true "
+)
+
 _SQL: Final[dict[str, str]] = {
     # repo state
     "register": "INSERT INTO {s}.repos (repo) VALUES (%s) ON CONFLICT (repo) DO NOTHING",
@@ -140,7 +145,12 @@ _SQL: Final[dict[str, str]] = {
         "SELECT f.seq, r.dim, r.created_at FROM {s}.log_floor f LEFT JOIN {s}.repos r ON r.repo = %s WHERE f.id = 1"
     ),
     # nodes
-    "unlink": "DELETE FROM {s}.links WHERE repo = %s AND (a = ANY(%s) OR b = ANY(%s))",
+    # Every link of the given nodes, as two index lookups (from them: the primary key; to them:
+    # links_by_b); one predicate with OR would scan every link of the repo.
+    "unlink": (
+        "WITH out_links AS (DELETE FROM {s}.links WHERE repo = %(repo)s AND a = ANY(%(ids)s)) "
+        "DELETE FROM {s}.links WHERE b = ANY(%(ids)s) AND repo = %(repo)s AND NOT a = ANY(%(ids)s)"
+    ),
     "put_node": (
         "INSERT INTO {s}.nodes (repo, id, type, record, created_at) VALUES (%s, %s, %s, %s, %s) "
         "ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, record = EXCLUDED.record, "
@@ -151,23 +161,33 @@ _SQL: Final[dict[str, str]] = {
         "ON CONFLICT (repo, id) DO UPDATE SET vec = EXCLUDED.vec"
     ),
     "del_emb": "DELETE FROM {s}.embeddings WHERE repo = %s AND id = ANY(%s)",
-    "existing": "SELECT id FROM {s}.nodes WHERE repo = %s AND id = ANY(%s)",
-    "put_link": "INSERT INTO {s}.links (repo, a, edge, b) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+    # Each (a, edge, b) whose two ends are stored nodes, in one statement (the others are no-ops).
+    "put_links": (
+        "INSERT INTO {s}.links (repo, a, edge, b) SELECT %(repo)s, x.a, x.edge, x.b "
+        "FROM unnest(%(a)s::bytea[], %(edge)s::text[], %(b)s::bytea[]) AS x(a, edge, b) "
+        "WHERE EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = %(repo)s AND n.id = x.a) "
+        "AND EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = %(repo)s AND n.id = x.b) "
+        "ORDER BY x.a, x.edge, x.b ON CONFLICT DO NOTHING"
+    ),
     "del_nodes": "DELETE FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) RETURNING id",
     "lock_nodes": "SELECT id, type FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) ORDER BY id FOR UPDATE",
     "linked_any": "SELECT DISTINCT a FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
     # Reads by id look the embedding and metadata up per node (a correlated subquery on the primary
     # key) rather than joining: no planner estimate, however stale, turns that into a scan of the repo.
+    # A node with its vector and its links (edge and target arrays) in one row: one statement, one snapshot.
     "nodes_by_id": (
-        "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id) "
-        "FROM {s}.nodes n WHERE n.repo = %s AND n.id = ANY(%s)"
+        "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
+        "l.edges, l.targets FROM {s}.nodes n" + _LINKS + "WHERE n.repo = %s AND n.id = ANY(%s)"
+    ),
+    "node_by_id": (
+        "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
+        "l.edges, l.targets FROM {s}.nodes n" + _LINKS + "WHERE n.repo = %s AND n.id = %s"
     ),
     "nodes_with_meta": (
         "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
-        "(SELECT m.record FROM {s}.metadata m WHERE m.repo = n.repo AND m.id = n.id) "
-        "FROM {s}.nodes n WHERE n.repo = %s AND n.id = ANY(%s)"
+        "(SELECT m.record FROM {s}.metadata m WHERE m.repo = n.repo AND m.id = n.id), "
+        "l.edges, l.targets FROM {s}.nodes n" + _LINKS + "WHERE n.repo = %s AND n.id = ANY(%s)"
     ),
-    "links_of": "SELECT a, edge, b FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
     "neighbours": "SELECT DISTINCT b FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
     "neighbours_by_edge": "SELECT DISTINCT b FROM {s}.links WHERE repo = %s AND a = ANY(%s) AND edge = %s",
     "ids_of_types": "SELECT id FROM {s}.nodes WHERE repo = %s AND type = ANY(%s::text[])",

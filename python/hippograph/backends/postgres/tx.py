@@ -65,7 +65,7 @@ class _Tx:
             cur.execute(self.sql[name], params)
             return cur.fetchone() if cur.description is not None else None
 
-    def run(self, name: str, params: Sequence[Any] = ()) -> int:
+    def run(self, name: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> int:
         with self.conn.cursor(binary=True) as cur:
             cur.execute(self.sql[name], params)
             return cur.rowcount
@@ -81,24 +81,23 @@ class _Tx:
         row = self.one("dim", (self.repo,))
         return None if row is None or row[0] is None else int(row[0])
 
-    def links_of(self, keys: list[bytes]) -> dict[str, dict[EdgeType, set[str]]]:
-        out: dict[str, dict[EdgeType, set[str]]] = {}
-        for a, edge, b in self.all("links_of", (self.repo, keys)):
-            out.setdefault(_id(a), {}).setdefault(EdgeType(edge), set()).add(_id(b))
-        return out
-
     def nodes(self, ids: Iterable[str], *, with_meta: bool = False) -> dict[str, tuple[Node, NodeMetadata | None]]:
-        """The nodes (with their current links, and metadata when asked) among `ids`."""
+        """The nodes (with their current links, and metadata when asked) among `ids`, in one statement."""
         keys = sorted({_key(i) for i in ids})
         if not keys:
             return {}
-        rows = self.all("nodes_with_meta" if with_meta else "nodes_by_id", (self.repo, keys))
-        links = self.links_of([bytes(r[0]) for r in rows])
         out: dict[str, tuple[Node, NodeMetadata | None]] = {}
+        if len(keys) == 1 and not with_meta:  # a key lookup the planner never turns into a range scan
+            rows = self.all("node_by_id", (self.repo, keys[0]))
+        else:
+            rows = self.all("nodes_with_meta" if with_meta else "nodes_by_id", (self.repo, keys))
         for row in rows:
             node_id = _id(row[0])
+            links: dict[EdgeType, set[str]] = {}
+            for edge, b in zip(row[-2] or (), row[-1] or (), strict=True):
+                links.setdefault(EdgeType(edge), set()).add(_id(b))
             out[node_id] = (
-                _decode_node(node_id, row[1], row[2], links.get(node_id, {})),
+                _decode_node(node_id, row[1], row[2], links),
                 codec.decode_meta(bytes(row[3])) if with_meta and row[3] is not None else None,
             )
         return out
@@ -130,7 +129,7 @@ class _Write:
         last = {n.id: n for n in cs.additions}
         if last:
             keys = sorted(_key(i) for i in last)
-            tx.run("unlink", (repo, keys, keys))
+            tx.run("unlink", {"repo": repo, "ids": keys})
             nodes = sorted(((_key(i), n) for i, n in last.items()), key=lambda kn: kn[0])
             tx.many(
                 "put_node",
@@ -149,18 +148,10 @@ class _Write:
 
     def link(self, links: list[tuple[str, str, EdgeType]]) -> None:
         """Both directions of every link whose two ends exist; others are no-ops."""
-        links = [(a, b, e) for a, b, e in links if a != b]
-        if not links:
-            return
-        ends = sorted({_key(x) for a, b, _ in links for x in (a, b)})
-        existing = {bytes(r[0]) for r in self.tx.all("existing", (self.tx.repo, ends))}
-        rows: set[tuple[bytes, str, bytes]] = set()
-        for a, b, edge in links:
-            ka, kb = _key(a), _key(b)
-            if ka in existing and kb in existing:
-                rows.add((ka, edge.value, kb))
-                rows.add((kb, edge.value, ka))
-        self.tx.many("put_link", [(self.tx.repo, a, e, b) for a, e, b in sorted(rows)])
+        rows = sorted({row for a, b, e in links if a != b for row in ((a, e.value, b), (b, e.value, a))})
+        if rows:
+            a, edge, b = ([_key(r[0]) for r in rows], [r[1] for r in rows], [_key(r[2]) for r in rows])
+            self.tx.run("put_links", {"repo": self.tx.repo, "a": a, "edge": edge, "b": b})
 
     def put_meta(self, meta_rows: Mapping[str, bytes]) -> None:
         rows = sorted((_key(i), data) for i, data in meta_rows.items())
