@@ -713,3 +713,34 @@ def test_random_concurrent_workload_keeps_links_consistent(open_backend: Callabl
                 assert node.id in nodes[other].links[edge]
     assert set(_hit_ids(backends[2])) == set(nodes)
     assert backends[2].verify_storage() == ([], 0)
+
+
+def test_a_growing_repo_refreshes_the_planner_statistics_of_its_tables(
+    open_backend: Callable[..., Postgres], schema: str, pg_dsn: str
+) -> None:
+    backend = open_backend(schema=schema)
+
+    def analysed() -> int:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT analyze_count FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'nodes'", (schema,)
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    cs = hg.Changeset()
+    for i in range(400):
+        cs.add_node(_sem(f"n{i:04d}"))
+    backend.apply_changeset(cs)
+    assert backend._statistics.runs == 0  # below the first threshold
+    cs = hg.Changeset()
+    for i in range(400, 600):
+        cs.add_node(_sem(f"n{i:04d}"))
+    backend.apply_changeset(cs)
+    backend._statistics.close()  # waits for the refresh the write started
+    assert backend._statistics.runs == 1
+    deadline = time.monotonic() + 10  # the statistics collector reports the count a little later
+    while analysed() == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert analysed() >= 1
+    backend.apply_changeset(cs)  # 200 rows again: 800 written, the next refresh waits for 1,200
+    assert backend._statistics.runs == 1

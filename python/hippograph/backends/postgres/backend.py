@@ -57,6 +57,7 @@ from .context import PgKvTxn
 from .entries import PgEntryTxn
 from .reports import _counts, _problems
 from .schema import _check_schema, _migrate, _sql_map
+from .statistics import Refresher
 from .tx import Conn, _id, _key, _Retry, _Runner, _Tx, _Write
 
 __all__ = ["Postgres"]
@@ -162,6 +163,7 @@ class Postgres(DerivedBackend):
             where=self._where,
             write_begin=write_begin,
         )
+        self._statistics = Refresher(lambda: self._read("analyze", lambda tx: tx.run("analyze"), snapshot=False))
         try:
             self._pool.open(wait=True, timeout=max(self._timeout, connect))
         except psycopg_pool.PoolTimeout as exc:
@@ -204,15 +206,17 @@ class Postgres(DerivedBackend):
 
     def _write(self, operation: str, fn: Callable[[_Write], T], *, resolves_doubt: bool = False) -> T:
         seq: list[int | None] = [None]
+        touched = [0]
 
         def run(tx: _Tx) -> T:
             w = _Write(tx)
             result = fn(w)
             w.finish()
-            seq[0] = w.seq
+            seq[0], touched[0] = w.seq, len(w.touched)
             return result
 
         result = self._transaction(operation, run, write=True, resolves_doubt=resolves_doubt)
+        self._statistics.wrote(touched[0])
         if seq[0] is not None and seq[0] % _TRIM_EVERY == 0:
             with contextlib.suppress(StorageError):  # housekeeping: the next trigger tries again
                 self.trim_log()
@@ -566,5 +570,6 @@ class Postgres(DerivedBackend):
         if not self._closed:
             self._closed = True
             self._cache.close()
+            self._statistics.close()
             if os.getpid() == self._pid:
                 self._pool.close()

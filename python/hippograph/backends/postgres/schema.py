@@ -147,6 +147,7 @@ _SQL: Final[dict[str, str]] = {
     # nodes
     # Every link of the given nodes, as two index lookups (from them: the primary key; to them:
     # links_by_b); one predicate with OR would scan every link of the repo.
+    "analyze": "ANALYZE {s}.nodes, {s}.embeddings, {s}.links, {s}.metadata, {s}.ingestion",
     "unlink": (
         "WITH out_links AS (DELETE FROM {s}.links WHERE repo = %(repo)s AND a = ANY(%(ids)s)) "
         "DELETE FROM {s}.links WHERE b = ANY(%(ids)s) AND repo = %(repo)s AND NOT a = ANY(%(ids)s)"
