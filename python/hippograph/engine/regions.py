@@ -22,6 +22,8 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
+from .. import _core
+
 __all__ = ["NO_REGION", "Regions", "partition"]
 
 NO_REGION = np.uint32(0xFFFF_FFFF)
@@ -48,8 +50,12 @@ class Regions:
     of_row: npt.NDArray[np.uint32]
 
     @cached_property
-    def _centres64(self) -> F64:
-        return np.ascontiguousarray(self.centres.T, np.float64)
+    def _ones(self) -> F32:
+        return np.ones(len(self.centres), np.float32)
+
+    @cached_property
+    def _centres32(self) -> F32:
+        return np.ascontiguousarray(self.centres, np.float32)
 
     @cached_property
     def _radius(self) -> F64:
@@ -57,16 +63,17 @@ class Regions:
 
     def bounds(self, queries: F32) -> F64:
         """Per region, the largest relevance (cosine, clamped to [0, 1]) any member can have for
-        any of `queries`."""
-        norms = np.linalg.norm(queries.astype(np.float64), axis=1)
-        unit = queries[norms > 0].astype(np.float64) / norms[norms > 0, None]
-        if not len(unit):
+        any of `queries`.
+
+        For a region of angular radius r, a member's cosine to a query whose cosine to the centre
+        is c is at most cos(max(0, arccos(c) - r)), which grows with c: so the bound over all the
+        queries is that of the largest c, their relevance to the centre (one call into the core,
+        at least 0, which only loosens the bound of a region every query points away from).
+        """
+        if not queries.any():
             return np.zeros(len(self.centres))
-        cos = unit @ self._centres64
-        np.minimum(cos, 1.0, out=cos)
-        np.maximum(cos, -1.0, out=cos)
-        angle = np.arccos(cos).min(axis=0) if len(unit) > 1 else np.arccos(cos[0])  # cos falls on [0, π]
-        angle -= self._radius
+        cos = _core.relevance(self._centres32, self._ones, np.ascontiguousarray(queries, np.float32))
+        angle = np.arccos(np.minimum(cos.astype(np.float64), 1.0)) - self._radius
         np.maximum(angle, 0.0, out=angle)
         bound = np.cos(angle)
         bound += _SLACK
