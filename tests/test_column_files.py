@@ -164,7 +164,10 @@ def test_a_file_whose_hash_differs_is_dropped_and_the_columns_rebuilt(tmp_path: 
     assert got == rebuilt(tmp_path / "s", 7)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "sidecar", "dimension", "unknown type"])
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate", "sidecar", "dimension", "unknown type", "older format", "id offsets go back", "id offsets overrun"],
+)
 def test_damaged_or_foreign_sets_are_never_read(tmp_path: Path, damage: str) -> None:
     saved_store(tmp_path / "s")
     columns = tmp_path / "s" / "columns"
@@ -178,9 +181,20 @@ def test_damaged_or_foreign_sets_are_never_read(tmp_path: Path, damage: str) -> 
     elif damage == "dimension":
         doc["dim"] = 9
         side.write_text(json.dumps(doc))
-    else:
+    elif damage == "unknown type":
         doc["types"]["no-such-type"] = 1
         side.write_text(json.dumps(doc))
+    elif damage == "older format":
+        doc["format"] = column_files.COLUMNS_FORMAT - 1
+        side.write_text(json.dumps(doc))
+    else:
+        ends = np.load(columns / doc["set"] / "semantic.id_ends.npy", mmap_mode="r+")
+        if damage == "id offsets go back":
+            ends[3], ends[4] = ends[4], ends[3]
+        else:
+            ends[-1] += 1
+        ends.flush()
+        del ends
     with LMDB(tmp_path / "s") as b:
         got = answers(b, 8)
         assert state(b) == "none"
@@ -271,26 +285,3 @@ def test_a_reader_keeps_saved_ids_mapped_until_it_writes(tmp_path: Path) -> None
         assert isinstance(semantic.ids, list) and semantic.ids[-1] == "tie-new"
         after = answers(b, 12)
     assert after == rebuilt(tmp_path / "s", 12)
-
-
-@pytest.mark.parametrize("damage", ["offsets go back", "offsets past the bytes", "older format"])
-def test_saved_ids_that_do_not_add_up_are_never_read(tmp_path: Path, damage: str) -> None:
-    saved_store(tmp_path / "s")
-    columns = tmp_path / "s" / "columns"
-    side = columns / column_files.SIDECAR
-    doc = json.loads(side.read_bytes())
-    if damage == "older format":
-        doc["format"] = column_files.COLUMNS_FORMAT - 1
-        side.write_text(json.dumps(doc))
-    else:
-        ends = np.load(columns / doc["set"] / "semantic.id_ends.npy", mmap_mode="r+")
-        if damage == "offsets go back":
-            ends[3], ends[4] = ends[4], ends[3]
-        else:
-            ends[-1] += 1
-        ends.flush()
-        del ends
-    with LMDB(tmp_path / "s") as b:
-        got = answers(b, 13)
-        assert state(b) == "none"
-    assert got == rebuilt(tmp_path / "s", 13)
