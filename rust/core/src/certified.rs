@@ -139,6 +139,34 @@ fn upper(bound: f64, key: f64, offset: f64) -> f64 {
     bound * (key - offset + slack).exp()
 }
 
+/// `ln(x)` for a bound or a score: `−∞` for anything not positive (NaN included).
+#[inline]
+fn ln_positive(x: f64) -> f64 {
+    if x > 0.0 {
+        x.ln()
+    } else {
+        f64::NEG_INFINITY
+    }
+}
+
+/// [`upper`]`(bound, key, offset) < cut` in log space, given `ln_bound = ln_positive(bound)` and
+/// `ln_cut = ln_positive(cut)`: an addition a row instead of an exponential. The same slack in the
+/// exponent, far above the rounding of either form, keeps it as conservative as `upper`.
+#[inline]
+fn below(ln_bound: f64, key: f64, offset: f64, ln_cut: f64) -> bool {
+    if ln_cut == f64::NEG_INFINITY {
+        return false; // a cut of zero or less: no value is below it
+    }
+    if ln_bound == f64::NEG_INFINITY || key == f64::NEG_INFINITY {
+        return true; // the row's value is at most zero
+    }
+    if key == f64::INFINITY {
+        return ln_bound < ln_cut;
+    }
+    let slack = 1e-9 * (1.0 + key.abs() + offset.abs());
+    ln_bound + (key - offset + slack) < ln_cut
+}
+
 /// Rows ahead of the one being scored whose memory is requested early: pool and walk rows are
 /// scattered over the matrix, so each would otherwise wait on a cache miss.
 const PREFETCH_AHEAD: usize = 4;
@@ -311,20 +339,34 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     }
     let offset = scan.params.lambda * scan.now / 3600.0;
     let row_bound = |r: usize| req.regions.map_or(req.bound, |g| g.bound(r, req.bound));
+    // The walk may pass over many rows: it compares logarithms (bounds per region taken once,
+    // the cut's only when it changes) instead of taking an exponential per row.
+    let ln_outside = ln_positive(req.bound);
+    let ln_regions: Vec<f64> =
+        req.regions.map_or_else(Vec::new, |g| g.bound.iter().map(|&b| ln_positive(b.min(req.bound))).collect());
+    let ln_row_bound = |r: usize| match req.regions {
+        Some(g) => g.of_row.get(r).and_then(|&c| ln_regions.get(c as usize)).copied().unwrap_or(ln_outside),
+        None => ln_outside,
+    };
+    let mut cut_seen = f64::NAN;
+    let mut ln_cut = f64::NEG_INFINITY;
     let mut scored = 0usize;
     for (i, (&r, &key)) in req.order.iter().zip(req.order_keys).enumerate() {
         let cut = cutoff(&heap);
-        if upper(req.bound, key, offset) < cut {
+        if cut.to_bits() != cut_seen.to_bits() {
+            (cut_seen, ln_cut) = (cut, ln_positive(cut));
+        }
+        if below(ln_outside, key, offset, ln_cut) {
             break;
         }
         if let (Some(&ahead), Some(&ahead_key)) =
             (req.order.get(i + PREFETCH_AHEAD), req.order_keys.get(i + PREFETCH_AHEAD))
         {
-            if upper(row_bound(ahead as usize), ahead_key, offset) >= cut {
+            if !below(ln_row_bound(ahead as usize), ahead_key, offset, ln_cut) {
                 prefetch(scan, ahead as usize);
             }
         }
-        if r as usize >= n || upper(row_bound(r as usize), key, offset) < cut {
+        if r as usize >= n || below(ln_row_bound(r as usize), key, offset, ln_cut) {
             continue; // its region keeps it below the k-th score: no need to read its vector
         }
         if stale.binary_search(&r).is_ok() || pool.binary_search(&r).is_ok() {
@@ -452,6 +494,27 @@ mod tests {
         assert_eq!(usage_key(None, &p), f64::INFINITY);
         let floorless = ValueParams { base_floor: 0.0, ..p };
         assert_eq!(usage_key(Some((NOW, 0.0, 0.0, 0.0)), &floorless), f64::NEG_INFINITY);
+    }
+
+    #[test]
+    fn log_space_test_agrees_with_the_value_bound() {
+        let mut rng = Rng(0x5eed);
+        let specials = [0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+        for i in 0..20_000 {
+            let bound = if i % 97 == 0 { specials[i % 5] } else { rng.unit() };
+            let key = if i % 89 == 0 { specials[i % 5] } else { 150.0 + 10.0 * rng.unit() + (rng.unit() - 0.5) };
+            let offset = 150.0 + 10.0 * rng.unit();
+            let cut = if i % 83 == 0 { specials[i % 5] } else { upper(bound, key, offset) * (0.9 + 0.2 * rng.unit()) };
+            if key.is_nan() {
+                continue; // usage keys are never NaN (`usage_key` turns them into +∞)
+            }
+            let want = upper(bound, key, offset) < cut;
+            let got = below(ln_positive(bound), key, offset, ln_positive(cut));
+            if got != want {
+                let ratio = upper(bound, key, offset) / cut;
+                assert!((ratio - 1.0).abs() < 1e-12, "bound {bound} key {key} offset {offset} cut {cut}");
+            }
+        }
     }
 
     #[test]
