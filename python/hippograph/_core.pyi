@@ -181,12 +181,14 @@ def certified_walk(
     order_keys: npt.NDArray[np.float64],
     stale: npt.NDArray[np.uint32],
     budget: int,
-    regions: tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]] | None = None,
+    regions: tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64], npt.NDArray[np.uint32] | None] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """Exact top_k over `pool` and every row that could beat it given `bound` (the relevance
     of any row outside the pool), walking `order` and re-checking `stale` rows; None when more
     than `budget` rows beyond the pool would need scoring. `regions`: each row's region (past the
-    end of the bounds: none) and each region's relevance bound, a tighter bound per row. GIL released."""
+    end of the bounds: none), each region's relevance bound (a tighter bound per row), and
+    optionally the region at each position of `order` (read in order; for a row not in `stale`
+    its region or none). GIL released."""
 
 def etf_encode(term: object) -> bytes:
     """Erlang term_to_binary(term, [deterministic, {minor_version, 2}]) under the fingerprint's mapping.

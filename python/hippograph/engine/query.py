@@ -27,6 +27,7 @@ from ..errors import ValidationError
 from .calibration import Calibration
 from .checks import as_embedding
 from .columns import TypeColumns
+from .usage_order import regions_at
 from .vector_index import VectorIndex
 
 __all__ = [
@@ -221,10 +222,13 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
         return bounded
 
     regions = columns.regions
-    region_bounds = None if regions is None else (regions.of_row, regions.bounds(queries))
+    region_bounds = None if regions is None else regions.bounds(queries)
 
     def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
         order = columns.usage_order(params.core_params)
+        in_regions = None
+        if regions is not None and region_bounds is not None:
+            in_regions = (regions.of_row, region_bounds, regions_at(order, regions))
         got = _core.certified_walk(
             columns.matrix(),
             columns.norms(),
@@ -240,7 +244,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
             order.keys,
             np.array(order.stale, np.uint32),
             budget,
-            region_bounds,
+            in_regions,
         )
         if got is None:
             return None

@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
+from .regions import NO_REGION, Regions
 
-__all__ = ["UsageOrder", "current_order"]
+__all__ = ["UsageOrder", "current_order", "regions_at"]
 
 STALE_MAX = 1024
 
@@ -30,6 +31,25 @@ class UsageOrder:
     rows: npt.NDArray[np.uint32]
     keys: npt.NDArray[np.float64]
     stale: list[int] = dataclasses.field(default_factory=list)
+    regions_in_order: tuple[Regions, npt.NDArray[np.uint32]] | None = None
+    """`regions_at`'s copy, with the regions it was taken from."""
+
+
+def regions_at(order: UsageOrder, regions: Regions) -> npt.NDArray[np.uint32]:
+    """The region of the row at each position of `order`, for the walk to read in order.
+
+    Taken once per order and regions. It stays good enough while both live: a row that leaves its
+    region later (a new vector, a swap-remove) is stale in the order, which the walk checks on its
+    current region anyway, and a row placed in a region later only has a looser bound here.
+    """
+    cached = order.regions_in_order
+    if cached is None or cached[0] is not regions:
+        of_row = regions.of_row
+        got = np.full(len(order.rows), NO_REGION, np.uint32)
+        inside = order.rows < len(of_row)
+        got[inside] = of_row[order.rows[inside]]
+        order.regions_in_order = cached = (regions, got)
+    return cached[1]
 
 
 def current_order(

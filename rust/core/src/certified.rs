@@ -258,6 +258,10 @@ pub struct Regions<'a> {
     /// Region of each row; rows past the end have none.
     pub of_row: &'a [u32],
     pub bound: &'a [f64],
+    /// The region of the row at each position of the walk's `order`, read in order instead of
+    /// looking each row up: for a row not in `stale`, its region in `of_row` or none (a looser
+    /// bound), as a copy taken when the order was, before rows left their regions, has it.
+    pub in_order: Option<&'a [u32]>,
 }
 
 impl Regions<'_> {
@@ -283,6 +287,11 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     if let Some(r) = scan.rank {
         if r.len() != n {
             return Err(ShapeError(format!("rank has {} entries, rows {n}", r.len())));
+        }
+    }
+    if let Some(in_order) = req.regions.and_then(|g| g.in_order) {
+        if in_order.len() != req.order.len() {
+            return Err(ShapeError(format!("order has {} rows but {} regions", req.order.len(), in_order.len())));
         }
     }
     let scoring = dim > 0 && !scan.queries.is_empty();
@@ -344,8 +353,12 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     let ln_outside = ln_positive(req.bound);
     let ln_regions: Vec<f64> =
         req.regions.map_or_else(Vec::new, |g| g.bound.iter().map(|&b| ln_positive(b.min(req.bound))).collect());
-    let ln_row_bound = |r: usize| match req.regions {
-        Some(g) => g.of_row.get(r).and_then(|&c| ln_regions.get(c as usize)).copied().unwrap_or(ln_outside),
+    let ln_region = |c: Option<&u32>| c.and_then(|&c| ln_regions.get(c as usize)).copied().unwrap_or(ln_outside);
+    // The bound of the row at position `i` of the order (row `r`): its region's, read in order
+    // when the caller gave the regions in order (a stale row's is checked again below).
+    let ln_row_bound = |i: usize, r: usize| match req.regions {
+        Some(Regions { in_order: Some(in_order), .. }) => ln_region(in_order.get(i)),
+        Some(g) => ln_region(g.of_row.get(r)),
         None => ln_outside,
     };
     let mut cut_seen = f64::NAN;
@@ -362,11 +375,11 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         if let (Some(&ahead), Some(&ahead_key)) =
             (req.order.get(i + PREFETCH_AHEAD), req.order_keys.get(i + PREFETCH_AHEAD))
         {
-            if !below(ln_row_bound(ahead as usize), ahead_key, offset, ln_cut) {
+            if !below(ln_row_bound(i + PREFETCH_AHEAD, ahead as usize), ahead_key, offset, ln_cut) {
                 prefetch(scan, ahead as usize);
             }
         }
-        if r as usize >= n || below(ln_row_bound(r as usize), key, offset, ln_cut) {
+        if r as usize >= n || below(ln_row_bound(i, r as usize), key, offset, ln_cut) {
             continue; // its region keeps it below the k-th score: no need to read its vector
         }
         if stale.binary_search(&r).is_ok() || pool.binary_search(&r).is_ok() {
@@ -590,13 +603,33 @@ mod tests {
             // Regions: rows spread over seven by relevance band (every eighth row in none), each
             // bounded by the largest relevance among its rows, as a centre and radius would bound it.
             let of_row: Vec<u32> = (0..700).map(|r| if r % 8 == 0 { u32::MAX } else { (r * 7 / 700) as u32 }).collect();
-            let mut region_bound = vec![0.0f64; 7];
+            // Region 7 holds no row and bounds nothing above zero.
+            let mut region_bound = vec![0.0f64; 8];
             for (r, &c) in by_rel.iter().map(|&r| (r, &of_row[r])) {
                 if let Some(b) = region_bound.get_mut(c as usize) {
                     *b = b.max(f64::from(rel[r]) + 1e-6);
                 }
             }
-            for regions in [None, Some(Regions { of_row: &of_row, bound: &region_bound })] {
+            // The regions in the order's positions, as a copy taken with the order would have them:
+            // a row's own region or none, and for a stale row anything (here region 7, which would
+            // rule it out: the walk must look at stale rows again).
+            let in_order: Vec<u32> = order
+                .rows
+                .iter()
+                .enumerate()
+                .map(|(i, &r)| {
+                    if stale.contains(&r) {
+                        7
+                    } else if i % 5 == 0 {
+                        u32::MAX
+                    } else {
+                        of_row[r as usize]
+                    }
+                })
+                .collect();
+            let plain = Regions { of_row: &of_row, bound: &region_bound, in_order: None };
+            let ordered = Regions { in_order: Some(&in_order), ..plain };
+            for regions in [None, Some(plain), Some(ordered)] {
                 let walked = walk(&WalkRequest {
                     scan: req,
                     pool: &pool,
@@ -609,7 +642,7 @@ mod tests {
                 })
                 .unwrap()
                 .unwrap();
-                assert_eq!(walked, exact, "seed {seed}, {gate:?}, regions: {}", regions.is_some());
+                assert_eq!(walked, exact, "seed {seed}, {gate:?}, regions: {regions:?}");
             }
         }
     }

@@ -50,6 +50,10 @@ fn merge_usage_order<'py>(
     Ok(order_to_arrays(py, order))
 }
 
+/// Each row's region, each region's relevance bound, and the region at each position of the
+/// order (optional), as Python passes them.
+type RegionArrays<'py> = (PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>, Option<PyReadonlyArray1<'py, u32>>);
+
 /// The certified top-k from a candidate pool with the default value function, or None past the budget.
 #[pyfunction]
 #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
@@ -73,7 +77,7 @@ fn certified_walk<'py>(
     order_keys: PyReadonlyArray1<'py, f64>,
     stale: PyReadonlyArray1<'py, u32>,
     budget: usize,
-    regions: Option<(PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>)>,
+    regions: Option<RegionArrays<'py>>,
 ) -> PyResult<Option<Scan<'py>>> {
     let arrays = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
     let req = certified::WalkRequest {
@@ -85,9 +89,13 @@ fn certified_walk<'py>(
         stale: contiguous(py, "stale", &stale)?,
         budget,
         regions: match &regions {
-            Some((of_row, bound)) => Some(certified::Regions {
+            Some((of_row, bound, in_order)) => Some(certified::Regions {
                 of_row: contiguous(py, "region of each row", of_row)?,
                 bound: contiguous(py, "region bounds", bound)?,
+                in_order: match in_order {
+                    Some(a) => Some(contiguous(py, "region of each position of the order", a)?),
+                    None => None,
+                },
             }),
             None => None,
         },
