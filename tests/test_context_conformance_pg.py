@@ -25,15 +25,21 @@ class TestPostgresContext(OwnRepo, PersistentContextConformance):
     """The suite, each test on a repo of its own."""
 
 
+def _store_with_one_vector(backend: Postgres) -> ContextStore:
+    """A context store whose document "u/a" is embedded as v(1) and found by it."""
+    store = ContextStore(backend, document_jobs=[EMBED])
+    store.put_document("u/a", "peanuts")
+    embed_pending(store, {"u/a": v(1)})
+    assert [h.uri for h in store.search_vector(v(1))] == ["u/a"]
+    return store
+
+
 def test_drop_repo_empties_the_context_and_open_stores_notice(pg_dsn: str, tmp_path: Path) -> None:
     """An open store's vector cache must not outlive the repo it was read from: after the drop, a
     document written again at the same URI is ranked on its new vector, not on the dropped one."""
     backend = Postgres(pg_dsn, repo=repo_for(tmp_path))
     try:
-        store = ContextStore(backend, document_jobs=[EMBED])
-        store.put_document("u/a", "peanuts")
-        embed_pending(store, {"u/a": v(1)})
-        assert [h.uri for h in store.search_vector(v(1))] == ["u/a"]
+        store = _store_with_one_vector(backend)
         assert drop_repo(pg_dsn, repo=backend.repo) is True
         assert store.get_node("u/a") is None and store.search_vector(v(1)) == []
         store.put_document("u/a", "travel")
@@ -48,10 +54,7 @@ def test_drop_repo_unseen_by_an_idle_store(pg_dsn: str, tmp_path: Path) -> None:
     """The same, for a store that does not search between the drop and the new vector."""
     backend = Postgres(pg_dsn, repo=repo_for(tmp_path))
     try:
-        store = ContextStore(backend, document_jobs=[EMBED])
-        store.put_document("u/a", "peanuts")
-        embed_pending(store, {"u/a": v(1)})
-        assert [h.uri for h in store.search_vector(v(1))] == ["u/a"]
+        store = _store_with_one_vector(backend)
         drop_repo(pg_dsn, repo=backend.repo)
         writer = ContextStore(backend, document_jobs=[EMBED])
         writer.put_document("u/a", "travel")
