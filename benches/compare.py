@@ -1071,7 +1071,7 @@ def ann_section(ann: AnnReport) -> list[str]:
         "### Clustered data (LMDB): build, open, latency",
         "",
         "Same generator as above at other sizes and dimensions (the semantic type holds N nodes, plus N/10 of "
-        f"other types), default `AnnConfig` (M = 16, ef_construction = 100, ef_search = 32 before calibration), "
+        f"other types), default `AnnConfig` (M = 16, ef_construction = 100, ef_search = 16 before calibration), "
         f"{ANN_QUERY_SETS} query sets (query + 4 tags near 5 random cluster centres), default value function, "
         f"`top_k` = {TOP_K}. Recall@{TOP_K} compares each `exact=False` answer with the `exact=True` answer for "
         "the same query set. Latencies are `find_candidates` medians cycling over the query sets on the "

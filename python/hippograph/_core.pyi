@@ -182,13 +182,24 @@ def certified_walk(
     stale: npt.NDArray[np.uint32],
     budget: int,
     regions: tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64], npt.NDArray[np.uint32] | None] | None = None,
+    shadow: tuple[npt.NDArray[np.uint16], npt.NDArray[np.float32]] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """Exact top_k over `pool` and every row that could beat it given `bound` (the relevance
     of any row outside the pool), walking `order` and re-checking `stale` rows; None when more
     than `budget` rows beyond the pool would need scoring. `regions`: each row's region (past the
     end of the bounds: none), each region's relevance bound (a tighter bound per row), and
     optionally the region at each position of `order` (read in order; for a row not in `stale`
-    its region or none). GIL released."""
+    its region or none). `shadow`: the rows' half-precision shadow and residuals, read first once
+    the top_k is full (the same answer, fewer f32 rows read). GIL released."""
+
+def region_bounds(
+    centres: npt.NDArray[np.float32],
+    radius: npt.NDArray[np.float64],
+    queries: npt.NDArray[np.float32],
+    slack: float,
+) -> npt.NDArray[np.float64]:
+    """Per region (unit `centres`, angular `radius`), the largest relevance any member can have for
+    any of `queries`, plus `slack`, clamped to [0, 1]; all zero for all-zero queries. GIL released."""
 
 def etf_encode(term: object) -> bytes:
     """Erlang term_to_binary(term, [deterministic, {minor_version, 2}]) under the fingerprint's mapping.

@@ -53,7 +53,8 @@ RowValues = Callable[[list[str], F32], F64]
 """A custom value function over rows: ``values(ids, relevance)`` → one value per row (NaN: leave the row out)."""
 
 Walk = Callable[[npt.NDArray[np.uint32], float, int], "Hits | None"]
-"""(pool rows, relevance bound of every other row, scoring budget) → the exact top rows, or None past the budget."""
+"""(pool rows, relevance bound of every other row, scoring budget) → the exact top rows, or None past the budget.
+The pool may repeat rows and hold rows past the last (labels no row holds): they are ignored."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,11 @@ def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> F
         return first[None, :]
     vectors = [_vector(query, "query")]
     if isinstance(tags, np.ndarray) and tags.ndim == 2:
+        width = vectors[0].shape[0]
+        if tags.dtype == np.float32 and width == (dim or width) and (tags.shape[1] == width or not len(tags)):
+            matrix = np.concatenate([vectors[0][None, :], tags.reshape(len(tags), width)])  # one copy
+            if math.isfinite(_core.vector_norm(matrix.reshape(-1))):
+                return matrix
         tags = list(tags)
     if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
         raise ValidationError(f"tags must be a collection of vectors (pass () for none), got {type(tags).__name__}")
@@ -193,9 +199,9 @@ def certified_scan(
             if top < floor:
                 return None
         exhausted = labels.shape[1] >= len(ann)
-        hits = ann.row_of_label[labels.ravel().astype(np.int64)]
-        found_rows = hits[hits >= 0]
-        rows = np.unique(np.concatenate([found_rows, pending]) if len(pending) else found_rows).astype(np.uint32)
+        # A label no row holds maps to -1, past every row as uint32: the walk ignores such rows and repeats.
+        hits = ann.row_of_label[labels.ravel()]
+        rows = (np.concatenate([hits, pending]) if len(pending) else hits).astype(np.uint32)
         # Float noise between hnswlib's and the Rust core's cosine is far below this margin.
         bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max())) + 1e-6
         got = walk(rows, bound, max(n // 8, 1))
@@ -213,7 +219,8 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
         def bounded(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
             # The function never exceeds relevance: rows outside the pool stay below `bound`,
             # and under either gate a row passes only with a value (or relevance) >= threshold.
-            picked, scores = _score(columns, pool.astype(np.int64), queries, params, now, values)
+            rows = np.unique(pool[pool < len(columns.ids)]).astype(np.int64)  # as the Rust walk takes a pool
+            picked, scores = _score(columns, rows, queries, params, now, values)
             cutoff = float(scores[params.top_k - 1]) if len(picked) >= params.top_k else params.threshold
             if bound >= cutoff:
                 return None
@@ -245,6 +252,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
             np.array(order.stale, np.uint32),
             budget,
             in_regions,
+            columns.shadow.arrays(len(columns)),
         )
         if got is None:
             return None

@@ -50,10 +50,6 @@ class Regions:
     of_row: npt.NDArray[np.uint32]
 
     @cached_property
-    def _ones(self) -> F32:
-        return np.ones(len(self.centres), np.float32)
-
-    @cached_property
     def _centres32(self) -> F32:
         return np.ascontiguousarray(self.centres, np.float32)
 
@@ -67,18 +63,10 @@ class Regions:
 
         For a region of angular radius r, a member's cosine to a query whose cosine to the centre
         is c is at most cos(max(0, arccos(c) - r)), which grows with c: so the bound over all the
-        queries is that of the largest c, their relevance to the centre (one call into the core,
-        at least 0, which only loosens the bound of a region every query points away from).
+        queries is that of the largest c, their relevance to the centre (at least 0, which only
+        loosens the bound of a region every query points away from). One call into the core.
         """
-        if not queries.any():
-            return np.zeros(len(self.centres))
-        cos = _core.relevance(self._centres32, self._ones, np.ascontiguousarray(queries, np.float32))
-        angle = np.arccos(np.minimum(cos.astype(np.float64), 1.0)) - self._radius
-        np.maximum(angle, 0.0, out=angle)
-        bound = np.cos(angle)
-        bound += _SLACK
-        np.clip(bound, 0.0, 1.0, out=bound)  # relevance is clamped to [0, 1] too
-        return np.asarray(bound)
+        return _core.region_bounds(self._centres32, self._radius, np.ascontiguousarray(queries, np.float32), _SLACK)
 
     def place(self, rows: npt.NDArray[np.int64], vectors: F32) -> None:
         """Puts each of `rows` (holding `vectors`) into its nearest region when it lies within that

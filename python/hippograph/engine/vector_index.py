@@ -69,9 +69,9 @@ class AnnConfig:
 
     `min_nodes`: a type holding more nodes than this (counted with or without
     an embedding) uses the index; below it the exact scan is faster. `M`, `ef_construction`, `ef_search`
-    are hnswlib's parameters; `ef_search` is raised to the pool size per query. The certified
-    rescoring makes a small `ef_search` enough on the benchmark data (recall@20 = 1.0 at 32); raise it
-    when embeddings are spread thin and the answer must match the exact path more often.
+    are hnswlib's parameters; `ef_search` is raised to the pool size per query (at least 16, and
+    top_k). It is where calibration starts: the certified rescoring makes a shallow search enough
+    on clustered data, and calibration deepens it only as far as the recall target needs.
     `threads`: hnswlib's build threads (0: hnswlib's default, all cores).
     `target_recall`: each index is calibrated (`hippograph.engine.query.calibrate`) after an
     explicit build, at its first approximate query otherwise, and again after a quarter of its
@@ -90,7 +90,7 @@ class AnnConfig:
     min_nodes: int = 20_000
     M: int = 16
     ef_construction: int = 100
-    ef_search: int = 32
+    ef_search: int = 16
     threads: int = 0
     background: bool = True
     target_recall: float = 0.95

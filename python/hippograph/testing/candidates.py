@@ -12,6 +12,7 @@ import math
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 
 from ..backends.memory import InMemory
@@ -179,6 +180,36 @@ class CandidateConformance(SuiteMixin):
         backend.apply_changeset(Changeset().add_node(_sem("a", E1)))
         with pytest.raises(ValidationError):
             backend.find_candidates([NodeType.SEMANTIC], query, tags, None)
+
+    @pytest.mark.parametrize(
+        "tags",
+        [
+            np.zeros((2, 5), np.float32),
+            np.array([E2, [math.nan, 0, 0, 0]], np.float32),
+            np.full((1, 4), np.inf, np.float32),
+        ],
+        ids=["wide_matrix", "nan_in_matrix", "inf_matrix"],
+    )
+    def test_tag_matrix_is_checked_like_a_list(self, backend: GraphBackend, tags: np.ndarray) -> None:
+        """Tags given as one float32 matrix are refused for the same faults as a list of vectors."""
+        backend.apply_changeset(Changeset().add_node(_sem("a", E1)))
+        with pytest.raises(ValidationError):
+            backend.find_candidates([NodeType.SEMANTIC], E1, tags, None)
+
+    def test_tag_matrix_answers_like_a_list(self, backend: GraphBackend) -> None:
+        """A float32 tag matrix ranks as its rows given one by one; an empty one as no tags."""
+        backend.apply_changeset(Changeset().add_nodes([_sem("a", E1), _sem("b", E2), _sem("c", vec(0, 0, 1, 0))]))
+        rows = [E2, vec(0, 0, 1, 0.5)]
+        want = _pairs(backend.find_candidates([NodeType.SEMANTIC], E1, rows, None, now=NOW))
+        assert (
+            _pairs(backend.find_candidates([NodeType.SEMANTIC], E1, np.array(rows, np.float32), None, now=NOW)) == want
+        )
+        alone = _pairs(backend.find_candidates([NodeType.SEMANTIC], E1, [], None, now=NOW))
+        assert (
+            _pairs(backend.find_candidates([NodeType.SEMANTIC], E1, np.zeros((0, 4), np.float32), None, now=NOW))
+            == alone
+        )
+        assert want != alone
 
     def test_unknown_type_is_rejected(self, backend: GraphBackend) -> None:
         """Asking for a type outside the seven is a ValidationError."""

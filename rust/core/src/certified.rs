@@ -24,8 +24,10 @@
 //! row with a high usage factor.
 
 use crate::scoring::{
-    default_value, normalise_queries, relevance_block, usage_weight, Gate, ScanRequest, ShapeError, ValueParams,
+    default_value, normalise_queries, relevance, relevance_block, usage_weight, Gate, ScanRequest, ShapeError, Stored,
+    ValueParams,
 };
+use crate::shadow::Shadow;
 use rayon::prelude::*;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -169,7 +171,7 @@ fn below(ln_bound: f64, key: f64, offset: f64, ln_cut: f64) -> bool {
 
 /// Rows ahead of the one being scored whose memory is requested early: pool and walk rows are
 /// scattered over the matrix, so each would otherwise wait on a cache miss.
-const PREFETCH_AHEAD: usize = 4;
+const PREFETCH_AHEAD: usize = 8;
 
 /// Asks the CPU to start loading row `r` and its metadata (a hint: it never faults).
 #[inline(always)]
@@ -200,6 +202,27 @@ fn prefetch(scan: &ScanRequest<'_>, r: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (scan, r);
+}
+
+/// Asks the CPU to start loading row `r` of the shadow (a hint: it never faults).
+#[inline(always)]
+fn prefetch_half(shadow: Shadow<'_>, r: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let dim = shadow.dim;
+        let Some(row) = shadow.data.get(r * dim..(r + 1) * dim) else {
+            return;
+        };
+        // SAFETY: prefetching is only a hint; it reads nothing and cannot fault, whatever the address.
+        unsafe {
+            for line in row.chunks(32) {
+                _mm_prefetch::<_MM_HINT_T0>(line.as_ptr() as *const i8);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (shadow, r);
 }
 
 /// A scored row in the bounded top-k heap; "greater" means worse, so the heap's top is the worst kept.
@@ -248,6 +271,9 @@ pub struct WalkRequest<'a> {
     pub budget: usize,
     /// Tighter relevance bounds by region of the vector space, when the caller has them.
     pub regions: Option<Regions<'a>>,
+    /// The rows' half-precision shadow: once the top-k is full, a row is read there first, and
+    /// its f32 vector only when the shadow's bound lets it reach the k-th score.
+    pub shadow: Option<Shadow<'a>>,
 }
 
 /// A partition of the rows into regions, each with a bound on the relevance any of its rows can
@@ -273,6 +299,28 @@ impl Regions<'_> {
             None => outside,
         }
     }
+}
+
+/// Per region, the largest relevance (a cosine in [0, 1]) any member can have for any of `queries`,
+/// for [`Regions::bound`]. `centres` are unit vectors and `radius` each region's angular radius: a
+/// member's cosine to a query at angle θ from the centre is at most cos(max(0, θ − radius)), which
+/// grows with the query's cosine to the centre, so the largest of those over the queries decides.
+/// `slack` is added to every bound (float rounding between this and the walk's own dot products).
+/// All-zero queries have relevance 0 to every row: every bound is 0.
+pub fn region_bounds(centres: Stored<'_>, radius: &[f64], queries: &[f32], slack: f64) -> Result<Vec<f64>, ShapeError> {
+    let n = centres.rows()?;
+    if radius.len() != n {
+        return Err(ShapeError(format!("{n} centres but {} radii", radius.len())));
+    }
+    if queries.iter().all(|&x| x == 0.0) {
+        return Ok(vec![0.0; n]);
+    }
+    let cos = relevance(centres, queries)?;
+    Ok(cos
+        .iter()
+        .zip(radius)
+        .map(|(&c, &r)| ((f64::from(c).min(1.0).acos() - r).max(0.0).cos() + slack).clamp(0.0, 1.0))
+        .collect())
 }
 
 /// The exact top-k over every row whose relevance respects `bound`, best first; `None` past the budget.
@@ -304,6 +352,9 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     if scan.top_k == 0 || n == 0 {
         return Ok(Some(Vec::new()));
     }
+    if let Some(sh) = req.shadow {
+        sh.check(n, dim)?;
+    }
     let unit = if scoring { normalise_queries(scan.queries, dim) } else { Vec::new() };
     let score = |r: usize| {
         let mut rel = [0.0f32];
@@ -331,6 +382,31 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         Some(worst) if heap.len() == scan.top_k => worst.score,
         _ => scan.gate.score_floor(scan.threshold),
     };
+    // Whether the shadow shows row `r` cannot beat the k-th score: its relevance is at most the
+    // shadow's plus the row's bound, and the value grows with relevance when its factor is not
+    // negative (a negative value bound is never trusted).
+    let shadow_rules_out = |heap: &BinaryHeap<Kept>, r: usize| {
+        let (Some(sh), Some(worst)) = (req.shadow, heap.peek()) else {
+            return false;
+        };
+        if heap.len() < scan.top_k || !scoring {
+            return false;
+        }
+        let mut rel = [0.0f32];
+        crate::shadow::relevance_block(&sh.data[r * dim..(r + 1) * dim], dim, &unit, &mut rel);
+        let most = (f64::from(rel[0]) + f64::from(crate::shadow::bound(sh.residual[r], dim))).min(1.0);
+        let value = default_value(most, scan.meta.row(r), scan.now, &scan.params);
+        value >= 0.0 && value < worst.score
+    };
+    let consider = |heap: &mut BinaryHeap<Kept>, r: usize| {
+        if !shadow_rules_out(heap, r) {
+            offer(heap, r, score(r));
+        }
+    };
+    let fetch = |r: usize| match req.shadow {
+        Some(sh) => prefetch_half(sh, r),
+        None => prefetch(scan, r),
+    };
     // Under the relevance gate no row outside the pool passes when the bound is below the threshold.
     let outside_can_pass = scan.gate != Gate::Relevance || req.bound >= scan.threshold;
     // Sorted lookups rather than a bitmap of every row: a walk touches a few hundred rows,
@@ -339,9 +415,9 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     let stale = sorted_rows(req.stale, n);
     for (i, &r) in pool.iter().enumerate() {
         if let Some(&ahead) = pool.get(i + PREFETCH_AHEAD) {
-            prefetch(scan, ahead as usize);
+            fetch(ahead as usize);
         }
-        offer(&mut heap, r as usize, score(r as usize));
+        consider(&mut heap, r as usize);
     }
     if !outside_can_pass {
         return Ok(Some(heap.into_sorted_vec().into_iter().map(|k| (k.row, k.score)).collect()));
@@ -376,7 +452,7 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
             (req.order.get(i + PREFETCH_AHEAD), req.order_keys.get(i + PREFETCH_AHEAD))
         {
             if !below(ln_row_bound(i + PREFETCH_AHEAD, ahead as usize), ahead_key, offset, ln_cut) {
-                prefetch(scan, ahead as usize);
+                fetch(ahead as usize);
             }
         }
         if r as usize >= n || below(ln_row_bound(i, r as usize), key, offset, ln_cut) {
@@ -390,7 +466,7 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         if scored > req.budget {
             return Ok(None);
         }
-        offer(&mut heap, r, score(r));
+        consider(&mut heap, r);
     }
     for &r in &stale {
         if pool.binary_search(&r).is_ok() {
@@ -404,7 +480,7 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         if scored > req.budget {
             return Ok(None);
         }
-        offer(&mut heap, r, score(r));
+        consider(&mut heap, r);
     }
     Ok(Some(heap.into_sorted_vec().into_iter().map(|k| (k.row, k.score)).collect()))
 }
@@ -507,6 +583,71 @@ mod tests {
         assert_eq!(usage_key(None, &p), f64::INFINITY);
         let floorless = ValueParams { base_floor: 0.0, ..p };
         assert_eq!(usage_key(Some((NOW, 0.0, 0.0, 0.0)), &floorless), f64::NEG_INFINITY);
+    }
+
+    struct Data2 {
+        dim: usize,
+        data: Vec<f32>,
+        norms: Vec<f32>,
+        queries: Vec<f32>,
+    }
+
+    #[test]
+    fn region_bounds_hold_for_every_member() {
+        // Rows around four random directions (so regions are narrow enough to rule some out) and
+        // random queries.
+        let (dim, n) = (12, 600);
+        let mut rng = Rng(0xcafe);
+        let mut signed = |scale: f64| ((rng.unit() * 2.0 - 1.0) * scale) as f32;
+        let dirs: Vec<f32> = (0..4 * dim).map(|_| signed(1.0)).collect();
+        let rows: Vec<f32> = (0..n * dim).map(|i| dirs[(i / dim % 4) * dim + i % dim] + signed(0.3)).collect();
+        let queries: Vec<f32> = (0..3 * dim).map(|_| signed(1.0)).collect();
+        let norms = crate::scoring::row_norms(&rows, dim);
+        let d = Data2 { dim, data: rows, norms, queries };
+        let unit = |v: &[f32]| {
+            let n = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
+            v.iter().map(|&x| (f64::from(x) / n) as f32).collect::<Vec<f32>>()
+        };
+        let cosine = |a: &[f32], b: &[f32]| {
+            let (a, b) = (unit(a), unit(b));
+            a.iter().zip(&b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum::<f64>()
+        };
+        // Four regions: each row goes to its nearest of the first four rows; the radius is the widest member.
+        let centres: Vec<f32> = (0..4).flat_map(|c| unit(&d.data[c * dim..(c + 1) * dim])).collect();
+        let of_row: Vec<usize> = (0..n)
+            .map(|r| {
+                let row = &d.data[r * dim..(r + 1) * dim];
+                (0..4)
+                    .max_by(|&a, &b| {
+                        cosine(row, &centres[a * dim..(a + 1) * dim])
+                            .total_cmp(&cosine(row, &centres[b * dim..(b + 1) * dim]))
+                    })
+                    .unwrap()
+            })
+            .collect();
+        let mut radius = vec![0.0f64; 4];
+        for (r, &c) in of_row.iter().enumerate() {
+            let angle =
+                cosine(&d.data[r * dim..(r + 1) * dim], &centres[c * dim..(c + 1) * dim]).clamp(-1.0, 1.0).acos();
+            radius[c] = radius[c].max(angle);
+        }
+        let ones = vec![1.0f32; 4];
+        let stored = Stored { data: &centres, norms: &ones, dim };
+        let bounds = region_bounds(stored, &radius, &d.queries, 1e-6).unwrap();
+        let rel = relevance(Stored { data: &d.data, norms: &d.norms, dim }, &d.queries).unwrap();
+        for (r, &c) in of_row.iter().enumerate() {
+            assert!(
+                f64::from(rel[r]) <= bounds[c],
+                "row {r}: relevance {} above its region's bound {}",
+                rel[r],
+                bounds[c]
+            );
+        }
+        assert!(bounds.iter().all(|&b| (0.0..=1.0).contains(&b)));
+        assert!(bounds.iter().any(|&b| b < 1.0), "bounds this loose would never skip a region");
+        let zeros = vec![0.0f32; 2 * dim];
+        assert_eq!(region_bounds(stored, &radius, &zeros, 1e-6).unwrap(), vec![0.0; 4]);
+        assert!(region_bounds(stored, &radius[..3], &d.queries, 1e-6).is_err());
     }
 
     #[test]
@@ -629,20 +770,31 @@ mod tests {
                 .collect();
             let plain = Regions { of_row: &of_row, bound: &region_bound, in_order: None };
             let ordered = Regions { in_order: Some(&in_order), ..plain };
+            // A shadow with every ninth row stale (its residual infinite, its f16 copy garbage).
+            let (mut half, mut residual) = crate::shadow::encode_rows(&d.data, d.dim);
+            for r in (0..700).step_by(9) {
+                residual[r] = f32::INFINITY;
+                half[r * d.dim..(r + 1) * d.dim].fill(0x3c00);
+            }
+            let shadow = Shadow { data: &half, residual: &residual, dim: d.dim };
             for regions in [None, Some(plain), Some(ordered)] {
-                let walked = walk(&WalkRequest {
-                    scan: req,
-                    pool: &pool,
-                    bound,
-                    order: &order.rows,
-                    order_keys: &order.keys,
-                    stale: &stale,
-                    budget: usize::MAX,
-                    regions,
-                })
-                .unwrap()
-                .unwrap();
-                assert_eq!(walked, exact, "seed {seed}, {gate:?}, regions: {regions:?}");
+                for shadow in [None, Some(shadow)] {
+                    let walked = walk(&WalkRequest {
+                        scan: req,
+                        pool: &pool,
+                        bound,
+                        order: &order.rows,
+                        order_keys: &order.keys,
+                        stale: &stale,
+                        budget: usize::MAX,
+                        regions,
+                        shadow,
+                    })
+                    .unwrap()
+                    .unwrap();
+                    let read = if shadow.is_some() { "through the shadow" } else { "in f32" };
+                    assert_eq!(walked, exact, "seed {seed}, {gate:?}, regions: {regions:?}, {read}");
+                }
             }
         }
     }
@@ -673,6 +825,7 @@ mod tests {
             stale: &[],
             budget: 0,
             regions: None,
+            shadow: None,
         };
         // A bound under the threshold: nothing outside the pool can pass, so no budget is spent.
         assert_eq!(walk(&w).unwrap().unwrap(), got);
@@ -692,6 +845,7 @@ mod tests {
             stale: &[],
             budget: 5,
             regions: None,
+            shadow: None,
         };
         assert_eq!(walk(&w).unwrap(), None);
         let none = WalkRequest { scan: d.scan(0.0, 0), ..w };

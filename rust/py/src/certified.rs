@@ -3,9 +3,12 @@
 //! [`crate::scoring`].
 
 use crate::errors;
-use crate::scoring::{contiguous, hits_to_arrays, shape, Scan, ScanArrays, Selection, UsageColumns, ValueParams};
+use crate::scoring::{
+    check_query_dim, contiguous, hits_to_arrays, shape, Scan, ScanArrays, Selection, UsageColumns, ValueParams,
+};
 use hippograph_core::certified::{self, UsageOrder};
-use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
+use hippograph_core::scoring::Stored;
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 /// Rows sorted by their usage key, largest first, and the keys.
@@ -50,6 +53,26 @@ fn merge_usage_order<'py>(
     Ok(order_to_arrays(py, order))
 }
 
+/// Each region's relevance bound for `queries` (see `hippograph_core::certified::region_bounds`).
+#[pyfunction]
+fn region_bounds<'py>(
+    py: Python<'py>,
+    centres: PyReadonlyArray2<'py, f32>,
+    radius: PyReadonlyArray1<'py, f64>,
+    queries: PyReadonlyArray2<'py, f32>,
+    slack: f64,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    check_query_dim(py, &centres, &queries)?;
+    let data = contiguous(py, "centres", &centres)?;
+    let radius = contiguous(py, "radius", &radius)?;
+    let queries = contiguous(py, "queries", &queries)?;
+    let ones = vec![1.0f32; centres.shape()[0]];
+    let stored = Stored { data, norms: &ones, dim: centres.shape()[1] };
+    let bounds = errors::detached(py, "region_bounds", || certified::region_bounds(stored, radius, queries, slack))?
+        .map_err(|e| shape(py, e))?;
+    Ok(bounds.into_pyarray(py))
+}
+
 /// Each row's region, each region's relevance bound, and the region at each position of the
 /// order (optional), as Python passes them.
 type RegionArrays<'py> = (PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>, Option<PyReadonlyArray1<'py, u32>>);
@@ -59,7 +82,7 @@ type RegionArrays<'py> = (PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>
 #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
 #[pyo3(signature = (
     matrix, norms, queries, usage, rank, now, params, selection, pool, bound, order, order_keys, stale, budget,
-    regions=None
+    regions=None, shadow=None
 ))]
 fn certified_walk<'py>(
     py: Python<'py>,
@@ -78,7 +101,13 @@ fn certified_walk<'py>(
     stale: PyReadonlyArray1<'py, u32>,
     budget: usize,
     regions: Option<RegionArrays<'py>>,
+    shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
 ) -> PyResult<Option<Scan<'py>>> {
+    let dim = matrix.shape()[1];
+    let shadow = match &shadow {
+        Some((half, residual)) => Some(crate::shadow::borrowed(py, half, residual, dim)?),
+        None => None,
+    };
     let arrays = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
     let req = certified::WalkRequest {
         scan: arrays.request(py, now, params.get(), selection.get())?,
@@ -99,6 +128,7 @@ fn certified_walk<'py>(
             }),
             None => None,
         },
+        shadow,
     };
     let hits = errors::detached(py, "certified_walk", || certified::walk(&req))?.map_err(|e| shape(py, e))?;
     Ok(hits.map(|hits| hits_to_arrays(py, hits)))
@@ -108,5 +138,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(usage_order, m)?)?;
     m.add_function(wrap_pyfunction!(merge_usage_order, m)?)?;
     m.add_function(wrap_pyfunction!(certified_walk, m)?)?;
+    m.add_function(wrap_pyfunction!(region_bounds, m)?)?;
     Ok(())
 }
