@@ -744,3 +744,38 @@ def test_a_growing_repo_refreshes_the_planner_statistics_of_its_tables(
     assert analysed() >= 1
     backend.apply_changeset(cs)  # 200 rows again: 800 written, the next refresh waits for 1,200
     assert backend._statistics.runs == 1
+
+
+def test_a_table_that_fills_late_gets_its_own_refresh(
+    open_backend: Callable[..., Postgres], schema: str, pg_dsn: str
+) -> None:
+    """Links written after a bulk load of nodes reach their own threshold: their empty-table plans
+    would otherwise stay cached until the whole store doubled again."""
+    backend = open_backend(schema=schema)
+    refreshed: list[list[str]] = []
+    analyze = backend._statistics._analyze
+    backend._statistics._analyze = lambda tables: (refreshed.append(list(tables)), analyze(tables))
+    cs = hg.Changeset()
+    for i in range(1200):
+        cs.add_node(_sem(f"n{i:04d}"))
+    backend.apply_changeset(cs)
+    backend._statistics.close()
+    assert refreshed and "links" not in refreshed[-1] and "nodes" in refreshed[-1]
+    cs = hg.Changeset()
+    for i in range(0, 1200, 4):  # 300 links, each stored in both directions: 600 rows
+        cs.add_link(f"n{i:04d}", f"n{i + 1:04d}", "sibling")
+    backend.apply_changeset(cs)
+    backend._statistics.close()
+    assert refreshed[-1] == ["links"]
+
+    def analysed(table: str) -> int:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT analyze_count FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s", (schema, table)
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    deadline = time.monotonic() + 10  # the statistics collector reports the count a little later
+    while analysed("links") == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert analysed("links") >= 1

@@ -14,6 +14,7 @@ import math
 import os
 import secrets
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -163,7 +164,9 @@ class Postgres(DerivedBackend):
             where=self._where,
             write_begin=write_begin,
         )
-        self._statistics = Refresher(lambda: self._read("analyze", lambda tx: tx.run("analyze"), snapshot=False))
+        self._statistics = Refresher(
+            lambda tables: self._read("analyze", lambda tx: [tx.run(f"analyze_{t}") for t in tables], snapshot=False)
+        )
         try:
             self._pool.open(wait=True, timeout=max(self._timeout, connect))
         except psycopg_pool.PoolTimeout as exc:
@@ -206,17 +209,17 @@ class Postgres(DerivedBackend):
 
     def _write(self, operation: str, fn: Callable[[_Write], T], *, resolves_doubt: bool = False) -> T:
         seq: list[int | None] = [None]
-        touched = [0]
+        written: list[Counter[str]] = [Counter()]
 
         def run(tx: _Tx) -> T:
             w = _Write(tx)
             result = fn(w)
             w.finish()
-            seq[0], touched[0] = w.seq, len(w.touched)
+            seq[0], written[0] = w.seq, w.rows
             return result
 
         result = self._transaction(operation, run, write=True, resolves_doubt=resolves_doubt)
-        self._statistics.wrote(touched[0])
+        self._statistics.wrote(written[0])
         if seq[0] is not None and seq[0] % _TRIM_EVERY == 0:
             with contextlib.suppress(StorageError):  # housekeeping: the next trigger tries again
                 self.trim_log()
@@ -391,6 +394,7 @@ class Postgres(DerivedBackend):
         def step(w: _Write) -> tuple[Outcome, IngestionReceipt]:
             claimed = w.tx.one("claim", (w.tx.repo, key, encoded_record, token, record.receipt.stored_at))
             if claimed is not None:
+                w.rows["ingestion"] += 1
                 w.apply(cs, encoded_meta)
                 return Outcome.INSERTED, record.receipt
             row = w.tx.one("get_record", (w.tx.repo, key))

@@ -17,6 +17,7 @@ import psycopg.errors
 
 from ...errors import ConfigError, StorageError
 from .config import _check_repo, _resolve_dsn
+from .statistics import TABLES
 from .tx import _CONFLICT_STATES, _RACE_STATES, Conn, _rollback
 
 __all__ = ["SCHEMA_VERSION", "drop_repo"]
@@ -147,7 +148,6 @@ _SQL: Final[dict[str, str]] = {
     # nodes
     # Every link of the given nodes, as two index lookups (from them: the primary key; to them:
     # links_by_b); one predicate with OR would scan every link of the repo.
-    "analyze": "ANALYZE {s}.nodes, {s}.embeddings, {s}.links, {s}.metadata, {s}.ingestion",
     "unlink": (
         "WITH out_links AS (DELETE FROM {s}.links WHERE repo = %(repo)s AND a = ANY(%(ids)s)) "
         "DELETE FROM {s}.links WHERE b = ANY(%(ids)s) AND repo = %(repo)s AND NOT a = ANY(%(ids)s)"
@@ -308,6 +308,9 @@ def _check_schema(schema: object) -> str:
     if schema.startswith("pg_") or schema == "information_schema":
         raise ConfigError(f"schema {schema!r} is reserved by PostgreSQL")
     return schema
+
+
+_SQL.update({f"analyze_{table}": f"ANALYZE {{s}}.{table}" for table in TABLES})
 
 
 def _sql_map(schema: str) -> dict[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -115,6 +116,8 @@ class _Write:
         self.tx = tx
         self.touched: set[str] = set()
         self.seq: int | None = None
+        self.rows: Counter[str] = Counter()
+        """Rows written per table (for `statistics.Refresher`)."""
 
     def apply(self, cs: Changeset, meta_rows: Mapping[str, bytes]) -> None:
         """Additions, then links, then metadata (the `apply_changeset` order)."""
@@ -138,10 +141,9 @@ class _Write:
             bare = [k for k, n in nodes if n.embedding is None]
             if bare:
                 tx.run("del_emb", (repo, bare))
-            tx.many(
-                "put_emb",
-                [(repo, k, codec.encode_embedding(n.embedding)) for k, n in nodes if n.embedding is not None],
-            )
+            embedded = [(repo, k, codec.encode_embedding(n.embedding)) for k, n in nodes if n.embedding is not None]
+            tx.many("put_emb", embedded)
+            self.rows.update(nodes=len(nodes), embeddings=len(embedded))
             self.touched.update(last)
         self.link([(a, b, e) for a, b, e in normalised_links(cs)])
         self.put_meta(meta_rows)
@@ -152,10 +154,12 @@ class _Write:
         if rows:
             a, edge, b = ([_key(r[0]) for r in rows], [r[1] for r in rows], [_key(r[2]) for r in rows])
             self.tx.run("put_links", {"repo": self.tx.repo, "a": a, "edge": edge, "b": b})
+            self.rows["links"] += len(rows)
 
     def put_meta(self, meta_rows: Mapping[str, bytes]) -> None:
         rows = sorted((_key(i), data) for i, data in meta_rows.items())
         self.tx.many("put_meta", [(self.tx.repo, k, data) for k, data in rows])
+        self.rows["metadata"] += len(rows)
         self.touched.update(meta_rows)
 
     def delete_nodes(self, ids: Iterable[str]) -> list[str]:
