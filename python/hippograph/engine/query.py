@@ -186,13 +186,16 @@ def certified_scan(
     """
     n = len(columns.ids)
     pending = columns.pending_rows(ann)  # before the search: see `TypeColumns.pending_rows`
-    pool = max(top_k, 16)  # per query vector; the walk makes a deeper first pool rarely worth its search cost
+    # Per query vector: the walk makes a deeper first pool rarely worth its search cost. With tags
+    # the answer is shared among the vectors: half as deep each, for searches that cost about as
+    # much per vector as they are deep, and the walk finishes the rest.
+    first = pool = max(top_k, 16) if len(queries) == 1 else max(top_k // 2, 8)
     while True:
         found = ann.knn(queries, pool)
         if found is None:
             return None
         labels, sims = found
-        if pool == max(top_k, 16):
+        if pool == first:
             top = float(sims[:, 0].max())
             if tops is not None:
                 tops.append(top)
