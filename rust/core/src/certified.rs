@@ -585,13 +585,6 @@ mod tests {
         assert_eq!(usage_key(Some((NOW, 0.0, 0.0, 0.0)), &floorless), f64::NEG_INFINITY);
     }
 
-    struct Data2 {
-        dim: usize,
-        data: Vec<f32>,
-        norms: Vec<f32>,
-        queries: Vec<f32>,
-    }
-
     #[test]
     fn region_bounds_hold_for_every_member() {
         // Rows around four random directions (so regions are narrow enough to rule some out) and
@@ -603,7 +596,6 @@ mod tests {
         let rows: Vec<f32> = (0..n * dim).map(|i| dirs[(i / dim % 4) * dim + i % dim] + signed(0.3)).collect();
         let queries: Vec<f32> = (0..3 * dim).map(|_| signed(1.0)).collect();
         let norms = crate::scoring::row_norms(&rows, dim);
-        let d = Data2 { dim, data: rows, norms, queries };
         let unit = |v: &[f32]| {
             let n = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
             v.iter().map(|&x| (f64::from(x) / n) as f32).collect::<Vec<f32>>()
@@ -613,10 +605,10 @@ mod tests {
             a.iter().zip(&b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum::<f64>()
         };
         // Four regions: each row goes to its nearest of the first four rows; the radius is the widest member.
-        let centres: Vec<f32> = (0..4).flat_map(|c| unit(&d.data[c * dim..(c + 1) * dim])).collect();
+        let centres: Vec<f32> = (0..4).flat_map(|c| unit(&rows[c * dim..(c + 1) * dim])).collect();
         let of_row: Vec<usize> = (0..n)
             .map(|r| {
-                let row = &d.data[r * dim..(r + 1) * dim];
+                let row = &rows[r * dim..(r + 1) * dim];
                 (0..4)
                     .max_by(|&a, &b| {
                         cosine(row, &centres[a * dim..(a + 1) * dim])
@@ -627,14 +619,13 @@ mod tests {
             .collect();
         let mut radius = vec![0.0f64; 4];
         for (r, &c) in of_row.iter().enumerate() {
-            let angle =
-                cosine(&d.data[r * dim..(r + 1) * dim], &centres[c * dim..(c + 1) * dim]).clamp(-1.0, 1.0).acos();
+            let angle = cosine(&rows[r * dim..(r + 1) * dim], &centres[c * dim..(c + 1) * dim]).clamp(-1.0, 1.0).acos();
             radius[c] = radius[c].max(angle);
         }
         let ones = vec![1.0f32; 4];
         let stored = Stored { data: &centres, norms: &ones, dim };
-        let bounds = region_bounds(stored, &radius, &d.queries, 1e-6).unwrap();
-        let rel = relevance(Stored { data: &d.data, norms: &d.norms, dim }, &d.queries).unwrap();
+        let bounds = region_bounds(stored, &radius, &queries, 1e-6).unwrap();
+        let rel = relevance(Stored { data: &rows, norms: &norms, dim }, &queries).unwrap();
         for (r, &c) in of_row.iter().enumerate() {
             assert!(
                 f64::from(rel[r]) <= bounds[c],
@@ -647,7 +638,7 @@ mod tests {
         assert!(bounds.iter().any(|&b| b < 1.0), "bounds this loose would never skip a region");
         let zeros = vec![0.0f32; 2 * dim];
         assert_eq!(region_bounds(stored, &radius, &zeros, 1e-6).unwrap(), vec![0.0; 4]);
-        assert!(region_bounds(stored, &radius[..3], &d.queries, 1e-6).is_err());
+        assert!(region_bounds(stored, &radius[..3], &queries, 1e-6).is_err());
     }
 
     #[test]
