@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hippograph.engine import columns as columns_module
+from hippograph.engine.columns import TypeColumns
 from hippograph.engine.regions import NO_REGION, Regions, partition
+from hippograph.engine.vector_index import AnnConfig, ann_available
 
 
 def _data(seed: int, n: int, dim: int, clustered: bool) -> npt.NDArray[np.float32]:
@@ -68,3 +75,53 @@ def test_rows_placed_forgotten_and_moved_keep_the_bounds(seed: int, n: int, dim:
     q = rng.standard_normal((2, dim)).astype(np.float32)
     _assert_bounds_hold(regions, matrix, q)
     assert regions.of_row[last] == NO_REGION
+
+
+class _WritesBetweenHolds:
+    """A shared lock whose `at`-th hold is preceded by `write`: a writer that ran between two holds."""
+
+    def __init__(self, at: int, write: Callable[[], None]) -> None:
+        self.holds, self.at, self.write = 0, at, write
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        self.holds += 1
+        if self.holds == self.at:
+            self.write()
+        yield
+
+
+@pytest.mark.skipif(not ann_available(), reason="regions are built beside an HNSW index (the ann extra)")
+@pytest.mark.parametrize("at", [2, 5, 9, 10])  # before the first chunk, a middle one, the last one, publishing
+def test_regions_computed_while_rows_come_and_go_bound_every_member(monkeypatch: pytest.MonkeyPatch, at: int) -> None:
+    """The upkeep thread copies the rows in short holds; writes between them add rows, remove rows
+    (swap-removes move later rows into copied ones) and give rows new vectors. The regions must
+    still be built, and every row they place must lie within its region's bound."""
+    monkeypatch.setattr(columns_module, "_COPY_CHUNK", 16)
+    rng = np.random.default_rng(at)
+    dim = 8
+    cols = TypeColumns(AnnConfig(min_nodes=1, background=False))
+    for i, v in enumerate(_data(at, 120, dim, clustered=True)):
+        cols.upsert(f"n{i:03d}", v, None)
+    assert cols.build_vector_index()
+    cols.regions = None  # as after loading a saved index: the upkeep thread computes them
+
+    def write() -> None:
+        for i, v in enumerate(_data(at + 1, 60, dim, clustered=False) * 5):
+            cols.upsert(f"m{i:03d}", v, None)
+        for node_id in rng.choice(cols.ids[:100], size=30, replace=False).tolist():
+            cols.remove(node_id)
+        for node_id in cols.ids[:10]:
+            cols.upsert(node_id, rng.standard_normal(dim).astype(np.float32), None)
+
+    cols._build_regions(_WritesBetweenHolds(at, write))
+    regions = cols.regions
+    assert regions is not None
+    n = len(cols.ids)
+    assert n == 120 + 60 - 30
+    placed = regions.of_row[: min(n, len(regions.of_row))] != NO_REGION
+    assert placed.sum() >= 20, "the rows no write touched keep their regions"
+    queries = rng.standard_normal((3, dim)).astype(np.float32)
+    _assert_bounds_hold(regions, cols.matrix()[:n], queries)
+    for r in range(0, n, 7):
+        _assert_bounds_hold(regions, cols.matrix()[:n], cols.matrix()[r : r + 1] + 0.01)

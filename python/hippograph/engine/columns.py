@@ -255,8 +255,8 @@ class TypeColumns:
             count, dim = len(self.ids), self.dim
         matrix, norms = np.zeros((count, dim), np.float32), np.zeros(count, np.float32)
         for start in range(0, count, _COPY_CHUNK):  # short holds: a writer never waits for the whole copy
-            with lock.read():
-                stop = min(start + _COPY_CHUNK, len(self.ids))
+            with lock.read():  # rows past `count` came meanwhile and rows past the end went: none of them is copied
+                stop = min(start + _COPY_CHUNK, count, len(self.ids))
                 matrix[start:stop], norms[start:stop] = self._mat[start:stop], self._norms[start:stop]
         try:
             built = regions_.partition(matrix, norms, len(matrix))
