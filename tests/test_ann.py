@@ -1104,6 +1104,40 @@ def test_vectors_written_after_the_build_are_answered_before_the_graph_absorbs_t
     assert answered and answered[-1] is True, "the certified path must have answered"
 
 
+@pytest.mark.parametrize("kind", ["memory", "lmdb"])
+def test_vectors_written_while_a_calibration_runs_join_the_graph_before_it_ends(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A calibration takes seconds on a large type and writes go on meanwhile: their vectors join the
+    graph between its sample queries, so queries do not score a growing pending segment all that time.
+    (The backends whose columns take in a write as it is made; PostgreSQL's take it in at the next read.)"""
+    b = InMemory(ann=BACKGROUND) if kind == "memory" else LMDB(tmp_path / "store", ann=BACKGROUND)
+    b.apply_changeset(random_graph(44))
+    b.build_vector_index()
+    pending: list[int] = []
+    real = hg.engine.query._trials
+    rng = np.random.default_rng(44)
+
+    def trials(columns: Any, ann: Any, *args: Any) -> Any:
+        if not pending:  # a write between two steps of the calibration (it holds no lock here)
+            b.apply_changeset(hg.Changeset().add_nodes([semantic(f"w{i}", rng_vec(rng)) for i in range(3)]))
+            pending.append(len(ann.pending))
+        got = real(columns, ann, *args)
+        pending.append(len(ann.pending))
+        return got
+
+    monkeypatch.setattr(hg.engine.query, "_trials", trials)
+    index = type_index(b)
+    index.ann.calibration = None  # measured again, by the upkeep thread, at the next approximate query
+    node = b.get_node("n0000")
+    assert node is not None and node.embedding is not None
+    find(b, np.asarray(node.embedding, np.float32), vf=params(0.0, 5))
+    wait_until(lambda: calibrated(b), "the upkeep thread measured the index again")
+    assert pending[0] == 3, "the write's vectors were pending when the calibration went on"
+    assert pending[1] == 0, "they joined the graph during the calibration's sample queries"
+    b.close()
+
+
 def test_queries_near_nothing_stored_go_to_the_exact_scan(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
     b = make()
     b.apply_changeset(random_graph(42))

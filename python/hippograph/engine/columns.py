@@ -362,9 +362,13 @@ class TypeColumns:
                 self.upkeep_error = exc
 
     def _held(self, lock: SharedLock) -> Callable[[], AbstractContextManager[None]]:
-        """`lock.read`, refused once the builds are closed: a calibration stops at its next step."""
+        """`lock.read`, refused once the builds are closed: a calibration stops at its next step.
+        Vectors written meanwhile join the graph first: a calibration takes many seconds, and queries
+        would otherwise score a growing pending segment exactly all that time."""
 
         def hold() -> AbstractContextManager[None]:
+            while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
+                pass
             if self._builds_closed:
                 raise shutdown.Closed
             return lock.read()
