@@ -2,7 +2,9 @@
 
 Keys leave gaps (`_RANK_SPACING`), so a new id takes a key between its
 neighbours' and a removal drops one: a write followed by a recall costs a
-binary search per changed id, not a pass over the type. When a gap runs out
+binary search per changed id, not a pass over the type (the ids in key order
+are a `sortedcontainers.SortedList`: an id that sorts first is not a shift of
+every other, as in a plain list). When a gap runs out
 (ids that keep arriving between the same two neighbours), the keys of a
 neighbourhood, doubled until it has room, are spread again; only when the
 whole key space is crowded are all keys dealt again. The Rust core only
@@ -11,12 +13,12 @@ compares keys.
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
+from sortedcontainers import SortedList
 
 from .mapped_ids import snapshot
 
@@ -36,7 +38,7 @@ class TieBreak:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rank: npt.NDArray[np.uint32] | None = None
-        self._sorted: list[str] | None = None
+        self._sorted: SortedList | None = None
         self._adopted: Sequence[str] | None = None
         """Ids of rows whose keys were taken over (`adopt`), until `_ordered` lists them by key."""
 
@@ -46,11 +48,11 @@ class TieBreak:
         with self._lock:
             self._rank, self._sorted, self._adopted = rank, None, snapshot(ids)  # rows move later
 
-    def _ordered(self) -> list[str] | None:
+    def _ordered(self) -> SortedList | None:
         """The ids in key order (listed from adopted keys on first need); None when not kept."""
         if self._sorted is None and self._adopted is not None and self._rank is not None:
             # Called before the keys change (an append or a removal): they still match the snapshot.
-            self._sorted = [self._adopted[i] for i in np.argsort(self._rank, kind="stable").tolist()]
+            self._sorted = SortedList(self._adopted[i] for i in np.argsort(self._rank, kind="stable").tolist())
             self._adopted = None
         return self._sorted
 
@@ -68,7 +70,7 @@ class TieBreak:
         ranked = 0 if self._rank is None else len(self._rank)
         listed = None if self._rank is None else self._ordered()
         if self._rank is None or listed is None or not 0 <= n - ranked <= _RANK_MERGE_MAX:
-            self._sorted = sorted(ids)
+            self._sorted = SortedList(ids)
             return self._deal(row)
         rank, ordered = self._rank.copy(), listed  # a copy: readers may still use the last keys
         keys: dict[str, int] = {}
@@ -84,17 +86,17 @@ class TieBreak:
                 rank[row[node_id]] = value
 
         for node_id in ids[ranked:]:
-            at = bisect.bisect_left(ordered, node_id)
+            at = ordered.bisect_left(node_id)
             low = key(ordered[at - 1]) if at else -1
             high = key(ordered[at]) if at < len(ordered) else _RANK_TOP + 1
-            ordered.insert(at, node_id)
+            ordered.add(node_id)
             if high - low >= 2:
                 appended = high > _RANK_TOP and low + _RANK_SPACING <= _RANK_TOP
                 keys[node_id] = low + _RANK_SPACING if appended else (low + high) // 2
                 continue
             window = _window(ordered, at, key)
             if window is None:  # the whole key space is crowded: deal every key again
-                self._sorted = sorted(ids)
+                self._sorted = SortedList(ids)
                 return self._deal(row)
             start, stop, left, right = window
             step = (right - left) // (stop - start + 1)
@@ -122,13 +124,12 @@ class TieBreak:
             if rank is None or ordered is None or len(rank) != last + 1:
                 self._rank = self._sorted = None  # not caught up with appends: dealt afresh when asked
                 return
-            at = bisect.bisect_left(ordered, node_id)
-            del ordered[at]
+            ordered.remove(node_id)
             rank[r] = rank[last]
             self._rank = rank[:last]
 
 
-def _window(ordered: list[str], at: int, key: Callable[[str], int]) -> tuple[int, int, int, int] | None:
+def _window(ordered: SortedList, at: int, key: Callable[[str], int]) -> tuple[int, int, int, int] | None:
     """The smallest run of ids around position `at` (doubling its width) whose keys can be spread evenly
     between its outer neighbours' with room to spare: (start, stop, left key, right key); None when even
     the whole list cannot. Relabelling a neighbourhood, not every row, keeps a crowded gap cheap."""
