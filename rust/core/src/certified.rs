@@ -24,13 +24,13 @@
 //! row with a high usage factor.
 
 use crate::scoring::{
-    default_value, normalise_queries, relevance, relevance_block, usage_weight, Gate, ScanRequest, ShapeError, Stored,
-    ValueParams,
+    default_value, normalise_queries, relevance, relevance_block, usage_weight, Gate, MetaColumns, ScanRequest,
+    ShapeError, Stored, ValueParams,
 };
 use crate::shadow::Shadow;
 use rayon::prelude::*;
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// Rows sorted by [`usage_key`], largest first (ties by row).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -173,56 +173,51 @@ fn below(ln_bound: f64, key: f64, offset: f64, ln_cut: f64) -> bool {
 /// scattered over the matrix, so each would otherwise wait on a cache miss.
 const PREFETCH_AHEAD: usize = 8;
 
-/// Asks the CPU to start loading row `r` and its metadata (a hint: it never faults).
+/// Asks the CPU to start loading the cache lines at `lines` (a hint: it never faults).
 #[inline(always)]
-fn prefetch(scan: &ScanRequest<'_>, r: usize) {
+fn prefetch_lines(lines: impl IntoIterator<Item = *const i8>) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let dim = scan.stored.dim;
-        let Some(row) = scan.stored.data.get(r * dim..(r + 1) * dim) else {
-            return;
-        };
-        let m = &scan.meta;
-        let meta = [
-            m.timestamp.as_ptr().wrapping_add(r) as *const i8,
-            m.access_count.as_ptr().wrapping_add(r) as *const i8,
-            m.reward_count.as_ptr().wrapping_add(r) as *const i8,
-            m.cumulative_reward.as_ptr().wrapping_add(r) as *const i8,
-        ];
-        // SAFETY: prefetching is only a hint; it reads nothing and cannot fault, whatever the address.
-        unsafe {
-            for line in row.chunks(16) {
-                _mm_prefetch::<_MM_HINT_T0>(line.as_ptr() as *const i8);
-            }
-            for p in meta {
-                _mm_prefetch::<_MM_HINT_T0>(p);
-            }
+        for p in lines {
+            // SAFETY: prefetching is only a hint; it reads nothing and cannot fault, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (scan, r);
+    for _ in lines {}
 }
 
-/// Asks the CPU to start loading row `r` of the shadow (a hint: it never faults).
+/// The cache lines of row `r`'s metadata: every column the value function reads.
+fn meta_lines(m: &MetaColumns<'_>, r: usize) -> [*const i8; 5] {
+    [
+        m.has_meta.as_ptr().wrapping_add(r) as *const i8,
+        m.timestamp.as_ptr().wrapping_add(r) as *const i8,
+        m.access_count.as_ptr().wrapping_add(r) as *const i8,
+        m.reward_count.as_ptr().wrapping_add(r) as *const i8,
+        m.cumulative_reward.as_ptr().wrapping_add(r) as *const i8,
+    ]
+}
+
+/// Starts loading row `r` and its metadata.
 #[inline(always)]
-fn prefetch_half(shadow: Shadow<'_>, r: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let dim = shadow.dim;
-        let Some(row) = shadow.data.get(r * dim..(r + 1) * dim) else {
-            return;
-        };
-        // SAFETY: prefetching is only a hint; it reads nothing and cannot fault, whatever the address.
-        unsafe {
-            for line in row.chunks(32) {
-                _mm_prefetch::<_MM_HINT_T0>(line.as_ptr() as *const i8);
-            }
-        }
+fn prefetch(scan: &ScanRequest<'_>, r: usize) {
+    let dim = scan.stored.dim;
+    if let Some(row) = scan.stored.data.get(r * dim..(r + 1) * dim) {
+        prefetch_lines(row.chunks(16).map(|line| line.as_ptr() as *const i8).chain(meta_lines(&scan.meta, r)));
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (shadow, r);
+}
+
+/// Starts loading row `r` of the shadow, its residual and the row's metadata: all a shadow test reads.
+#[inline(always)]
+fn prefetch_half(scan: &ScanRequest<'_>, shadow: Shadow<'_>, r: usize) {
+    let dim = shadow.dim;
+    if let Some(row) = shadow.data.get(r * dim..(r + 1) * dim) {
+        let residual = shadow.residual.as_ptr().wrapping_add(r) as *const i8;
+        prefetch_lines(
+            row.chunks(32).map(|line| line.as_ptr() as *const i8).chain(meta_lines(&scan.meta, r)).chain([residual]),
+        );
+    }
 }
 
 /// A scored row in the bounded top-k heap; "greater" means worse, so the heap's top is the worst kept.
@@ -404,7 +399,7 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         }
     };
     let fetch = |r: usize| match req.shadow {
-        Some(sh) => prefetch_half(sh, r),
+        Some(sh) => prefetch_half(scan, sh, r),
         None => prefetch(scan, r),
     };
     // Under the relevance gate no row outside the pool passes when the bound is below the threshold.
@@ -437,36 +432,51 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         Some(g) => ln_region(g.of_row.get(r)),
         None => ln_outside,
     };
-    let mut cut_seen = f64::NAN;
-    let mut ln_cut = f64::NEG_INFINITY;
+    let mut ln_cut = ln_positive(cutoff(&heap));
     let mut scored = 0usize;
-    for (i, (&r, &key)) in req.order.iter().zip(req.order_keys).enumerate() {
-        let cut = cutoff(&heap);
-        if cut.to_bits() != cut_seen.to_bits() {
-            (cut_seen, ln_cut) = (cut, ln_positive(cut));
+    // A scout runs ahead of the walk and starts loading the next rows it will score: most rows the
+    // walk passes are ruled out by their region, so a fixed distance in the order would prefetch
+    // almost nothing. The scout judges by the cut it saw, never above the walk's (the cut only
+    // rises), so it skips no row the walk would score.
+    let mut ahead: VecDeque<usize> = VecDeque::with_capacity(PREFETCH_AHEAD);
+    let mut scout = 0usize;
+    let mut scouting = true;
+    loop {
+        while scouting && ahead.len() < PREFETCH_AHEAD {
+            let (Some(&r), Some(&key)) = (req.order.get(scout), req.order_keys.get(scout)) else {
+                scouting = false;
+                break;
+            };
+            if below(ln_outside, key, offset, ln_cut) {
+                scouting = false; // every later row has a smaller key
+                break;
+            }
+            let wanted = (r as usize) < n
+                && !below(ln_row_bound(scout, r as usize), key, offset, ln_cut)
+                && stale.binary_search(&r).is_err()
+                && pool.binary_search(&r).is_err();
+            if wanted {
+                fetch(r as usize);
+                ahead.push_back(scout);
+            }
+            scout += 1;
         }
+        let Some(i) = ahead.pop_front() else {
+            break;
+        };
+        let (r, key) = (req.order[i] as usize, req.order_keys[i]);
         if below(ln_outside, key, offset, ln_cut) {
             break;
         }
-        if let (Some(&ahead), Some(&ahead_key)) =
-            (req.order.get(i + PREFETCH_AHEAD), req.order_keys.get(i + PREFETCH_AHEAD))
-        {
-            if !below(ln_row_bound(i + PREFETCH_AHEAD, ahead as usize), ahead_key, offset, ln_cut) {
-                fetch(ahead as usize);
-            }
-        }
-        if r as usize >= n || below(ln_row_bound(i, r as usize), key, offset, ln_cut) {
+        if below(ln_row_bound(i, r), key, offset, ln_cut) {
             continue; // its region keeps it below the k-th score: no need to read its vector
         }
-        if stale.binary_search(&r).is_ok() || pool.binary_search(&r).is_ok() {
-            continue;
-        }
-        let r = r as usize;
         scored += 1;
         if scored > req.budget {
             return Ok(None);
         }
         consider(&mut heap, r);
+        ln_cut = ln_positive(cutoff(&heap));
     }
     for &r in &stale {
         if pool.binary_search(&r).is_ok() {
