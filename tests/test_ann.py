@@ -1138,6 +1138,32 @@ def test_vectors_written_while_a_calibration_runs_join_the_graph_before_it_ends(
     b.close()
 
 
+def test_queries_answered_during_a_calibration_keep_the_depth_last_chosen(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calibration measures each search depth on its own calls: the index's depth, which every
+    other query uses meanwhile, changes only once the calibration has chosen."""
+    b = make()
+    b.apply_changeset(random_graph(45))
+    b.build_vector_index()
+    ann = type_index(b).ann
+    ann.ef_search, ann.calibration = 700, None
+    seen: list[tuple[int, int]] = []
+    real = hg.engine.query._trials
+
+    def trials(columns: Any, index: Any, *args: Any) -> Any:
+        seen.append((index.ef_search, args[-1]))
+        return real(columns, index, *args)
+
+    monkeypatch.setattr(hg.engine.query, "_trials", trials)
+    node = b.get_node("n0000")
+    assert node is not None and node.embedding is not None
+    find(b, np.asarray(node.embedding, np.float32), vf=params(0.0, 5))  # calibrates first: background is off
+    assert seen and seen[0][1] == CFG.ef_search, "the first depth measured is the configured one"
+    assert all(depth == 700 for depth, _ in seen), "the index kept its depth while it was measured"
+    assert ann.ef_search in {ef for _, ef in seen}, "then took the depth chosen"
+
+
 def test_queries_near_nothing_stored_go_to_the_exact_scan(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
     b = make()
     b.apply_changeset(random_graph(42))

@@ -338,12 +338,7 @@ class TypeColumns:
                         return
                 continue
             self._wake.clear()
-            # Let a burst of writes (an ingestion, the recall that follows it) pass first: pending vectors
-            # are answered exactly meanwhile. Sleeping, not waiting on `_wake`: a write wakes no thread.
-            while not self._builds_closed and len(self._pending_of()) < _ABSORB_NOW:
-                if (quiet := time.monotonic() - self._woken_at) >= _SETTLE_S:
-                    break
-                time.sleep(_SETTLE_S - quiet)
+            self._let_writes_pass()
             self._wake.clear()
             try:
                 while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
@@ -361,12 +356,23 @@ class TypeColumns:
             except Exception as exc:  # queries go on as they are; the next write or query asks again
                 self.upkeep_error = exc
 
+    def _let_writes_pass(self) -> None:
+        """Waits until no write woke this thread for `_SETTLE_S` (or `_ABSORB_NOW` vectors wait): a burst
+        of writes (an ingestion, and the recall that follows it) goes first, and pending vectors are
+        answered exactly meanwhile. Sleeping, not waiting on `_wake`: a write wakes no thread."""
+        while not self._builds_closed and len(self._pending_of()) < _ABSORB_NOW:
+            if (quiet := time.monotonic() - self._woken_at) >= _SETTLE_S:
+                break
+            time.sleep(_SETTLE_S - quiet)
+
     def _held(self, lock: SharedLock) -> Callable[[], AbstractContextManager[None]]:
         """`lock.read`, refused once the builds are closed: a calibration stops at its next step.
-        Vectors written meanwhile join the graph first: a calibration takes many seconds, and queries
-        would otherwise score a growing pending segment exactly all that time."""
+        Each step first lets writes pass, then has the vectors they wrote join the graph: a calibration
+        takes many seconds, and queries would otherwise score a growing pending segment exactly all that
+        time, or contend with the calibration's steps right after each write."""
 
         def hold() -> AbstractContextManager[None]:
+            self._let_writes_pass()
             while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
                 pass
             if self._builds_closed:

@@ -168,6 +168,7 @@ def certified_scan(
     *,
     floor: float = -np.inf,
     tops: list[float] | None = None,
+    ef: int | None = None,
 ) -> Hits | None:
     """Top rows by exact score from vector-index candidate pools, or None when the exact scan must answer.
 
@@ -182,7 +183,8 @@ def certified_scan(
     A query whose nearest indexed vector is less similar than `floor` (no
     query vector lands near the data, where a graph search misses
     neighbours) goes to the exact scan as well; `tops` receives that
-    similarity, for calibration to choose `floor`.
+    similarity, for calibration to choose `floor`. `ef`: the search depth to measure (None: the
+    index's own), passed per call so queries answered meanwhile keep the depth last chosen.
     """
     n = len(columns.ids)
     pending = columns.pending_rows(ann)  # before the search: see `TypeColumns.pending_rows`
@@ -191,7 +193,7 @@ def certified_scan(
     # much per vector as they are deep, and the walk finishes the rest.
     first = pool = max(top_k, 16) if len(queries) == 1 else max(top_k // 2, 8)
     while True:
-        found = ann.knn(queries, pool)
+        found = ann.knn(queries, pool, ef)
         if found is None:
             return None
         labels, sims = found
@@ -359,6 +361,7 @@ def _trials(
     params: ScanParams,
     now: float,
     hold: Hold,
+    ef: int,
 ) -> list[_Trial]:
     out: list[_Trial] = []
     for q, want in zip(samples, truth, strict=True):
@@ -366,7 +369,7 @@ def _trials(
         with hold():
             start = time.perf_counter()
             got = certified_scan(
-                columns, ann, q, params.top_k, params.threshold, _walk(columns, q, params, now, None), tops=tops
+                columns, ann, q, params.top_k, params.threshold, _walk(columns, q, params, now, None), tops=tops, ef=ef
             )
             seconds = time.perf_counter() - start
         recall = None if got is None else len({r for r, _ in got} & want) / len(want) if want else 1.0
@@ -491,8 +494,7 @@ def calibrate(
     ef, most = config.ef_search, max(config.ef_search, config.max_ef_search)
     best: tuple[int, _Routing] | None = None
     while True:
-        ann.ef_search = ef
-        trials = _trials(columns, ann, samples, truth, params, now, hold)
+        trials = _trials(columns, ann, samples, truth, params, now, hold, ef)
         routing = _route(trials, labels, exact_each, config.target_recall, costed, asked)
         meets = routing.meets
         if meets and (best is None or routing.cost < _DEEPER_GAIN * best[1].cost):

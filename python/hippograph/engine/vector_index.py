@@ -277,13 +277,16 @@ class VectorIndex:
                 self.index.mark_deleted(label)
             self.reclaimable += 1
 
-    def knn(self, queries: npt.NDArray[np.float32], k: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any]] | None:
-        """Labels and cosine similarities of the k nearest per query, or None if hnswlib cannot answer."""
+    def knn(
+        self, queries: npt.NDArray[np.float32], k: int, ef: int | None = None
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]] | None:
+        """Labels and cosine similarities of the k nearest per query, or None if hnswlib cannot answer.
+        `ef`: the search depth (None: `ef_search`; at least k either way)."""
         k = min(k, len(self))
         if k == 0:
             return None
         with self.lock:
-            self.index.set_ef(max(self.ef_search, k))
+            self.index.set_ef(max(self.ef_search if ef is None else ef, k))
             try:
                 labels, distances = self.index.knn_query(queries, k=k)
             except RuntimeError:
