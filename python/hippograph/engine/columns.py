@@ -360,7 +360,11 @@ class TypeColumns:
         """Waits until no write woke this thread for `_SETTLE_S` (or `_ABSORB_NOW` vectors wait): a burst
         of writes (an ingestion, and the recall that follows it) goes first, and pending vectors are
         answered exactly meanwhile. Sleeping, not waiting on `_wake`: a write wakes no thread."""
+        lock = self._lock
         while not self._builds_closed and len(self._pending_of()) < _ABSORB_NOW:
+            if lock is not None:
+                with lock.read():  # a waiting writer goes first: a write in flight has staged its vectors
+                    pass
             if (quiet := time.monotonic() - self._woken_at) >= _SETTLE_S:
                 break
             time.sleep(_SETTLE_S - quiet)
