@@ -96,10 +96,15 @@ pub fn merge_usage_order(
     let mut fresh: Vec<(f64, u32)> = changed.iter().map(|&r| (usage_key(meta.row(r as usize), p), r)).collect();
     let first = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
     fresh.sort_unstable_by(first);
+    // A flag per row rather than a binary search per row of the order: the pass stays linear.
+    let mut is_changed = vec![false; n];
+    for &r in &changed {
+        is_changed[r as usize] = true;
+    }
     let kept = order_rows
         .iter()
         .zip(order_keys)
-        .filter(|(&r, _)| (r as usize) < n && changed.binary_search(&r).is_err())
+        .filter(|(&r, _)| is_changed.get(r as usize) == Some(&false))
         .map(|(&r, &k)| (k, r));
     let mut rows = Vec::with_capacity(n);
     let mut keys = Vec::with_capacity(n);
