@@ -658,12 +658,14 @@ pub struct ScanRequest<'a> {
 /// are computed block by block while the rows are still in cache.
 const SCAN_BLOCK: usize = 4096;
 
-/// The `k`-th largest of `values` (`0 < k <= values.len()`): a sorted buffer of the best `k` for a
-/// small `k` (most values fail one comparison), else a selection over a copy.
+/// The `k`-th largest of `values` (`0 < k <= values.len()`, by `f32::total_cmp`): a sorted buffer
+/// of the best `k` for a small `k` (most values fail one comparison), else a selection over
+/// order-preserving integer keys (a buffer of a few dozen would take a binary search and a shift
+/// for many of the values).
 fn kth_largest(values: &[f32], k: usize) -> f32 {
-    if k > 128 {
-        let mut sorted = values.to_vec();
-        return *sorted.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1;
+    if k > 16 {
+        let mut keys: Vec<u32> = values.iter().map(|&v| total_order_key(v)).collect();
+        return from_total_order_key(*keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a)).1);
     }
     let mut best: Vec<f32> = Vec::with_capacity(k + 1);
     for &v in values {
@@ -675,6 +677,21 @@ fn kth_largest(values: &[f32], k: usize) -> f32 {
         best.truncate(k);
     }
     best[k - 1]
+}
+
+/// An unsigned key that orders like `f32::total_cmp`: negatives (sign bit set) reversed below
+/// the positives.
+fn total_order_key(v: f32) -> u32 {
+    let bits = v.to_bits();
+    if bits >> 31 == 1 {
+        !bits
+    } else {
+        bits | 0x8000_0000
+    }
+}
+
+fn from_total_order_key(key: u32) -> f32 {
+    f32::from_bits(if key >> 31 == 1 { key & 0x7fff_ffff } else { !key })
 }
 
 /// Rows valued per answer slot when a block seeds its floor: the best `SEED_ROWS × top_k` by
@@ -1181,5 +1198,35 @@ mod tests {
         };
         let got = scan_default(&req).unwrap();
         assert_eq!(got.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 2]);
+    }
+
+    #[test]
+    fn kth_largest_agrees_with_a_full_sort() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MIN_POSITIVE, -1.0];
+        for n in [1usize, 2, 17, 40, 300, 1000] {
+            let values: Vec<f32> = (0..n)
+                .map(|i| {
+                    let r = next();
+                    if r % 13 == 0 {
+                        specials[i % specials.len()]
+                    } else {
+                        ((r >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0) as f32
+                    }
+                })
+                .collect();
+            let mut sorted = values.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            for k in [1, 2, 16, 17, 80, n / 2, n].into_iter().filter(|&k| k >= 1 && k <= n) {
+                let got = kth_largest(&values, k);
+                assert_eq!(got.to_bits(), sorted[k - 1].to_bits(), "n {n} k {k}");
+            }
+        }
     }
 }
