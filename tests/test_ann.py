@@ -540,6 +540,44 @@ def test_lmdb_build_vector_index_saves_and_a_reopened_store_adopts_the_files(tmp
         assert b.vector_index_stats()["semantic"]["loaded"] is True
 
 
+def test_a_reopened_store_gets_its_regions_back_with_the_saved_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regions are saved with the index: a store opened from the files bounds its rows by their
+    regions at once, without computing them again; a row whose vector changed since the save
+    starts in none, and every row placed lies within its region's bound."""
+    with LMDB(tmp_path / "s", ann=CFG) as b:
+        b.apply_changeset(random_graph(16))
+        b.build_vector_index(["semantic"])
+        saved = type_index(b).regions
+        assert saved is not None
+    moved = rng_vec(np.random.default_rng(16)) * 3
+    with LMDB(tmp_path / "s", ann=None) as b:  # a write the saved files do not hold: the change log has it
+        b.apply_changeset(hg.Changeset().add_nodes([semantic("n0001", moved)]))
+
+    def partition(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("regions computed again")
+
+    monkeypatch.setattr(hg.engine.regions, "partition", partition)
+    with LMDB(tmp_path / "s", ann=CFG) as b:
+        assert b.build_vector_index(["semantic"]) == []
+        assert b.vector_index_stats()["semantic"]["loaded"] is True
+        columns = type_index(b)
+        regions = columns.regions
+        assert regions is not None and np.array_equal(regions.centres, saved.centres)
+        assert regions.of_row[columns.row["n0001"]] == hg.engine.regions.NO_REGION
+        n = len(columns.ids)
+        placed = np.flatnonzero(regions.of_row[:n] != hg.engine.regions.NO_REGION)
+        assert len(placed) >= n // 2
+        queries = np.random.default_rng(17).standard_normal((4, DIM)).astype(np.float32)
+        bounds = regions.bounds(queries)
+        unit = columns.matrix()[placed] / columns.norms()[placed, None]
+        relevance = np.clip((unit @ (queries / np.linalg.norm(queries, axis=1, keepdims=True)).T).max(axis=1), 0, 1)
+        assert (relevance <= bounds[regions.of_row[placed]]).all()
+        vf = params(0.0, 10)
+        assert find(b, moved, vf=vf) == find(b, moved, vf=vf, exact=True)
+
+
 def test_repo_build_vector_index_delegates_or_reports_nothing(tmp_path: Path) -> None:
     with hg.Repo(InMemory(ann=CFG), flush_interval=0) as repo:
         repo.backend.apply_changeset(random_graph(15))

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hippograph.engine import columns as columns_module
+from hippograph.engine import vector_files
 from hippograph.engine.columns import TypeColumns
 from hippograph.engine.regions import NO_REGION, Regions, partition
 from hippograph.engine.vector_index import AnnConfig, ann_available
@@ -125,3 +126,44 @@ def test_regions_computed_while_rows_come_and_go_bound_every_member(monkeypatch:
     _assert_bounds_hold(regions, cols.matrix()[:n], queries)
     for r in range(0, n, 7):
         _assert_bounds_hold(regions, cols.matrix()[:n], cols.matrix()[r : r + 1] + 0.01)
+
+
+_blobs = st.one_of(st.binary(max_size=64), st.integers(), st.none(), st.text(max_size=4))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    count=st.one_of(st.integers(-2, 4), st.booleans(), st.none(), st.floats(allow_nan=True)),
+    dim=st.integers(1, 3),
+    live=st.integers(0, 3),
+    centres=_blobs,
+    radius=_blobs,
+    of_label=_blobs,
+    well_formed=st.booleans(),
+)
+def test_saved_regions_are_read_whole_or_refused(
+    count: object, dim: int, live: int, centres: object, radius: object, of_label: object, well_formed: bool
+) -> None:
+    """A labels file's regions either read as arrays of the sizes its index needs, every region
+    number in range and every value finite, or are refused (the saved index is then rebuilt)."""
+    if well_formed and type(count) is int and count >= 1:
+        rng = np.random.default_rng(count)
+        centres = rng.standard_normal((count, dim)).astype("<f4").tobytes()
+        radius = rng.uniform(-1, 1, count).astype("<f8").tobytes()
+        of_label = rng.integers(0, count + 1, live).astype("<u4").tobytes()
+    got = {"count": count, "centres": centres, "cos_radius": radius, "of_label": of_label}
+    try:
+        regions = vector_files._read_regions(got, dim, live)
+    except ValueError:
+        return
+    assert regions is not None
+    assert regions.centres.shape == (count, dim) and regions.cos_radius.shape == (count,)
+    assert regions.of_label.shape == (live,)
+    assert ((regions.of_label < count) | (regions.of_label == NO_REGION)).all()
+    assert np.isfinite(regions.centres).all() and np.isfinite(regions.cos_radius).all()
+
+
+def test_saved_regions_absent_or_not_a_mapping() -> None:
+    assert vector_files._read_regions(None, 4, 3) is None
+    with pytest.raises(ValueError):
+        vector_files._read_regions([1, 2], 4, 3)

@@ -3,7 +3,9 @@
 One type's index is three files in a directory, each written to a private
 temporary file, fsynced and renamed into place (mode 0600): ``<type>.bin``
 (hnswlib's own file, deletion marks included), ``<type>.labels.msgpack`` (the
-live label → id map; rows belong to the loading process's `TypeColumns`) and,
+live label → id map, and the index's regions when it had them: their centres,
+radii and each live label's region; rows belong to the loading process's
+`TypeColumns`, which gets the regions back for the ids unchanged since) and,
 written last, ``<type>.json``: `ANN_FORMAT`, the type, the store change the
 index reflects, dim, parameters, hnswlib version, counts, and the size and
 SHA-256 of the other two. `load` trusts nothing it has not checked, and
@@ -33,12 +35,13 @@ import numpy.typing as npt
 
 from . import calibration, vector_index
 from .files import fsync_dir, read_sidecar
+from .regions import NO_REGION, Regions
 from .vector_index import AnnConfig, VectorIndex
 
 if TYPE_CHECKING:
     from .columns import TypeColumns
 
-__all__ = ["ANN_FORMAT", "ChangedSince", "Saved", "adopt_saved", "load", "read_saved", "save"]
+__all__ = ["ANN_FORMAT", "ChangedSince", "Saved", "SavedRegions", "adopt_saved", "load", "read_saved", "save"]
 
 ANN_FORMAT = 1
 """Version of the saved-index file set; a sidecar naming another version is never loaded."""
@@ -97,32 +100,61 @@ def _write_private(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
-    """Writes `ann` as the saved index `name` reflecting store change `seq`; False when nothing needed writing.
+def _mapping(ann: VectorIndex, regions: Regions | None) -> bytes:
+    """The labels file: live labels and their ids, with each one's region when there are regions."""
+    live = sorted(ann.id_of.items())
+    labels = [label for label, _ in live]
+    doc: dict[str, Any] = {"labels": labels, "ids": [i for _, i in live]}
+    if regions is not None:
+        rows = ann.row_of_label[np.array(labels, np.int64)] if labels else np.zeros(0, np.int64)
+        placed = (rows >= 0) & (rows < len(regions.of_row))
+        of_label = np.full(len(labels), NO_REGION, np.uint32)
+        of_label[placed] = regions.of_row[rows[placed]]
+        doc["regions"] = {
+            "count": len(regions.cos_radius),
+            "centres": np.ascontiguousarray(regions.centres, "<f4").tobytes(),
+            "cos_radius": np.ascontiguousarray(regions.cos_radius, "<f8").tobytes(),
+            "of_label": of_label.astype("<u4").tobytes(),
+        }
+    return bytes(msgpack.packb(doc))
+
+
+def save(ann: VectorIndex, directory: Path, name: str, seq: int, regions: Regions | None = None) -> bool:
+    """Writes `ann` (and the rows' `regions`) as the saved index `name` reflecting store change `seq`;
+    False when nothing needed writing.
 
     The caller guarantees `ann` reflects exactly `seq` and that nothing adds to
     it meanwhile. When the files on disk already hold this very index (saved
-    or loaded, unchanged since), only the sidecar's ``seq`` is moved forward.
+    or loaded, unchanged since), only the sidecar's ``seq`` is moved forward,
+    and the labels file rewritten when it lacks the regions computed since.
     """
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     _sweep(directory, name)
     bin_path, map_path, json_path = _paths(directory, name)
     on_disk = read_sidecar(json_path)
     if ann.persisted is not None and on_disk is not None and on_disk.get("bin_sha256") == ann.persisted[1]:
-        if on_disk.get("seq") == seq:
+        with_regions = regions is not None and on_disk.get("regions") is not True
+        if on_disk.get("seq") == seq and not with_regions:
             return False
-        tmp = _temp(directory, name)
+        temps = [_temp(directory, name) for _ in range(2)]
         try:
             doc = {**on_disk, "seq": seq, "calibration": _calibration_doc(ann)}
-            _write_private(tmp, json.dumps(doc, sort_keys=True).encode())
-            os.replace(tmp, json_path)
+            if with_regions:
+                mapping = _mapping(ann, regions)
+                _write_private(temps[1], mapping)
+                doc |= {"labels_sha256": hashlib.sha256(mapping).hexdigest(), "labels_bytes": len(mapping)}
+                doc["regions"] = True
+                os.replace(temps[1], map_path)
+            _write_private(temps[0], json.dumps(doc, sort_keys=True).encode())
+            os.replace(temps[0], json_path)
         finally:
-            tmp.unlink(missing_ok=True)
+            for tmp in temps:
+                tmp.unlink(missing_ok=True)
         fsync_dir(directory)
         ann.persisted = (seq, ann.persisted[1])
         return True
-    live = sorted(ann.id_of.items())
-    mapping = msgpack.packb({"labels": [label for label, _ in live], "ids": [i for _, i in live]})
+    live = len(ann.id_of)
+    mapping = _mapping(ann, regions)
     temps = [_temp(directory, name) for _ in range(3)]
     try:
         with ann.lock:
@@ -139,7 +171,8 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int) -> bool:
             "ef_construction": ann.config.ef_construction,
             "hnswlib": _hnswlib_version(),
             "count": count,
-            "live": len(live),
+            "live": live,
+            "regions": regions is not None,
             "bin_sha256": bin_sha,
             "bin_bytes": bin_bytes,
             "labels_sha256": hashlib.sha256(mapping).hexdigest(),
@@ -188,7 +221,41 @@ def _valid_sidecar(doc: dict[str, Any], name: str, dim: int, config: AnnConfig, 
     )
 
 
-def _read_mapping(path: Path, doc: dict[str, Any]) -> tuple[list[int], list[str]] | None:
+@dataclass(frozen=True)
+class SavedRegions:
+    """Regions saved with an index: `centres`, `cos_radius`, and the region of each live label in the
+    labels file's order (`NO_REGION`: none)."""
+
+    centres: npt.NDArray[np.float32]
+    cos_radius: npt.NDArray[np.float64]
+    of_label: npt.NDArray[np.uint32]
+
+
+def _read_regions(got: object, dim: int, live: int) -> SavedRegions | None:
+    """The regions of a labels file (None: it has none); ValueError when they are malformed."""
+    if got is None:
+        return None
+    if not isinstance(got, dict):
+        raise ValueError("regions")
+    count, centres, radius, of_label = (got.get(k) for k in ("count", "centres", "cos_radius", "of_label"))
+    if type(count) is not int or count < 1:
+        raise ValueError("regions count")
+    if not (isinstance(centres, bytes) and isinstance(radius, bytes) and isinstance(of_label, bytes)):
+        raise ValueError("regions arrays")
+    if len(centres) != 4 * count * dim or len(radius) != 8 * count or len(of_label) != 4 * live:
+        raise ValueError("regions sizes")
+    out = SavedRegions(
+        np.frombuffer(centres, "<f4").reshape(count, dim).astype(np.float32),
+        np.frombuffer(radius, "<f8").astype(np.float64),
+        np.frombuffer(of_label, "<u4").astype(np.uint32),
+    )
+    in_range = (out.of_label < count) | (out.of_label == NO_REGION)
+    if not (np.isfinite(out.centres).all() and np.isfinite(out.cos_radius).all() and in_range.all()):
+        raise ValueError("regions values")
+    return out
+
+
+def _read_mapping(path: Path, doc: dict[str, Any]) -> tuple[list[int], list[str], SavedRegions | None] | None:
     try:
         with path.open("rb") as f:
             raw = f.read(doc["labels_bytes"] + 1)
@@ -210,7 +277,11 @@ def _read_mapping(path: Path, doc: dict[str, Any]) -> tuple[list[int], list[str]
     count = doc["count"]
     if not all(type(label) is int and 0 <= label < count for label in labels) or len(set(labels)) != len(labels):
         return None
-    return labels, ids
+    try:
+        regions = _read_regions(mapping.get("regions"), doc["dim"], len(labels))
+    except ValueError:
+        return None
+    return labels, ids, regions
 
 
 def _verified_copy(
@@ -256,7 +327,7 @@ class Saved:
 
     hnsw: Any
     doc: dict[str, Any]
-    mapping: tuple[list[int], list[str]]
+    mapping: tuple[list[int], list[str], SavedRegions | None]
 
 
 def read_saved(
@@ -330,11 +401,12 @@ def _adopt(
     config: AnnConfig,
     hnsw: Any,
     doc: dict[str, Any],
-    mapping: tuple[list[int], list[str]],
+    mapping: tuple[list[int], list[str], SavedRegions | None],
     changed: set[str],
 ) -> VectorIndex | None:
-    """Wraps a verified hnswlib index, replays `changed` ids and checks it against `columns`; None on mismatch."""
-    labels, ids = mapping
+    """Wraps a verified hnswlib index, replays `changed` ids and checks it against `columns`; None on mismatch.
+    Saved regions go back to `columns` (when it has none) for the ids unchanged since."""
+    labels, ids, saved_regions = mapping
     count = doc["count"]
     ann = VectorIndex(columns.dim, config, capacity=max(count, len(columns)), hnsw=hnsw)
     if config.threads:
@@ -378,4 +450,18 @@ def _adopt(
         at = np.array([columns.row[i] for i in missing], np.int64)
         ann.add_many(missing, columns.matrix()[at], at)
     ann.loaded = True
+    if saved_regions is not None and columns.regions is None:
+        columns.regions = _regions_for(columns, saved_regions, ids, changed)
     return ann
+
+
+def _regions_for(columns: TypeColumns, saved: SavedRegions, ids: list[str], changed: set[str]) -> Regions:
+    """The saved regions over `columns`' rows: an id keeps its region only if its vector has not
+    changed since the save (a changed or new row starts in none, as after any write)."""
+    of_row = np.full(len(columns.ids), NO_REGION, np.uint32)
+    keep = [(columns.row[i], r) for i, r in zip(ids, saved.of_label.tolist(), strict=True)
+            if r != NO_REGION and i not in changed and i in columns.row]  # fmt: skip
+    if keep:
+        rows, placed = np.array(keep, np.int64).T
+        of_row[rows] = placed
+    return Regions(saved.centres, saved.cos_radius, of_row)

@@ -309,7 +309,8 @@ class _Cache(DerivedColumns[NodeType]):
         return [
             nt.value
             for nt, type_columns in self.columns.items()
-            if type_columns.ann is not None and vector_files.save(type_columns.ann, self.ann_dir, nt.value, self.seq)
+            if type_columns.ann is not None
+            and vector_files.save(type_columns.ann, self.ann_dir, nt.value, self.seq, type_columns.regions)
         ]
 
     def adopt_in_background(self, owner: TypeColumns, cancel: threading.Event) -> bool:
