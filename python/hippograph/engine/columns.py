@@ -341,8 +341,7 @@ class TypeColumns:
             self._let_writes_pass()
             self._wake.clear()
             try:
-                while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
-                    pass
+                self._absorb_all()
                 if self.ann is not None and self.regions is None and not self._builds_closed:
                     self._build_regions(lock)
                 job, ann = self._calibration_job, self.ann
@@ -369,6 +368,11 @@ class TypeColumns:
                 break
             time.sleep(_SETTLE_S - quiet)
 
+    def _absorb_all(self) -> None:
+        """Inserts every pending vector, `_ABSORB_BATCH` per hold of the graph's lock (no backend lock held)."""
+        while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
+            pass
+
     def _held(self, lock: SharedLock) -> Callable[[], AbstractContextManager[None]]:
         """`lock.read`, refused once the builds are closed: a calibration stops at its next step.
         Each step first lets writes pass, then has the vectors they wrote join the graph: a calibration
@@ -377,8 +381,7 @@ class TypeColumns:
 
         def hold() -> AbstractContextManager[None]:
             self._let_writes_pass()
-            while not self._builds_closed and self.absorb_pending(_ABSORB_BATCH, locked=False):
-                pass
+            self._absorb_all()
             if self._builds_closed:
                 raise shutdown.Closed
             return lock.read()
