@@ -1,5 +1,6 @@
 """Stubs of the Rust extension. Arrays are numpy; matrices are C-contiguous, row-major."""
 
+from collections.abc import Callable
 from mmap import mmap
 from typing import Any, Literal, final
 
@@ -274,3 +275,32 @@ class LexicalIndex:
 
 def word_tokens(text: str) -> list[str]:
     """The lowercased Unicode words of `text`, as `LexicalIndex` sees them."""
+
+@final
+class GraphWrite:
+    """One LMDB write transaction of graph memory, planned in one pass: records encoded, links
+    merged with the stored ones on both ends. `read(db_code, key)` returns the stored value as of
+    the start of the write (db codes index the backend's database list); nothing is written
+    before `finish`. Corrupt stored records raise `StorageError`."""
+
+    def __init__(self, read: Callable[[int, bytes], bytes | None]) -> None: ...
+    def put_nodes(self, nodes: list[Any], created_us: list[int], kinds: dict[Any, tuple[int, tuple[str, ...]]]) -> None:
+        """Puts each node (a `hippograph.graph.model.Node`, created at `created_us[i]`); `kinds`
+        maps its `node_type` to the type code and field names. A node put again loses its links
+        on both ends."""
+    def link_all(self, links: list[tuple[str, str, int]]) -> None:
+        """Links each `(a, b, edge_code)` both ways when both ends exist and differ."""
+    def put_meta(self, items: list[tuple[str, bytes]]) -> None:
+        """Puts each `(id, encoded metadata record)`."""
+    def exists(self, node_id: str) -> bool: ...
+    def delete_node(self, node_id: str) -> None:
+        """Deletes a node with its links on both ends; its metadata stays."""
+    def delete_meta(self, node_id: str) -> None: ...
+    def is_orphan(self, node_id: str, orphan_codes: list[int]) -> bool:
+        """Whether the node is of one of `orphan_codes` and has no link left."""
+    def finish(
+        self, stored_dim: int | None, new_dim: int | None, seq: int, log_keep: int
+    ) -> tuple[list[tuple[int, list[tuple[bytes, bytes]]]], list[tuple[int, bytes]]]:
+        """The final values of every key the write touches (links, the first dimension, the
+        change counter `seq + 1` and its change-log entry included): the puts by database,
+        `(db_code, [(key, value)])` in key order, and the deletes, `(db_code, key)`."""

@@ -27,9 +27,12 @@ from ..engine.codec import (
     unpack,
 )
 from ..errors import StorageError
-from .model import NODE_CLASSES, EdgeType, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType
+from .model import NODE_CLASSES, ORPHAN_TYPES, EdgeType, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType
 
 __all__ = [
+    "EDGE_CODES",
+    "NODE_KINDS",
+    "ORPHAN_CODES",
     "decode_embedding",
     "decode_links",
     "decode_meta",
@@ -45,6 +48,16 @@ __all__ = [
 
 _TYPE_CODES: dict[NodeType, int] = {t: i for i, t in enumerate(NodeType)}
 _CODE_TYPES: dict[int, NodeType] = {i: t for t, i in _TYPE_CODES.items()}
+EDGE_CODES: dict[EdgeType, int] = {e: i for i, e in enumerate(EdgeType)}
+"""Edge codes of the Rust core's link records (`_core.GraphWrite`): `EdgeType`'s order."""
+ORPHAN_CODES: list[int] = sorted(_TYPE_CODES[t] for t in ORPHAN_TYPES)
+
+
+NODE_KINDS: dict[NodeType, tuple[int, tuple[str, ...]]] = {
+    t: (_TYPE_CODES[t], cls.field_names()) for t, cls in NODE_CLASSES.items()
+}
+"""Each node type's code and field names: what the Rust core encodes a node record from
+(`_core.GraphWrite.put_nodes`), the record `encode_node` writes."""
 
 
 def encode_node(node: Node) -> bytes:

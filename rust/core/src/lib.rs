@@ -5,6 +5,7 @@
 
 pub mod certified;
 pub mod etf;
+pub mod graph_write;
 pub mod lexical;
 pub mod lmdbcheck;
 pub mod pairs;

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 mod certified;
 mod errors;
 mod etf;
+mod graph_write;
 mod lexical;
 mod lmdbcheck;
 mod pairs;
@@ -20,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     certified::register(m)?;
     pairs::register(m)?;
     etf::register(m)?;
+    graph_write::register(m)?;
     lexical::register(m)?;
     lmdbcheck::register(m)?;
     Ok(())

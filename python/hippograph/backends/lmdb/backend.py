@@ -314,10 +314,8 @@ class LMDB(DerivedBackend):
     def _apply(w: _Writer, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> int | None:
         """Additions, then links, then metadata; returns the store's dimension afterwards."""
         dim = resulting_dim(cs, w.t.dim())
-        for node in cs.additions:
-            w.put_node(node)
-        for a, b, edge in normalised_links(cs):
-            w.link(a, b, edge)
+        w.put_nodes(cs.additions)
+        w.link_all(normalised_links(cs))
         w.put_meta(encoded_meta)
         return dim
 

@@ -1,27 +1,24 @@
 """Typed views over one LMDB transaction.
 
 `_Txn` reads and writes the named databases by id (long ids through ``longids``);
-`_Writer` gathers one write transaction's link edits and the ids it touched,
-then `finish` writes the links, the dimension, the bumped change counter and
-its change-log entry, so every mutating call logs exactly what it changed
-(both ends of every link it added or removed among them: a cached node
-carries its links).
+`_Writer` plans one write transaction's graph changes in the Rust core and
+writes them at `finish`, so every mutating call logs exactly what it changed.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-import msgpack
-
+from ..._core import GraphWrite
+from ...engine.codec import to_us
 from ...errors import StorageError
 from ...graph import codec
-from ...graph.model import ORPHAN_TYPES, EdgeType, Node, NodeMetadata
+from ...graph.changeset import Link
+from ...graph.model import EdgeType, Node, NodeMetadata
 from .._base import ReadOnlyLinks
 from . import layout
-from .layout import _LONG, _key, _number, _seq_key
+from .layout import _LONG, _key, _number
 
 Txn = Any
 
@@ -101,92 +98,50 @@ class _Txn:
 
 
 class _Writer:
-    """Accumulates one write transaction's link edits and change-log ids."""
+    """One write transaction's graph changes, planned by the Rust core (`_core.GraphWrite`):
+    records encoded and links merged in one pass, nothing written before `finish`, which puts
+    the final value of every key, the links, the dimension, the bumped change counter and its
+    change-log entry (both ends of every link added or removed among the ids it lists: a cached
+    node carries its links)."""
 
     def __init__(self, t: _Txn) -> None:
         self.t = t
-        self.touched: set[str] = set()
-        self._links: dict[str, dict[EdgeType, set[str]]] = {}
-        self._exists: dict[str, bool] = {}
-        """Ids whose node this writer read, put or deleted: each link asks for both ends."""
-
-    def links(self, node_id: str) -> dict[EdgeType, set[str]]:
-        if node_id not in self._links:
-            self._links[node_id] = self.t.links(node_id)
-        return self._links[node_id]
+        self.plan = GraphWrite(lambda db, key: t.get(layout._DBS[db], key))
 
     def exists(self, node_id: str) -> bool:
-        known = self._exists.get(node_id)
-        if known is None:
-            known = self._exists[node_id] = self.t.get("nodes", _key(node_id)) is not None
-        return known
+        return self.plan.exists(node_id)
 
-    def unlink_all(self, node_id: str) -> None:
-        for edge, others in self.links(node_id).items():
-            for other in others:
-                back = self.links(other).get(edge)
-                if back is not None and node_id in back:
-                    back.discard(node_id)
-                    self.touched.add(other)
-        self._links[node_id] = {}
+    def put_nodes(self, nodes: Iterable[Node]) -> None:
+        nodes = list(nodes)
+        self.plan.put_nodes(nodes, [to_us(n.created_at) for n in nodes], codec.NODE_KINDS)
 
-    def put_node(self, node: Node) -> None:
-        key = self.t.remember(node.id)
-        if self.exists(node.id):
-            self.unlink_all(node.id)
-        self.t.put("nodes", key, codec.encode_node(node))
-        self._exists[node.id] = True
-        if node.embedding is None:
-            self.t.delete("emb", key)
-        else:
-            self.t.put("emb", key, codec.encode_embedding(node.embedding))
-        self._links[node.id] = {}
-        self.touched.add(node.id)
-
-    def link(self, a: str, b: str, edge: EdgeType) -> None:
-        if a != b and self.exists(a) and self.exists(b):
-            for one, other in ((a, b), (b, a)):
-                ids = self.links(one).setdefault(edge, set())
-                if other not in ids:
-                    ids.add(other)
-                    self.touched.add(one)
+    def link_all(self, links: Iterable[Link]) -> None:
+        self.plan.link_all([(a, b, codec.EDGE_CODES[e]) for a, b, e in links])
 
     def delete_node(self, node_id: str) -> None:
-        if not self.exists(node_id):
-            return
-        self.unlink_all(node_id)
-        key = _key(node_id)
-        for db in ("nodes", "emb", "links"):
-            self.t.delete(db, key)
-        self._exists[node_id] = False
-        self._links.pop(node_id, None)
-        self.touched.add(node_id)
+        self.plan.delete_node(node_id)
 
     def delete_meta(self, node_id: str) -> None:
-        if self.t.get("meta", _key(node_id)) is not None:
-            self.t.delete("meta", _key(node_id))
-            self.touched.add(node_id)
+        self.plan.delete_meta(node_id)
 
     def is_orphan(self, node_id: str) -> bool:
-        data = self.t.get("nodes", _key(node_id))
-        if data is None or codec.node_type_of(data) not in ORPHAN_TYPES:
-            return False
-        return not any(self.links(node_id).values())
+        return self.plan.is_orphan(node_id, codec.ORPHAN_CODES)
 
     def put_meta(self, encoded: Mapping[str, bytes]) -> None:
-        for node_id, data in encoded.items():
-            self.t.put("meta", self.t.remember(node_id), data)
-            self.touched.add(node_id)
+        self.plan.put_meta(list(encoded.items()))
 
     def finish(self, dim: int | None) -> None:
-        for node_id, links in self._links.items():
-            if self.exists(node_id):
-                self.t.put("links", _key(node_id), codec.encode_links(links))
-        if dim is not None and self.t.dim() is None:
-            self.t.put("info", b"dim", struct.pack(">I", dim))
-        if self.touched:
-            seq = self.t.seq() + 1
-            self.t.put("info", b"seq", _seq_key(seq))
-            self.t.put("log", _seq_key(seq), msgpack.packb(sorted(self.touched)))
-            if seq > layout.LOG_KEEP:
-                self.t.delete("log", _seq_key(seq - layout.LOG_KEEP))
+        t = self.t
+        puts, deletes = self.plan.finish(t.dim(), dim, t.seq(), layout.LOG_KEEP)
+        txn, dbs, names = t.txn, t.dbs, layout._DBS
+        t._dim = None
+        for code, key in deletes:
+            txn.delete(key, db=dbs[names[code]])
+        for code, items in puts:  # a database's puts in key order, in one call when several
+            db = dbs[names[code]]
+            if len(items) > 2:
+                with txn.cursor(db=db) as cur:
+                    cur.putmulti(items)
+            else:
+                for key, value in items:
+                    txn.put(key, value, db=db)

@@ -1,0 +1,133 @@
+"""The Rust core's plan of an LMDB graph write (`_core.GraphWrite`): records every reader decodes,
+links on both ends, nothing written when the plan fails."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hippograph as hg
+from hippograph._core import GraphWrite
+from hippograph.backends import LMDB
+from hippograph.backends.lmdb import layout
+from hippograph.engine.codec import to_us
+from hippograph.errors import StorageError
+from hippograph.graph import codec
+from hippograph.graph.model import NODE_CLASSES, EdgeType, Node, NodeType
+
+TEXT = st.text(max_size=40)
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+FLOAT32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+KINDS = {"str": TEXT, "float": FINITE, "int": INT64}
+
+
+@st.composite
+def nodes(draw: st.DrawFn) -> Node:
+    node_type = draw(st.sampled_from(list(NodeType)))
+    cls = NODE_CLASSES[node_type]
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in cls.base_fields:
+            continue
+        kind, _, optional = str(f.type).partition(" | ")
+        values[f.name] = draw(st.none() if optional and draw(st.booleans()) else KINDS[kind])
+    created = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=draw(st.integers(-(10**16), 10**16)))
+    embedding = draw(st.none() | st.lists(FLOAT32, min_size=1, max_size=5))
+    emb = None if embedding is None else np.array(embedding, dtype=np.float32)
+    return cls(id=draw(st.text(min_size=1, max_size=20)), created_at=created, embedding=emb, **values)
+
+
+def planned(read: Any = None) -> GraphWrite:
+    return GraphWrite(read or (lambda db, key: None))
+
+
+def puts_of(plan: GraphWrite, dim: int | None = None) -> dict[tuple[str, bytes], bytes]:
+    puts, _ = plan.finish(None, dim, 0, 10)
+    return {(layout._DBS[code], key): value for code, items in puts for key, value in items}
+
+
+@settings(max_examples=300, deadline=None)
+@given(nodes())
+def test_a_node_record_decodes_to_the_node(node: Node) -> None:
+    plan = planned()
+    plan.put_nodes([node], [to_us(node.created_at)], codec.NODE_KINDS)
+    written = puts_of(plan)
+    key = layout._key(node.id)
+    emb = written.get(("emb", key))
+    embedding = None if emb is None else codec.decode_embedding(emb, len(emb) // 4)
+    decoded = codec.decode_node(written[("nodes", key)], node.id, embedding, {})
+    assert decoded == node
+    assert codec.node_type_of(written[("nodes", key)]) is node.node_type
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from(list(EdgeType))), max_size=20))
+def test_links_are_the_records_the_python_codec_writes(links: list[tuple[int, int, EdgeType]]) -> None:
+    ids = [f"n{i}" for i in range(6)]
+    plan = planned()
+    plan.put_nodes([hg.Tag(id=i, label=i) for i in ids], [0] * len(ids), codec.NODE_KINDS)
+    plan.link_all([(ids[a], ids[b], codec.EDGE_CODES[e]) for a, b, e in links])
+    written = puts_of(plan)
+    expected: dict[str, dict[EdgeType, set[str]]] = {i: {} for i in ids}
+    for a, b, e in links:
+        if a != b:
+            expected[ids[a]].setdefault(e, set()).add(ids[b])
+            expected[ids[b]].setdefault(e, set()).add(ids[a])
+    for i in ids:
+        ordered = {e: expected[i][e] for e in EdgeType if e in expected[i]}  # the core writes edges in code order
+        assert written[("links", i.encode())] == codec.encode_links(ordered)
+        assert codec.decode_links(written[("links", i.encode())]) == expected[i]
+
+
+def test_the_log_entry_lists_what_changed_and_the_counter_moves(tmp_path: Path) -> None:
+    plan = planned()
+    plan.put_nodes([hg.Tag(id="b", label="b"), hg.Tag(id="a", label="a")], [0, 0], codec.NODE_KINDS)
+    puts, deletes = plan.finish(None, None, 41, 10)
+    written = {(layout._DBS[code], key): value for code, items in puts for key, value in items}
+    assert layout._logged_ids(written[("log", layout._seq_key(42))]) == ["a", "b"]
+    assert written[("info", b"seq")] == layout._seq_key(42)
+    emb, log = layout._DBS.index("emb"), layout._DBS.index("log")
+    assert deletes == [(emb, b"a"), (emb, b"b"), (log, layout._seq_key(32))]  # no embeddings; the old entry
+    with pytest.raises(RuntimeError, match="finished"):
+        plan.finish(None, None, 42, 10)
+
+
+def test_a_failing_read_propagates() -> None:
+    def read(db: int, key: bytes) -> bytes | None:
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        planned(read).delete_node("x")
+
+
+def test_corrupt_stored_links_fail_the_write_and_write_nothing(tmp_path: Path) -> None:
+    backend = LMDB(tmp_path / "s", durability="fast")
+    try:
+        backend.apply_changeset(hg.Changeset().add_nodes([hg.Tag(id="a", label="a"), hg.Tag(id="b", label="b")]))
+        seq = backend._read(lambda t: t.seq())
+        with backend._env.begin(write=True) as txn:
+            txn.put(b"a", bytes([1, 0x81, 0xA1]) + b"z" + bytes([0x90]), db=backend._dbs["links"])
+        with pytest.raises(StorageError, match="unknown edge"):
+            backend.apply_changeset(hg.Changeset().add_node(hg.Tag(id="c", label="c")).add_link("a", "c", "sibling"))
+        assert backend._read(lambda t: t.seq()) == seq
+        assert backend.get_node("c") is None
+    finally:
+        backend.close()
+
+
+def test_database_codes_are_the_backends_database_list() -> None:
+    plan = planned()
+    plan.put_nodes([hg.Tag(id="x" * 500, label="l", embedding=np.ones(2, np.float32))], [0], codec.NODE_KINDS)
+    plan.put_meta([("x" * 500, b"m")])
+    written = puts_of(plan, dim=2)
+    assert {db for db, _ in written} == {"nodes", "emb", "links", "meta", "longids", "info", "log"}
+    assert written[("longids", layout._key("x" * 500))] == ("x" * 500).encode()
+    assert written[("info", b"dim")] == (2).to_bytes(4, "big")
