@@ -118,14 +118,17 @@ class ThrowawayCluster:
         if done.returncode != 0:
             raise Unavailable(f"{Path(args[0]).name} failed ({done.returncode}): {done.stderr.strip() or done.stdout}")
 
-    def start(self) -> str:
+    def start(self, durable: bool = False) -> str:
+        """Starts the cluster; `durable` keeps PostgreSQL's crash-safe defaults (fsync, synchronous
+        commit, full-page writes), otherwise they are off, as the tests want."""
         self._run(
             str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"
         )
         options = (
-            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c max_connections=300 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c max_connections=300"
         )
+        if not durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         log = str(self.root / "server.log")
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", log, "-w", "-t", "60", "-o", options, "start")
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"

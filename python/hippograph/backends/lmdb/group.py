@@ -35,13 +35,16 @@ without waiting for another thread to wake (and win the GIL) to lead them."""
 class Job(Generic[T]):
     """One queued write: `fn` runs inside the group's transaction; `finish` records how it ended."""
 
-    __slots__ = ("_error", "_value", "done", "finished", "fn")
+    __slots__ = ("_error", "_value", "done", "finished", "fn", "wake")
 
     def __init__(self, fn: Callable[[Any], T]) -> None:
         self.fn = fn
         self.done = False
         """The group is over: the job's thread may return."""
         self.finished = False
+        self.wake = threading.Event()
+        """Set when the job's group is over, or when its thread is to lead the next groups: each
+        waiting thread is woken once, by name, instead of every waiter at every commit."""
         self._value: T | None = None
         self._error: BaseException | None = None
 
@@ -66,26 +69,28 @@ class GroupCommit:
     store in this process groups with the others)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._queue: deque[Job[Any]] = deque()
         self._leading = False
-        """A thread is committing groups: the others wait, even the one at the head."""
+        """A thread is committing groups (or has been handed the lead): the others wait. While it
+        is False the queue is empty."""
 
     def submit(self, fn: Callable[[Any], T], execute: Callable[[list[Job[Any]]], None]) -> T:
         """Runs `fn` in a group and returns its result (or raises its error) once the group's
         commit is durable. `execute` runs a group: it calls `finish` on every job, or raises, in
         which case every job of the group not yet finished gets that error."""
         job: Job[T] = Job(fn)
-        with self._cond:
+        with self._lock:
             self._queue.append(job)
-            while not job.done and (self._leading or self._queue[0] is not job):
-                self._cond.wait()
+            leads = not self._leading
+            self._leading = True
+        if not leads:
+            job.wake.wait()
             if job.done:
                 return job.outcome()
-            self._leading = True
-        try:
+        try:  # this thread leads: its job is at the head of the queue
             for _ in range(LEAD_ROUNDS):
-                with self._cond:
+                with self._lock:
                     if not self._queue:
                         break
                     batch = [self._queue[i] for i in range(min(MAX_GROUP, len(self._queue)))]
@@ -98,18 +103,21 @@ class GroupCommit:
                     if not isinstance(exc, Exception):
                         raise
                 finally:
-                    with self._cond:
+                    with self._lock:
                         for j in batch:
                             j.done = True
                             self._queue.popleft()
-                        self._cond.notify_all()
+                    for j in batch:
+                        j.wake.set()
         finally:
-            with self._cond:
-                self._leading = False
-                self._cond.notify_all()
+            with self._lock:
+                if self._queue:  # hand the lead to the oldest waiting write
+                    self._queue[0].wake.set()
+                else:
+                    self._leading = False
         return job.outcome()
 
     def waiting(self) -> int:
         """Writes queued now (for tests and stats)."""
-        with self._cond:
+        with self._lock:
             return len(self._queue)
