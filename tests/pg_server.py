@@ -124,9 +124,7 @@ class ThrowawayCluster:
         self._run(
             str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"
         )
-        options = (
-            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c max_connections=300"
-        )
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c max_connections=300"
         if not durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         log = str(self.root / "server.log")

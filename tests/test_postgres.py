@@ -416,6 +416,27 @@ def test_a_newer_schema_is_refused(pg_dsn: str, schema: str, admin: psycopg.Conn
         Postgres(pg_dsn, schema=schema)
 
 
+def test_a_schema_from_before_write_graph_is_migrated_with_its_data(
+    pg_dsn: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """A schema at version 3 (written before graph writes became one statement) gets `write_graph`
+    at the next open; the nodes it held stay, and writes and dimension checks work on it."""
+    with Postgres(pg_dsn, repo="old", schema=schema) as backend:
+        backend.apply_changeset(hg.Changeset().add_node(_sem("kept")))
+    admin.execute(f'DROP FUNCTION "{schema}".write_graph')
+    admin.execute(f'DELETE FROM "{schema}".migrations WHERE version >= 4')
+    with Postgres(pg_dsn, repo="old", schema=schema) as backend:
+        assert backend.get_node("kept") is not None
+        backend.apply_changeset(hg.Changeset().add_node(_sem("new")).add_link("kept", "new", "sibling"))
+        assert backend.get_node("new").linked_ids() == {"kept"}  # type: ignore[union-attr]
+        wrong = _sem("wrong", [1.0, 0.0, 0.0])
+        with pytest.raises(ValidationError, match="dimension 3, the store holds 4"):
+            backend.apply_changeset(hg.Changeset().add_node(wrong))
+        assert backend.get_node("wrong") is None
+    rows = admin.execute(f'SELECT version FROM "{schema}".migrations ORDER BY version').fetchall()
+    assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+
+
 def test_two_repos_in_one_database_are_isolated(open_backend: Callable[..., Postgres]) -> None:
     """Same ids, different repos: nodes, links, metadata, records, dimension and candidates stay apart."""
     one = open_backend(repo=f"one-{uuid.uuid4().hex}")

@@ -207,18 +207,26 @@ class Postgres(DerivedBackend):
     def _read(self, operation: str, fn: Callable[[_Tx], T], *, snapshot: bool = True) -> T:
         return self._transaction(operation, fn, write=False, snapshot=snapshot)
 
-    def _write(self, operation: str, fn: Callable[[_Write], T], *, resolves_doubt: bool = False) -> T:
+    def _write(
+        self, operation: str, fn: Callable[[_Write], T], *, resolves_doubt: bool = False, one_write: bool = False
+    ) -> T:
+        """`fn` in one write transaction, its change logged. `one_write`: `fn` writes with one
+        `_Write.apply` (which logs the change itself) and otherwise only reads; when the write also
+        `resolves_doubt`, that statement runs alone in autocommit, one round trip in all. Otherwise a
+        dead pooled connection is found by BEGIN, before anything is sent, and replaced."""
         seq: list[int | None] = [None]
         written: list[Counter[str]] = [Counter()]
+        single = one_write and resolves_doubt
 
         def run(tx: _Tx) -> T:
-            w = _Write(tx)
+            w = _Write(tx, one_write)
             result = fn(w)
             w.finish()
             seq[0], written[0] = w.seq, w.rows
             return result
 
-        result = self._transaction(operation, run, write=True, resolves_doubt=resolves_doubt)
+        self._guard(operation)
+        result = self._runner.run(operation, run, write=True, resolves_doubt=resolves_doubt, single=single)
         self._statistics.wrote(written[0])
         if seq[0] is not None and seq[0] % _TRIM_EVERY == 0:
             with contextlib.suppress(StorageError):  # housekeeping: the next trigger tries again
@@ -290,7 +298,7 @@ class Postgres(DerivedBackend):
         self._guard("apply_changeset")
         check_changeset(cs, None)
         encoded = self._encode_meta(cs.metadata)
-        self._write("apply_changeset", lambda w: w.apply(cs, encoded))
+        self._write("apply_changeset", lambda w: w.apply(cs, encoded), one_write=True)
 
     def delete_nodes(self, ids: Iterable[str]) -> None:
         self._guard("delete_nodes")
@@ -300,7 +308,7 @@ class Postgres(DerivedBackend):
     def update_metadata(self, updates: Mapping[str, NodeMetadata]) -> None:
         self._guard("update_metadata")
         encoded = self._encode_meta(check_metadata_updates(updates))
-        self._write("update_metadata", lambda w: w.put_meta(encoded))
+        self._write("update_metadata", lambda w: w.put_meta(encoded), one_write=True)
 
     def delete_metadata(self, ids: Iterable[str]) -> None:
         self._guard("delete_metadata")
@@ -369,7 +377,7 @@ class Postgres(DerivedBackend):
         self._guard("commit_ingestion")
         check_record(record, cs, None)
         step = self._ingestion_step(record, cs, secrets.token_bytes(16))
-        return self._write("commit_ingestion", step, resolves_doubt=True)
+        return self._write("commit_ingestion", step, resolves_doubt=True, one_write=True)
 
     def commit_ingestions(self, items: Sequence[Ingestion]) -> list[tuple[Outcome, IngestionReceipt]]:
         """`CommitsIngestions`: one transaction, its ids logged in one change-log row."""
@@ -392,10 +400,8 @@ class Postgres(DerivedBackend):
         key = _key(record.source_id)
 
         def step(w: _Write) -> tuple[Outcome, IngestionReceipt]:
-            claimed = w.tx.one("claim", (w.tx.repo, key, encoded_record, token, record.receipt.stored_at))
-            if claimed is not None:
+            if w.apply(cs, encoded_meta, (key, encoded_record, token, record.receipt.stored_at)):
                 w.rows["ingestion"] += 1
-                w.apply(cs, encoded_meta)
                 return Outcome.INSERTED, record.receipt
             row = w.tx.one("get_record", (w.tx.repo, key))
             if row is None:  # forgotten between our claim and this read: claim again

@@ -27,6 +27,76 @@ _MIGRATION_ATTEMPTS = 20
 
 # `{s}` is the quoted schema name (validated against _SCHEMA_NAME before use).
 
+_WRITE_GRAPH: Final = """CREATE FUNCTION {s}.write_graph(
+    p_repo text, p_claim_key bytea, p_claim_record bytea, p_token bytea, p_stored_at timestamptz,
+    p_dim integer,
+    p_node_keys bytea[], p_types text[], p_records bytea[], p_created timestamptz[],
+    p_emb_keys bytea[], p_vecs bytea[], p_bare bytea[],
+    p_link_a bytea[], p_link_edge text[], p_link_b bytea[],
+    p_meta_keys bytea[], p_meta_records bytea[], p_touched bytea[],
+    OUT claimed boolean, OUT stored_dim integer, OUT seq bigint
+) LANGUAGE plpgsql AS $fn$
+BEGIN
+    claimed := true;
+    IF p_claim_key IS NOT NULL THEN
+        INSERT INTO {s}.ingestion (repo, source_id, record, token, stored_at)
+        VALUES (p_repo, p_claim_key, p_claim_record, p_token, p_stored_at)
+        ON CONFLICT (repo, source_id) DO NOTHING;
+        IF NOT FOUND THEN
+            claimed := false;
+            RETURN;
+        END IF;
+    END IF;
+    SELECT r.dim INTO stored_dim FROM {s}.repos r WHERE r.repo = p_repo;
+    IF p_dim IS NOT NULL THEN
+        IF stored_dim IS NULL THEN
+            INSERT INTO {s}.repos (repo, dim) VALUES (p_repo, p_dim) ON CONFLICT (repo)
+            DO UPDATE SET dim = COALESCE({s}.repos.dim, EXCLUDED.dim) RETURNING dim INTO stored_dim;
+        END IF;
+        IF stored_dim <> p_dim THEN
+            RAISE EXCEPTION 'the store holds dimension %', stored_dim
+                USING ERRCODE = 'HG001', DETAIL = stored_dim::text;
+        END IF;
+    END IF;
+    IF cardinality(p_node_keys) > 0 THEN
+        DELETE FROM {s}.links WHERE repo = p_repo AND a = ANY(p_node_keys);
+        DELETE FROM {s}.links WHERE b = ANY(p_node_keys) AND repo = p_repo AND NOT a = ANY(p_node_keys);
+        INSERT INTO {s}.nodes (repo, id, type, record, created_at)
+        SELECT p_repo, x.id, x.type, x.record, x.created_at
+        FROM unnest(p_node_keys, p_types, p_records, p_created) AS x(id, type, record, created_at)
+        ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, record = EXCLUDED.record,
+            created_at = EXCLUDED.created_at;
+        IF cardinality(p_bare) > 0 THEN
+            DELETE FROM {s}.embeddings WHERE repo = p_repo AND id = ANY(p_bare);
+        END IF;
+        INSERT INTO {s}.embeddings (repo, id, vec)
+        SELECT p_repo, x.id, x.vec FROM unnest(p_emb_keys, p_vecs) AS x(id, vec)
+        ON CONFLICT (repo, id) DO UPDATE SET vec = EXCLUDED.vec;
+    END IF;
+    IF cardinality(p_link_a) > 0 THEN
+        INSERT INTO {s}.links (repo, a, edge, b) SELECT p_repo, x.a, x.edge, x.b
+        FROM unnest(p_link_a, p_link_edge, p_link_b) AS x(a, edge, b)
+        WHERE EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.a)
+        AND EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.b)
+        ORDER BY x.a, x.edge, x.b ON CONFLICT DO NOTHING;
+    END IF;
+    IF cardinality(p_meta_keys) > 0 THEN
+        INSERT INTO {s}.metadata (repo, id, record)
+        SELECT p_repo, x.id, x.record FROM unnest(p_meta_keys, p_meta_records) AS x(id, record)
+        ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record;
+    END IF;
+    IF cardinality(p_touched) > 0 THEN
+        INSERT INTO {s}.changes (repo, ids) VALUES (p_repo, p_touched) RETURNING changes.seq INTO seq;
+    END IF;
+END
+$fn$"""
+"""One graph write in one statement, so a call costs one round trip: the ingestion claim (none
+when `p_claim_key` is NULL; not claimed: nothing written), the dimension fixed or checked (SQLSTATE
+HG001, the stored dimension as DETAIL, when it differs), then the `apply_changeset` order: links of
+the nodes put dropped, nodes, embeddings, links whose two ends exist, metadata, and the change-log
+row naming `p_touched` (none when empty: the caller logs). Arrays are sorted by key by the caller
+(one lock order for every writer)."""
+
 _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (
         1,
@@ -124,6 +194,11 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "CREATE TABLE {s}.context_locks (repo text PRIMARY KEY)",
         ),
     ),
+    (
+        4,
+        "graph writes in one statement: write_graph",
+        (_WRITE_GRAPH,),
+    ),
 )
 
 SCHEMA_VERSION: Final = _MIGRATIONS[-1][0]
@@ -138,37 +213,14 @@ _SQL: Final[dict[str, str]] = {
     # repo state
     "register": "INSERT INTO {s}.repos (repo) VALUES (%s) ON CONFLICT (repo) DO NOTHING",
     "dim": "SELECT dim FROM {s}.repos WHERE repo = %s",
-    "fix_dim": (
-        "INSERT INTO {s}.repos (repo, dim) VALUES (%s, %s) ON CONFLICT (repo) "
-        "DO UPDATE SET dim = COALESCE({s}.repos.dim, EXCLUDED.dim) RETURNING dim"
-    ),
     "state": (
         "SELECT f.seq, r.dim, r.created_at FROM {s}.log_floor f LEFT JOIN {s}.repos r ON r.repo = %s WHERE f.id = 1"
     ),
     # nodes
-    # Every link of the given nodes, as two index lookups (from them: the primary key; to them:
-    # links_by_b); one predicate with OR would scan every link of the repo.
-    "unlink": (
-        "WITH out_links AS (DELETE FROM {s}.links WHERE repo = %(repo)s AND a = ANY(%(ids)s)) "
-        "DELETE FROM {s}.links WHERE b = ANY(%(ids)s) AND repo = %(repo)s AND NOT a = ANY(%(ids)s)"
-    ),
-    "put_node": (
-        "INSERT INTO {s}.nodes (repo, id, type, record, created_at) VALUES (%s, %s, %s, %s, %s) "
-        "ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, record = EXCLUDED.record, "
-        "created_at = EXCLUDED.created_at"
-    ),
-    "put_emb": (
-        "INSERT INTO {s}.embeddings (repo, id, vec) VALUES (%s, %s, %s) "
-        "ON CONFLICT (repo, id) DO UPDATE SET vec = EXCLUDED.vec"
-    ),
-    "del_emb": "DELETE FROM {s}.embeddings WHERE repo = %s AND id = ANY(%s)",
-    # Each (a, edge, b) whose two ends are stored nodes, in one statement (the others are no-ops).
-    "put_links": (
-        "INSERT INTO {s}.links (repo, a, edge, b) SELECT %(repo)s, x.a, x.edge, x.b "
-        "FROM unnest(%(a)s::bytea[], %(edge)s::text[], %(b)s::bytea[]) AS x(a, edge, b) "
-        "WHERE EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = %(repo)s AND n.id = x.a) "
-        "AND EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = %(repo)s AND n.id = x.b) "
-        "ORDER BY x.a, x.edge, x.b ON CONFLICT DO NOTHING"
+    "write_graph": (
+        "SELECT claimed, stored_dim, seq FROM {s}.write_graph(%s, %s, %s, %s, %s, %s, %s::bytea[], %s::text[], "
+        "%s::bytea[], %s::timestamptz[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::text[], "
+        "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[])"
     ),
     "del_nodes": "DELETE FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) RETURNING id",
     "lock_nodes": "SELECT id, type FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) ORDER BY id FOR UPDATE",
@@ -206,17 +258,9 @@ _SQL: Final[dict[str, str]] = {
     "repo_links": "SELECT a, edge, b FROM {s}.links WHERE repo = %s",
     "repo_records": "SELECT source_id, record FROM {s}.ingestion WHERE repo = %s",
     # metadata
-    "put_meta": (
-        "INSERT INTO {s}.metadata (repo, id, record) VALUES (%s, %s, %s) "
-        "ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record"
-    ),
     "del_meta": "DELETE FROM {s}.metadata WHERE repo = %s AND id = ANY(%s) RETURNING id",
     "get_meta": "SELECT id, record FROM {s}.metadata WHERE repo = %s AND id = ANY(%s)",
     # ingestion
-    "claim": (
-        "INSERT INTO {s}.ingestion (repo, source_id, record, token, stored_at) VALUES (%s, %s, %s, %s, %s) "
-        "ON CONFLICT (repo, source_id) DO NOTHING RETURNING token"
-    ),
     "get_record": "SELECT record, token FROM {s}.ingestion WHERE repo = %s AND source_id = %s",
     "del_record": "DELETE FROM {s}.ingestion WHERE repo = %s AND source_id = %s RETURNING source_id",
     # change log

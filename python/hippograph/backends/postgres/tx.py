@@ -34,6 +34,10 @@ _RACE_STATES = frozenset({"23503", "23505"})  # FK / unique violation: a concurr
 _TIMEOUT_STATES = frozenset({"57014", "55P03"})
 _AMBIGUOUS_STATES = frozenset({"40003"})  # CockroachDB: statement completion unknown
 _CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})  # shutdowns, idle timeouts
+_DIMENSION_STATE = "HG001"  # write_graph: the store holds embeddings of another dimension
+
+Claim = tuple[bytes, bytes, bytes, Any]
+"""An ingestion's claim: source key, encoded record, the call's token, its stored_at."""
 
 
 def _key(node_id: str) -> bytes:
@@ -112,55 +116,63 @@ def _decode_node(node_id: str, record: bytes, vec: bytes | None, links: Mapping[
 class _Write:
     """One write transaction: the changeset steps, then one change-log row naming what it touched."""
 
-    def __init__(self, tx: _Tx) -> None:
+    def __init__(self, tx: _Tx, one_write: bool = False) -> None:
         self.tx = tx
+        self.one_write = one_write
+        """`apply` is the transaction's only write: its statement logs the change itself."""
         self.touched: set[str] = set()
         self.seq: int | None = None
         self.rows: Counter[str] = Counter()
         """Rows written per table (for `statistics.Refresher`)."""
 
-    def apply(self, cs: Changeset, meta_rows: Mapping[str, bytes]) -> None:
-        """Additions, then links, then metadata (the `apply_changeset` order)."""
-        tx, repo = self.tx, self.tx.repo
-        stored = tx.dim()
-        dim = check_changeset(cs, stored)
-        if dim is not None and stored is None:
-            row = tx.one("fix_dim", (repo, dim))
-            fixed = None if row is None else row[0]
-            if fixed != dim:  # a concurrent writer fixed another dimension first
-                check_changeset(cs, fixed)
+    def apply(self, cs: Changeset, meta_rows: Mapping[str, bytes], claim: Claim | None = None) -> bool:
+        """Additions, then links, then metadata (the `apply_changeset` order), in one statement
+        (`write_graph`), after `claim` when given: False when the source was claimed already
+        (nothing written). In a `one_write` transaction the statement logs the change itself."""
         last = {n.id: n for n in cs.additions}
-        if last:
-            keys = sorted(_key(i) for i in last)
-            tx.run("unlink", {"repo": repo, "ids": keys})
-            nodes = sorted(((_key(i), n) for i, n in last.items()), key=lambda kn: kn[0])
-            tx.many(
-                "put_node",
-                [(repo, k, n.node_type.value, codec.encode_node(n), n.created_at) for k, n in nodes],
-            )
-            bare = [k for k, n in nodes if n.embedding is None]
-            if bare:
-                tx.run("del_emb", (repo, bare))
-            embedded = [(repo, k, codec.encode_embedding(n.embedding)) for k, n in nodes if n.embedding is not None]
-            tx.many("put_emb", embedded)
-            self.rows.update(nodes=len(nodes), embeddings=len(embedded))
-            self.touched.update(last)
-        self.link([(a, b, e) for a, b, e in normalised_links(cs)])
-        self.put_meta(meta_rows)
-
-    def link(self, links: list[tuple[str, str, EdgeType]]) -> None:
-        """Both directions of every link whose two ends exist; others are no-ops."""
-        rows = sorted({row for a, b, e in links if a != b for row in ((a, e.value, b), (b, e.value, a))})
-        if rows:
-            a, edge, b = ([_key(r[0]) for r in rows], [r[1] for r in rows], [_key(r[2]) for r in rows])
-            self.tx.run("put_links", {"repo": self.tx.repo, "a": a, "edge": edge, "b": b})
-            self.rows["links"] += len(rows)
+        nodes = sorted(((_key(i), n) for i, n in last.items()), key=lambda kn: kn[0])
+        embedded = [(k, n.embedding) for k, n in nodes if n.embedding is not None]
+        links = sorted({r for a, b, e in normalised_links(cs) if a != b for r in ((a, e.value, b), (b, e.value, a))})
+        meta = sorted((_key(i), data) for i, data in meta_rows.items())
+        touched = self.touched | last.keys() | meta_rows.keys()
+        logs = self.one_write and bool(touched)
+        dim = int(embedded[0][1].shape[0]) if embedded else None
+        tx = self.tx
+        params = (
+            tx.repo,
+            *(claim if claim is not None else (None, None, None, None)),
+            dim,
+            [k for k, _ in nodes],
+            [n.node_type.value for _, n in nodes],
+            [codec.encode_node(n) for _, n in nodes],
+            [n.created_at for _, n in nodes],
+            [k for k, _ in embedded],
+            [codec.encode_embedding(e) for _, e in embedded],
+            [k for k, n in nodes if n.embedding is None],
+            [_key(r[0]) for r in links],
+            [r[1] for r in links],
+            [_key(r[2]) for r in links],
+            [k for k, _ in meta],
+            [data for _, data in meta],
+            sorted(_key(i) for i in touched) if logs else [],
+        )
+        try:
+            row = tx.one("write_graph", params)
+        except psycopg.Error as exc:
+            if exc.sqlstate == _DIMENSION_STATE and exc.diag.message_detail:
+                check_changeset(cs, int(exc.diag.message_detail))  # raises the ValidationError naming the node
+            raise
+        if row is None or not row[0]:
+            return False
+        self.rows.update(nodes=len(nodes), embeddings=len(embedded), links=len(links), metadata=len(meta))
+        if logs:
+            self.seq, self.touched = (None if row[2] is None else int(row[2])), set()
+        else:
+            self.touched = touched
+        return True
 
     def put_meta(self, meta_rows: Mapping[str, bytes]) -> None:
-        rows = sorted((_key(i), data) for i, data in meta_rows.items())
-        self.tx.many("put_meta", [(self.tx.repo, k, data) for k, data in rows])
-        self.rows["metadata"] += len(rows)
-        self.touched.update(meta_rows)
+        self.apply(Changeset(), meta_rows)
 
     def delete_nodes(self, ids: Iterable[str]) -> list[str]:
         keys = sorted({_key(i) for i in ids})
@@ -215,11 +227,15 @@ class _Runner:
         write: bool,
         snapshot: bool = True,
         resolves_doubt: bool = False,
+        single: bool = False,
     ) -> T:
         """Runs `fn` in one transaction, retrying what is safe to retry.
 
         `snapshot` (reads): one REPEATABLE READ READ ONLY transaction; without
         it the statements run in autocommit (use for single-statement reads).
+        `single` (writes): `fn` writes with one statement, run in autocommit (its
+        own transaction, committed when it returns: one round trip in all); any
+        other statement of `fn` only reads.
         `resolves_doubt` (writes): `fn` can tell on a rerun whether an attempt
         whose COMMIT got no answer took effect, so that case is retried too.
         """
@@ -229,10 +245,11 @@ class _Runner:
             committing = False
             try:
                 with self.pool.connection(timeout=self.timeout) as conn:
-                    transactional = write or snapshot
-                    if write:
+                    transactional = (write and not single) or (snapshot and not write)
+                    committing = write and single  # the write statement commits as it returns
+                    if transactional and write:
                         conn.execute(self.write_begin)
-                    elif snapshot:
+                    elif transactional:
                         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     try:
                         result = fn(_Tx(conn, self.repo, self.sql))
