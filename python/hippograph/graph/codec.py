@@ -11,6 +11,7 @@ stored_at_us]``. Embeddings are the engine's raw float32 vectors.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from ..engine.checks import Embedding
 from ..engine.codec import (
@@ -26,6 +27,7 @@ from ..engine.codec import (
     to_us,
     unpack,
 )
+from ..engine.columns import Usage
 from ..errors import StorageError
 from .model import NODE_CLASSES, ORPHAN_TYPES, EdgeType, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType
 
@@ -44,6 +46,7 @@ __all__ = [
     "encode_node",
     "encode_record",
     "node_type_of",
+    "usage_of_meta",
 ]
 
 _TYPE_CODES: dict[NodeType, int] = {t: i for i, t in enumerate(NodeType)}
@@ -122,6 +125,24 @@ def decode_meta(data: bytes) -> NodeMetadata:
                 "custom": custom,
             }
         )
+    except GARBAGE as exc:
+        raise corrupt("metadata", exc) from None
+
+
+_US_RANGE = (to_us(datetime.min.replace(tzinfo=UTC)), to_us(datetime.max.replace(tzinfo=UTC)))
+
+
+def usage_of_meta(data: bytes) -> Usage:
+    """The default value function's usage columns of a stored metadata record: what
+    `usage_of(decode_meta(data))` gives (the reference time in seconds, exactly as
+    `datetime.timestamp` divides its microseconds), without building the metadata. Scoring
+    caches read every node's record this way when they load or catch up."""
+    try:
+        created, count, last, reward, reward_count, _ = unpack(body(data, "metadata"), "metadata")
+        ref = created if last is None else last
+        if not (type(ref) is int and _US_RANGE[0] <= ref <= _US_RANGE[1]):
+            raise ValueError(f"timestamp {ref!r} out of range")
+        return ref / 1_000_000, float(count), float(reward_count), float(reward)
     except GARBAGE as exc:
         raise corrupt("metadata", exc) from None
 

@@ -26,7 +26,6 @@ from ...engine.vector_index import AnnConfig
 from ...errors import HippographError
 from ...graph import codec
 from ...graph.model import Node, NodeMetadata, NodeType
-from ...graph.recall import usage_of
 from .._base import RWLock
 from .layout import _key, _logged_ids, _seq_key
 from .txn import _Txn
@@ -155,9 +154,7 @@ class _Cache(DerivedColumns[NodeType]):
             return
         emb, meta = t.get("emb", key), t.get("meta", key)
         embedding = None if emb is None else codec.decode_embedding(emb, t.dim())
-        self.put(
-            node_id, codec.node_type_of(data), embedding, None if meta is None else usage_of(codec.decode_meta(meta))
-        )
+        self.put(node_id, codec.node_type_of(data), embedding, None if meta is None else codec.usage_of_meta(meta))
 
     def _rebuild(self, t: _Txn) -> None:
         self.ann_tried = set()
@@ -175,7 +172,7 @@ class _Cache(DerivedColumns[NodeType]):
                     t.id_of(key),
                     codec.node_type_of(data),
                     None if emb is None else codec.decode_embedding(emb, dim),
-                    None if meta is None else usage_of(codec.decode_meta(meta)),
+                    None if meta is None else codec.usage_of_meta(meta),
                 )
             )
         self.replace(rows)

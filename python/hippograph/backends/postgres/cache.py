@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 
 from ...engine.checks import Embedding
+from ...engine.columns import Usage
 from ...engine.derived import DerivedColumns
 from ...engine.vector_index import AnnConfig
 from ...graph import codec
-from ...graph.model import NodeMetadata, NodeType
-from ...graph.recall import usage_of
+from ...graph.model import NodeType
 from .._base import RWLock
 from .tx import Row, _id, _Tx
 
@@ -70,8 +70,8 @@ class _Cache(DerivedColumns[NodeType]):
         if changed:
             keys = sorted(changed)
             loaded = _scoring_rows(tx.all("scoring_rows", (tx.repo, keys)))
-            for node_id, (node_type, embedding, meta) in loaded.items():
-                self.put(node_id, node_type, embedding, usage_of(meta))
+            for node_id, (node_type, embedding, usage) in loaded.items():
+                self.put(node_id, node_type, embedding, usage)
             for key in keys:
                 node_id = _id(key)
                 if node_id not in loaded:
@@ -89,7 +89,7 @@ class _Cache(DerivedColumns[NodeType]):
         vecs = {bytes(k): bytes(v) for k, v in tx.all("repo_embeddings", (tx.repo,))}
         metas = {bytes(k): bytes(v) for k, v in tx.all("repo_metadata", (tx.repo,))}
         loaded = _scoring_rows([(k, t.value, vecs.get(k), metas.get(k)) for k, t in types.items()])
-        self.replace((node_id, nt, embedding, usage_of(meta)) for node_id, (nt, embedding, meta) in loaded.items())
+        self.replace((node_id, nt, embedding, usage) for node_id, (nt, embedding, usage) in loaded.items())
         now = time.monotonic()
         self.high = max(top, floor)
         self.gaps = {s: now for s in range(max(low + 1, top - _MAX_GAPS), top) if s not in visible}
@@ -107,13 +107,13 @@ def _open_gaps(gaps: dict[int, float], high: int, seq: int, now: float) -> None:
             del gaps[old]
 
 
-def _scoring_rows(rows: list[Row]) -> dict[str, tuple[NodeType, Embedding | None, NodeMetadata | None]]:
+def _scoring_rows(rows: list[Row]) -> dict[str, tuple[NodeType, Embedding | None, Usage | None]]:
     """(id, type, vec, metadata record) rows decoded, before anything in the cache changes."""
     return {
         _id(key): (
             NodeType(node_type),
             None if vec is None else codec.decode_embedding(bytes(vec)),
-            None if meta is None else codec.decode_meta(bytes(meta)),
+            None if meta is None else codec.usage_of_meta(bytes(meta)),
         )
         for key, node_type, vec, meta in rows
     }
