@@ -72,18 +72,22 @@ class TieBreak:
         if self._rank is None or listed is None or not 0 <= n - ranked <= _RANK_MERGE_MAX:
             self._sorted = SortedList(ids)
             return self._deal(row)
-        rank, ordered = self._rank.copy(), listed  # a copy: readers may still use the last keys
+        # Readers may still use the last keys: they are copied only when an old row's key changes
+        # (a crowded gap spread again), and the new rows' keys go into a new array.
+        kept, ordered = [self._rank], listed
         keys: dict[str, int] = {}
 
         def key(node_id: str) -> int:
             got = keys.get(node_id)
-            return int(rank[row[node_id]]) if got is None else got
+            return int(kept[0][row[node_id]]) if got is None else got
 
         def set_key(node_id: str, value: int) -> None:
             if node_id in keys or row[node_id] >= ranked:
                 keys[node_id] = value
-            else:
-                rank[row[node_id]] = value
+                return
+            if kept[0] is self._rank:
+                kept[0] = kept[0].copy()
+            kept[0][row[node_id]] = value
 
         for node_id in ids[ranked:]:
             at = ordered.bisect_left(node_id)
@@ -103,7 +107,7 @@ class TieBreak:
             for j, other in enumerate(ordered[start:stop]):
                 set_key(other, left + step * (j + 1))
         fresh = np.array([keys[i] for i in ids[ranked:]], np.uint32)
-        self._rank = np.concatenate([rank, fresh])
+        self._rank = np.concatenate([kept[0], fresh])
         return self._rank
 
     def _deal(self, row: dict[str, int]) -> npt.NDArray[np.uint32]:
