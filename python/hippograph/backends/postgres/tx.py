@@ -63,12 +63,12 @@ class _Tx:
     def all(self, name: str, params: Sequence[Any] = ()) -> list[Row]:
         with self.conn.cursor(binary=True) as cur:
             cur.execute(self.sql[name], params)
-            return cur.fetchall() if cur.description is not None else []
+            return cur.fetchall() if _has_rows(cur) else []
 
     def one(self, name: str, params: Sequence[Any] = ()) -> Row | None:
         with self.conn.cursor(binary=True) as cur:
             cur.execute(self.sql[name], params)
-            return cur.fetchone() if cur.description is not None else None
+            return cur.fetchone() if _has_rows(cur) else None
 
     def run(self, name: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> int:
         with self.conn.cursor(binary=True) as cur:
@@ -106,6 +106,13 @@ class _Tx:
                 codec.decode_meta(bytes(row[3])) if with_meta and row[3] is not None else None,
             )
         return out
+
+
+def _has_rows(cur: psycopg.Cursor[Row]) -> bool:
+    """The statement returned rows (asked of its result's status: `description` would describe
+    every column first, a read's largest fixed cost after the round trip)."""
+    result = cur.pgresult
+    return result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
 
 
 def _decode_node(node_id: str, record: bytes, vec: bytes | None, links: Mapping[EdgeType, set[str]]) -> Node:
