@@ -23,7 +23,7 @@ import psycopg
 import psycopg_pool
 
 from ...context.protocol import KvTxn
-from ...engine.checks import check_id
+from ...engine.checks import Progress, check_id, check_progress
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import ConfigError, StorageError
 from ...graph import codec
@@ -52,14 +52,17 @@ from .._base import (
     check_record,
     commit_each_source_once,
 )
+from . import vectors
+from .arrays import register as register_arrays
 from .cache import _Cache
 from .config import _check_repo, _positive_int, _resolve_dsn, _seconds, _where
 from .context import PgKvTxn
 from .entries import PgEntryTxn
 from .reports import _counts, _problems
 from .schema import _check_schema, _migrate, _sql_map
+from .search import ServerSearch
 from .statistics import Refresher
-from .tx import Conn, _id, _key, _Retry, _Runner, _Tx, _Write
+from .tx import Conn, Shared, _id, _key, _Retry, _Runner, _Tx, _Write
 
 __all__ = ["Postgres"]
 
@@ -108,6 +111,8 @@ class Postgres(DerivedBackend):
         ann: AnnConfig | None = DEFAULT_ANN,
         application_name: str = "hippograph",
         connect_kwargs: Mapping[str, Any] | None = None,
+        search: str = "client",
+        server_ef_search: int = 40,
     ) -> None:
         self.dsn = _resolve_dsn(dsn)
         self.repo = _check_repo(repo)
@@ -123,6 +128,15 @@ class Postgres(DerivedBackend):
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
         self._log_keep = _positive_int("log_keep", log_keep)
+        if search not in ("client", "server"):
+            raise ConfigError(f"search must be 'client' or 'server', got {search!r}")
+        self._ef_search = _positive_int("server_ef_search", server_ef_search)
+        if self._ef_search > 1000:
+            raise ConfigError(f"server_ef_search must be at most 1000 (pgvector's limit), got {server_ef_search!r}")
+        self._ann = ann
+        self._search: ServerSearch | None = None  # set at open when search == "server"
+        self._shared = Shared()
+        self._building: tuple[threading.Thread, list[Conn]] | None = None
         self._sql = _sql_map(self.schema)
         self._pid = os.getpid()
         self._cache_lock = RWLock()
@@ -140,11 +154,15 @@ class Postgres(DerivedBackend):
             settings.append(f"SET statement_timeout = '{math.ceil(stmt * 1000)}ms'")
         write_begin = f"BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{math.ceil(self._gap_timeout * 500)}ms'"
 
+        if search == "server":
+            settings += [f"SET hnsw.ef_search = {self._ef_search}", "SET hnsw.iterative_scan = relaxed_order"]
+
         def configure(conn: Conn) -> None:
+            register_arrays(conn)
             for statement in settings:
                 conn.execute(statement)
 
-        self._open_and_migrate(kwargs, configure)
+        self._open_and_migrate(kwargs, configure, server=search == "server")
         self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             self.dsn,
             kwargs=kwargs,
@@ -163,6 +181,7 @@ class Postgres(DerivedBackend):
             retries=retries,
             where=self._where,
             write_begin=write_begin,
+            shared=self._shared,
         )
         self._statistics = Refresher(
             lambda tables: self._read("analyze", lambda tx: [tx.run(f"analyze_{t}") for t in tables], snapshot=False)
@@ -172,11 +191,14 @@ class Postgres(DerivedBackend):
         except psycopg_pool.PoolTimeout as exc:
             self._pool.close()
             raise StorageError(f"cannot connect to PostgreSQL at {self._where}: {exc}", operation="open") from None
+        if self._search is not None:
+            self._prepare_server_search(kwargs, configure)
 
     # -- opening ---------------------------------------------------------------------------
 
-    def _open_and_migrate(self, kwargs: Mapping[str, Any], configure: Callable[[Conn], None]) -> None:
-        """Connects once (for a clear error when the server is unreachable), migrates, registers the repo."""
+    def _open_and_migrate(self, kwargs: Mapping[str, Any], configure: Callable[[Conn], None], server: bool) -> None:
+        """Connects once (for a clear error when the server is unreachable), migrates, registers the
+        repo; `server`: makes the schema keep vectors in the server (`vectors.enable`)."""
         try:
             conn: Conn = psycopg.connect(self.dsn, **kwargs)
         except psycopg.Error as exc:
@@ -186,6 +208,9 @@ class Postgres(DerivedBackend):
                 configure(conn)
                 _migrate(conn, self.schema)
                 conn.execute(self._sql["register"], (self.repo,))
+                if server:
+                    self._search = ServerSearch(self.schema, self.repo, vectors.enable(conn, self.schema))
+                self._shared.vectors = vectors.kept(conn, self.schema)
         except psycopg.Error as exc:
             raise StorageError(f"cannot prepare schema {self.schema!r}: {exc}", operation="open") from None
 
@@ -463,6 +488,54 @@ class Postgres(DerivedBackend):
             self._cache.refresh(tx, int(floor), created)
         return None if dim is None else int(dim)
 
+    def _prepare_server_search(self, kwargs: Mapping[str, Any], configure: Callable[[Conn], None]) -> None:
+        """Notes the repo's HNSW indexes and builds the ones it lacks: at once when
+        ``ann.background`` is false, else on a connection of its own in a thread (`close` cancels
+        it); searches meanwhile scan exactly."""
+        search = self._search
+        assert search is not None
+        ann = self._ann
+        if ann is None or not ann.background:
+            with self._pool.connection() as conn:
+                search.prepare(conn, ann)
+            return
+        with self._pool.connection() as conn:
+            search.prepare(conn, None)
+        holder: list[Conn] = []
+
+        def build() -> None:
+            with contextlib.suppress(psycopg.Error), psycopg.connect(self.dsn, **kwargs) as conn:
+                configure(conn)
+                holder.append(conn)
+                if not self._closed:
+                    search.prepare(conn, ann)
+
+        thread = threading.Thread(target=build, name=f"hippograph:{self.repo}:hnsw", daemon=True)
+        self._building = (thread, holder)
+        thread.start()
+
+    def build_vector_index(
+        self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
+    ) -> list[str]:
+        """With ``search="server"``, builds the server's HNSW indexes (types holding more than
+        ``ann.min_nodes`` nodes); otherwise the in-process indexes."""
+        if self._search is None:
+            return super().build_vector_index(types, progress)
+        self._guard("build_vector_index")
+        wanted = list(NodeType) if types is None else as_node_types(types)
+        check_progress(progress)
+        with self._pool.connection() as conn:
+            built = self._search.prepare(conn, self._ann, wanted)
+        return [t.value for t in built]
+
+    def vector_index_stats(self) -> dict[str, dict[str, Any]]:
+        if self._search is None:
+            return super().vector_index_stats()
+        self._guard("vector_index_stats")
+        with self._pool.connection() as conn:
+            self._search.prepare(conn, None)
+        return self._search.stats()
+
     def find_candidates(
         self,
         types: Sequence[NodeType | str],
@@ -474,6 +547,12 @@ class Postgres(DerivedBackend):
         exact: bool = False,
     ) -> list[tuple[Node, float]]:
         self._guard("find_candidates")
+        search = self._search
+        if search is not None:
+            return self._read(
+                "find_candidates",
+                lambda tx: search.find_candidates(tx, types, query, tags, value_function, now, tx.dim(), exact=exact),
+            )
 
         def run(tx: _Tx) -> list[tuple[Node, float]]:
             dim = self._refreshed(tx)
@@ -579,6 +658,12 @@ class Postgres(DerivedBackend):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._building is not None:
+                thread, holder = self._building
+                for conn in holder:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.cancel()
+                thread.join(timeout=10)
             self._cache.close()
             self._statistics.close()
             if os.getpid() == self._pid:

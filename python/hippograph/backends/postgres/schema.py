@@ -16,6 +16,7 @@ import psycopg
 import psycopg.errors
 
 from ...errors import ConfigError, StorageError
+from . import vectors
 from .config import _check_repo, _resolve_dsn
 from .statistics import TABLES
 from .tx import _CONFLICT_STATES, _RACE_STATES, Conn, _rollback
@@ -96,6 +97,89 @@ HG001, the stored dimension as DETAIL, when it differs), then the `apply_changes
 the nodes put dropped, nodes, embeddings, links whose two ends exist, metadata, and the change-log
 row naming `p_touched` (none when empty: the caller logs). Arrays are sorted by key by the caller
 (one lock order for every writer)."""
+
+_WRITE_GRAPH_5: Final = """CREATE FUNCTION {s}.write_graph(
+    p_repo text, p_claim_key bytea, p_claim_record bytea, p_token bytea, p_stored_at timestamptz,
+    p_dim integer,
+    p_node_keys bytea[], p_types text[], p_records bytea[], p_created timestamptz[],
+    p_emb_keys bytea[], p_vecs bytea[], p_bare bytea[],
+    p_link_a bytea[], p_link_edge text[], p_link_b bytea[],
+    p_meta_keys bytea[], p_meta_records bytea[], p_touched bytea[], p_flat real[],
+    OUT claimed boolean, OUT stored_dim integer, OUT seq bigint
+) LANGUAGE plpgsql AS $fn$
+BEGIN
+    claimed := true;
+    IF p_claim_key IS NOT NULL THEN
+        INSERT INTO {s}.ingestion (repo, source_id, record, token, stored_at)
+        VALUES (p_repo, p_claim_key, p_claim_record, p_token, p_stored_at)
+        ON CONFLICT (repo, source_id) DO NOTHING;
+        IF NOT FOUND THEN
+            claimed := false;
+            RETURN;
+        END IF;
+    END IF;
+    SELECT r.dim INTO stored_dim FROM {s}.repos r WHERE r.repo = p_repo;
+    IF p_dim IS NOT NULL THEN
+        IF stored_dim IS NULL THEN
+            INSERT INTO {s}.repos (repo, dim) VALUES (p_repo, p_dim) ON CONFLICT (repo)
+            DO UPDATE SET dim = COALESCE({s}.repos.dim, EXCLUDED.dim) RETURNING dim INTO stored_dim;
+        END IF;
+        IF stored_dim <> p_dim THEN
+            RAISE EXCEPTION 'the store holds dimension %', stored_dim
+                USING ERRCODE = 'HG001', DETAIL = stored_dim::text;
+        END IF;
+    END IF;
+    IF cardinality(p_node_keys) > 0 THEN
+        DELETE FROM {s}.links WHERE repo = p_repo AND a = ANY(p_node_keys);
+        DELETE FROM {s}.links WHERE b = ANY(p_node_keys) AND repo = p_repo AND NOT a = ANY(p_node_keys);
+        INSERT INTO {s}.nodes (repo, id, type, record, created_at)
+        SELECT p_repo, x.id, x.type, x.record, x.created_at
+        FROM unnest(p_node_keys, p_types, p_records, p_created) AS x(id, type, record, created_at)
+        ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, record = EXCLUDED.record,
+            created_at = EXCLUDED.created_at;
+        IF cardinality(p_bare) > 0 THEN
+            DELETE FROM {s}.embeddings WHERE repo = p_repo AND id = ANY(p_bare);
+        END IF;
+        INSERT INTO {s}.embeddings (repo, id, vec)
+        SELECT p_repo, x.id, x.vec FROM unnest(p_emb_keys, p_vecs) AS x(id, vec)
+        ON CONFLICT (repo, id) DO UPDATE SET vec = EXCLUDED.vec;
+        IF to_regclass('{s}.vectors') IS NOT NULL THEN
+            IF p_flat IS NULL AND cardinality(p_emb_keys) > 0 THEN
+                RAISE EXCEPTION 'this schema keeps vectors in the server: send them'
+                    USING ERRCODE = 'HG002';
+            END IF;
+            IF cardinality(p_bare) > 0 THEN
+                DELETE FROM {s}.vectors WHERE repo = p_repo AND id = ANY(p_bare);
+            END IF;
+            INSERT INTO {s}.vectors (repo, id, type, vec)
+            SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim]
+            FROM unnest(p_emb_keys) WITH ORDINALITY AS x(id, o)
+            JOIN {s}.nodes n ON n.repo = p_repo AND n.id = x.id
+            ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, vec = EXCLUDED.vec;
+        END IF;
+    END IF;
+    IF cardinality(p_link_a) > 0 THEN
+        INSERT INTO {s}.links (repo, a, edge, b) SELECT p_repo, x.a, x.edge, x.b
+        FROM unnest(p_link_a, p_link_edge, p_link_b) AS x(a, edge, b)
+        WHERE EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.a)
+        AND EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.b)
+        ORDER BY x.a, x.edge, x.b ON CONFLICT DO NOTHING;
+    END IF;
+    IF cardinality(p_meta_keys) > 0 THEN
+        INSERT INTO {s}.metadata (repo, id, record)
+        SELECT p_repo, x.id, x.record FROM unnest(p_meta_keys, p_meta_records) AS x(id, record)
+        ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record;
+    END IF;
+    IF cardinality(p_touched) > 0 THEN
+        INSERT INTO {s}.changes (repo, ids) VALUES (p_repo, p_touched) RETURNING changes.seq INTO seq;
+    END IF;
+END
+$fn$"""
+"""`write_graph` as migration 5 redefines it: the same steps, and where the schema keeps vectors in
+the server (``{s}.vectors``, `vectors.enable`), the embedded nodes' vectors too, taken from
+`p_flat` (all of the write's embeddings, one after another) by pgvector's cast from ``real[]``. A
+caller that sends none while the table exists is refused with SQLSTATE HG002 and retries with them,
+so no writer can leave a vector out, whenever the table was created."""
 
 _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (
@@ -199,6 +283,15 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         "graph writes in one statement: write_graph",
         (_WRITE_GRAPH,),
     ),
+    (
+        5,
+        "write_graph keeps server-side vectors (pgvector) when the schema has them",
+        (
+            "DROP FUNCTION {s}.write_graph(text, bytea, bytea, bytea, timestamptz, integer, bytea[], text[], "
+            "bytea[], timestamptz[], bytea[], bytea[], bytea[], bytea[], text[], bytea[], bytea[], bytea[], bytea[])",
+            _WRITE_GRAPH_5,
+        ),
+    ),
 )
 
 SCHEMA_VERSION: Final = _MIGRATIONS[-1][0]
@@ -220,7 +313,7 @@ _SQL: Final[dict[str, str]] = {
     "write_graph": (
         "SELECT claimed, stored_dim, seq FROM {s}.write_graph(%s, %s, %s, %s, %s, %s, %s::bytea[], %s::text[], "
         "%s::bytea[], %s::timestamptz[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::text[], "
-        "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[])"
+        "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::real[])"
     ),
     "del_nodes": "DELETE FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) RETURNING id",
     "lock_nodes": "SELECT id, type FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) ORDER BY id FOR UPDATE",
@@ -456,6 +549,8 @@ def drop_repo(dsn: str | None = None, *, repo: str, schema: str = "hippograph") 
                 ).fetchone()
                 for statement in statements:
                     conn.execute(statement.replace("{s}", quoted), (repo,))
+            if vectors.kept(conn, schema):
+                vectors.drop_indexes(conn, schema, repo)
             return existed is not None
     except psycopg.Error as exc:
         raise StorageError(f"cannot drop repo {repo!r}: {exc}", operation="drop_repo") from None

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import psycopg
 import psycopg_pool
 
@@ -23,6 +24,7 @@ from ...errors import HippographError, StorageError
 from ...graph import codec
 from ...graph.changeset import Changeset, check_changeset, normalised_links
 from ...graph.model import EdgeType, Node, NodeMetadata
+from .arrays import Float4Array
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -35,6 +37,7 @@ _TIMEOUT_STATES = frozenset({"57014", "55P03"})
 _AMBIGUOUS_STATES = frozenset({"40003"})  # CockroachDB: statement completion unknown
 _CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})  # shutdowns, idle timeouts
 _DIMENSION_STATE = "HG001"  # write_graph: the store holds embeddings of another dimension
+_VECTORS_STATE = "HG002"  # write_graph: the schema keeps server-side vectors and none were sent
 
 Claim = tuple[bytes, bytes, bytes, Any]
 """An ingestion's claim: source key, encoded record, the call's token, its stored_at."""
@@ -52,13 +55,22 @@ class _Retry(Exception):
     """Raised inside a transaction to roll it back and run it again."""
 
 
+class Shared:
+    """What every transaction of one backend learns about the schema as it goes."""
+
+    def __init__(self) -> None:
+        self.vectors = False
+        """Writes send the embeddings as pgvector values too (the schema keeps vectors in the server)."""
+
+
 class _Tx:
     """One transaction's connection, with the repo's statements at hand."""
 
-    def __init__(self, conn: Conn, repo: str, sql: Mapping[str, str]) -> None:
+    def __init__(self, conn: Conn, repo: str, sql: Mapping[str, str], shared: Shared | None = None) -> None:
         self.conn = conn
         self.repo = repo
         self.sql = sql
+        self.shared = shared or Shared()
 
     def all(self, name: str, params: Sequence[Any] = ()) -> list[Row]:
         with self.conn.cursor(binary=True) as cur:
@@ -162,12 +174,16 @@ class _Write:
             [k for k, _ in meta],
             [data for _, data in meta],
             sorted(_key(i) for i in touched) if logs else [],
+            Float4Array(np.concatenate([e for _, e in embedded])) if embedded and tx.shared.vectors else None,
         )
         try:
             row = tx.one("write_graph", params)
         except psycopg.Error as exc:
             if exc.sqlstate == _DIMENSION_STATE and exc.diag.message_detail:
                 check_changeset(cs, int(exc.diag.message_detail))  # raises the ValidationError naming the node
+            if exc.sqlstate == _VECTORS_STATE:  # the schema began keeping vectors since this process looked
+                tx.shared.vectors = True
+                raise _Retry from None
             raise
         if row is None or not row[0]:
             return False
@@ -214,7 +230,9 @@ class _Runner:
         retries: int,
         where: str,
         write_begin: str,
+        shared: Shared | None = None,
     ) -> None:
+        self.shared = shared or Shared()
         self.pool = pool
         self.repo = repo
         self.sql = sql
@@ -259,7 +277,7 @@ class _Runner:
                     elif transactional:
                         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     try:
-                        result = fn(_Tx(conn, self.repo, self.sql))
+                        result = fn(_Tx(conn, self.repo, self.sql, self.shared))
                     except BaseException:
                         if transactional:
                             _rollback(conn)

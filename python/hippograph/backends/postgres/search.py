@@ -1,0 +1,258 @@
+"""`ServerSearch`: `find_candidates` answered by the PostgreSQL server (``search="server"``).
+
+The client holds no vectors. Per requested type the server returns, for each query vector, its
+nearest stored vectors of that type (pgvector's HNSW index where the type has one, an exact scan
+otherwise) with their embeddings and metadata records: a *pool*. The client scores the pool
+exactly as the in-process path does (the same relevance and value-function code), and the answer
+is *certified* when no row outside the pool could enter it: a value never exceeds relevance, and
+a row outside every list is no closer than the farthest row of the list it missed. Otherwise the
+pool deepens, and past `_ANN_MOST` rows the exact server scan takes over. ``docs/postgres.md``
+(Server-side search) tells the rules in full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+
+from ...engine.checks import as_datetime, utcnow
+from ...engine.columns import TypeColumns
+from ...engine.query import F32, prepare_queries, scan
+from ...engine.vector_index import AnnConfig
+from ...graph import codec
+from ...graph.model import Node, NodeType, as_node_types
+from ...graph.recall import _python_values
+from ...graph.value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
+from . import vectors
+from .arrays import Float4Array
+from .tx import Conn, _id, _key, _Tx
+
+__all__ = ["ServerSearch"]
+
+_ANN_MOST = 1000
+"""The deepest pool drawn from an HNSW index per query vector; deeper, the exact scan answers
+(pgvector's iterative scans stop at ``hnsw.max_scan_tuples`` and its cost grows with depth)."""
+_MARGIN = 1e-5
+"""Added to the bound from the server's distances: pgvector's cosine and the client's differ by
+float rounding, far below this."""
+
+Pool = list[tuple[int, bytes, float, bytes, bytes | None]]
+"""(list, key, distance, embedding, metadata record) rows of one pool query."""
+
+
+class ServerSearch:
+    """Builds and runs the pool queries of one repo; holds no vectors."""
+
+    def __init__(self, schema: str, repo: str, ext: str) -> None:
+        self.schema = schema
+        self.repo = repo
+        self.ext = ext
+        self.indexed: set[NodeType] = set()
+        """Types with a valid HNSW index for the repo's dimension (set by the backend)."""
+        self._statements: dict[tuple[NodeType, int, int, bool], sql.Composed] = {}
+
+    def prepare(self, conn: Conn, ann: AnnConfig | None, types: Iterable[NodeType] | None = None) -> list[NodeType]:
+        """Builds the HNSW indexes the repo wants and notes which exist; returns the types built.
+        Each type of `types` (None: all) holding more than ``ann.min_nodes`` nodes gets one; nothing
+        is built without `ann` or a dimension. `conn`: autocommit."""
+        row = conn.execute(
+            sql.SQL("SELECT dim FROM {}.repos WHERE repo = %s").format(sql.Identifier(self.schema)), (self.repo,)
+        ).fetchone()
+        dim = None if row is None or row[0] is None else int(row[0])
+        built: list[NodeType] = []
+        if dim is not None and ann is not None:
+            counts = conn.execute(
+                sql.SQL("SELECT type, count(*) FROM {}.nodes WHERE repo = %s GROUP BY type").format(
+                    sql.Identifier(self.schema)
+                ),
+                (self.repo,),
+            ).fetchall()
+            wanted = set(NodeType if types is None else types)
+            large = [NodeType(t) for t, c in counts if int(c) > ann.min_nodes and NodeType(t) in wanted]
+            names = {vectors.index_name(self.repo, t, dim): t for t in large}
+            made = vectors.ensure_indexes(
+                conn, self.schema, self.ext, self.repo, dim, names.values(), ann.M, ann.ef_construction
+            )
+            built = [names[n] for n in made]
+        valid = vectors.existing_indexes(conn, self.schema, self.repo) if dim is not None else {}
+        self.indexed = {t for t in NodeType if dim is not None and valid.get(vectors.index_name(self.repo, t, dim))}
+        return built
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """`vector_index_stats` of a server-side search: per type, whether its HNSW index serves."""
+        return {t.value: {"available": t in self.indexed, "where": "server"} for t in NodeType}
+
+    def _pool_sql(self, node_type: NodeType, dim: int, lists: int, exact: bool) -> sql.Composed:
+        got = self._statements.get((node_type, dim, lists, exact))
+        if got is not None:
+            return got
+        s, e = sql.Identifier(self.schema), sql.Identifier(self.ext)
+        vec = sql.SQL("(v.vec::{e}.vector({d}))").format(e=e, d=sql.Literal(dim))
+        parts = []
+        for i in range(lists):
+            distance = sql.SQL("{vec} OPERATOR({e}.<=>) (%s::{e}.vector({d}))").format(vec=vec, e=e, d=sql.Literal(dim))
+            if exact:  # an expression no index matches: the server scans the type and sorts
+                distance = sql.SQL("(({}) + 0)").format(distance)
+            parts.append(
+                sql.SQL(
+                    "(SELECT {i} AS i, v.id, {dist} AS d FROM {s}.vectors v "
+                    "WHERE v.repo = {repo} AND v.type = {type} ORDER BY d LIMIT %s)"
+                ).format(
+                    i=sql.Literal(i),
+                    dist=distance,
+                    s=s,
+                    repo=sql.Literal(self.repo),
+                    type=sql.Literal(node_type.value),
+                )
+            )
+        got = sql.SQL(
+            "SELECT x.i, x.id, x.d, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = {repo} AND e.id = x.id), "
+            "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = x.id) FROM ({lists}) x"
+        ).format(s=s, repo=sql.Literal(self.repo), lists=sql.SQL(" UNION ALL ").join(parts))
+        self._statements[(node_type, dim, lists, exact)] = got
+        return got
+
+    def _pool(self, tx: _Tx, node_type: NodeType, dim: int, queries: F32, n: int, exact: bool) -> Pool:
+        statement = self._pool_sql(node_type, dim, len(queries), exact)
+        params: list[Any] = []
+        for q in queries:
+            params += [Float4Array(q), n]
+        with tx.conn.cursor(binary=True) as cur:
+            cur.execute(statement, params)
+            return [(int(i), bytes(k), float(d), bytes(v), None if m is None else bytes(m)) for i, k, d, v, m in cur]
+
+    def find_candidates(
+        self,
+        tx: _Tx,
+        types: Sequence[NodeType | str],
+        query: object,
+        tags: Iterable[object],
+        value_function: ValueFunctionConfig | Mapping[str, Any] | None,
+        now: datetime | None,
+        dim: int | None,
+        *,
+        exact: bool,
+    ) -> list[tuple[Node, float]]:
+        """The `GraphBackend.find_candidates` query, in `tx`'s snapshot."""
+        wanted = as_node_types(types)
+        queries = prepare_queries(query, tags, dim)
+        when = utcnow() if now is None else as_datetime(now, "now")
+        cfg = resolve_config(value_function)
+        bounded = cfg.is_default or getattr(cfg.function, "bounded_by_relevance", False) is True
+        # A zero query vector matches nothing: it adds no relevance, so it needs no list.
+        live = queries[np.einsum("ij,ij->i", queries, queries) > 0] if dim else queries[:0]
+        out: list[tuple[Node, float]] = []
+        seen: set[str] = set()
+        for at, node_type in enumerate(wanted, 1):
+            tp = cfg.params[node_type]
+            if tp.top_k == 0:
+                continue
+            scored = self._certified(tx, node_type, dim or 0, queries, live, tp, cfg, when, exact) if bounded else None
+            if scored is None:
+                scored = self._every_row(tx, node_type, queries, tp, cfg, when)
+            picked = [(i, s) for i, s in scored if i not in seen]
+            loaded = tx.nodes([i for i, _ in picked])
+            hits = [(got[0], s) for i, s in picked if (got := loaded.get(i)) is not None]
+            out += hits
+            if at < len(wanted):  # a type listed twice answers its nodes once
+                seen.update(node.id for node, _ in hits)
+        return out
+
+    def _certified(
+        self,
+        tx: _Tx,
+        node_type: NodeType,
+        dim: int,
+        queries: F32,
+        live: F32,
+        tp: TypeParams,
+        cfg: ResolvedConfig,
+        when: datetime,
+        exact: bool,
+    ) -> list[tuple[str, float]] | None:
+        """The type's answer from certified pools, or None when only scoring every row can answer."""
+        use_index = not exact and node_type in self.indexed
+        first = n = max(tp.top_k, 16) if len(live) <= 1 else max(tp.top_k // 2, 8)
+        while True:
+            rows: Pool = self._pool(tx, node_type, dim, live, n, not use_index) if len(live) else []
+            per_list: dict[int, list[float]] = {}
+            for i, _, d, _, _ in rows:
+                per_list.setdefault(i, []).append(d)
+            full = [ds for i, ds in per_list.items() if len(ds) >= n]
+            short = len(per_list) < len(live) or any(len(ds) < n for ds in per_list.values())
+            if use_index and short:  # an index scan may stop early: only the exact scan tells "no more"
+                use_index, n = False, first
+                continue
+            bound = 0.0
+            for ds in full:
+                finite = [d for d in ds if d == d]  # NaN: zero vectors, listed last; every other row was seen
+                if len(finite) == len(ds):
+                    bound = max(bound, 1.0 - max(finite) + _MARGIN if max(finite) < 1.0 else 0.0)
+            hits = self._score_pool(tx, rows, queries, tp, cfg, when)
+            if len(hits) == tp.top_k and hits[-1][1] > bound:
+                return hits
+            if tp.threshold > bound:  # nothing outside the pool passes the gate
+                return hits
+            if bound <= 0.0 and tp.threshold <= 0.0:  # the rest score zero: they fill up in id order
+                if not cfg.is_default:
+                    return None
+                positive = [(i, s) for i, s in hits if s > 0.0]
+                return positive + self._zero_fill(tx, node_type, [i for i, _ in positive], tp.top_k - len(positive))
+            n *= 4
+            if use_index and n > _ANN_MOST:
+                use_index, n = False, first
+
+    def _score_pool(
+        self, tx: _Tx, rows: Pool, queries: F32, tp: TypeParams, cfg: ResolvedConfig, when: datetime
+    ) -> list[tuple[str, float]]:
+        """The pool's best rows by exact score, as the in-process scan scores them."""
+        columns = TypeColumns()
+        for _, key, _, vec, meta in rows:
+            columns.upsert(_id(key), codec.decode_embedding(vec), None if meta is None else codec.usage_of_meta(meta))
+        return self._scan(tx, columns, queries, tp, cfg, when)
+
+    def _scan(
+        self, tx: _Tx, columns: TypeColumns, queries: F32, tp: TypeParams, cfg: ResolvedConfig, when: datetime
+    ) -> list[tuple[str, float]]:
+        def hydrate(ids: list[str], metadata: bool) -> Mapping[str, Any]:
+            return tx.nodes(ids, with_meta=metadata)
+
+        values = None if cfg.is_default else _python_values(cfg, tp, when, hydrate)
+        return scan(columns, queries, tp, when.timestamp(), values)
+
+    def _zero_fill(self, tx: _Tx, node_type: NodeType, exclude: list[str], count: int) -> list[tuple[str, float]]:
+        """`count` rows of the type scoring zero, in id order: every row but the positive ones."""
+        if count <= 0:
+            return []
+        statement = sql.SQL(
+            "SELECT id FROM {s}.nodes WHERE repo = %s AND type = %s AND NOT id = ANY(%s) ORDER BY id LIMIT %s"
+        ).format(s=sql.Identifier(self.schema))
+        with tx.conn.cursor(binary=True) as cur:
+            cur.execute(statement, (self.repo, node_type.value, [_key(i) for i in exclude], count))
+            return [(_id(row[0]), 0.0) for row in cur]
+
+    def _every_row(
+        self, tx: _Tx, node_type: NodeType, queries: F32, tp: TypeParams, cfg: ResolvedConfig, when: datetime
+    ) -> list[tuple[str, float]]:
+        """A value function that may exceed relevance: every row of the type is scored."""
+        statement = sql.SQL(
+            "SELECT n.id, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
+            "(SELECT m.record FROM {s}.metadata m WHERE m.repo = n.repo AND m.id = n.id) "
+            "FROM {s}.nodes n WHERE n.repo = %s AND n.type = %s ORDER BY n.id"
+        ).format(s=sql.Identifier(self.schema))
+        columns = TypeColumns()
+        with tx.conn.cursor(binary=True) as cur:
+            cur.execute(statement, (self.repo, node_type.value))
+            for key, vec, meta in cur:
+                columns.upsert(
+                    _id(key),
+                    None if vec is None else codec.decode_embedding(bytes(vec)),
+                    None if meta is None else codec.usage_of_meta(bytes(meta)),
+                )
+        if not columns.ids:
+            return []
+        return self._scan(tx, columns, queries, tp, cfg, when)

@@ -1,0 +1,207 @@
+"""Vectors in the server: pgvector's `vector` copies of the embeddings and their HNSW indexes.
+
+`enable` installs the extension and creates ``{s}.vectors`` (one row per embedded node: repo, id,
+type, the vector) once per schema, filled from the embeddings; from then on every writer's
+`write_graph` keeps it in step (a writer that does not send the vectors is refused with
+SQLSTATE HG002 and sends them on its retry). `ensure_indexes` builds one partial HNSW index per
+(repo, node type, dimension), so a search reads one type of one repo and nothing else.
+``docs/postgres.md`` (Server-side search) tells why the design is so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg import sql
+
+from ...errors import ConfigError
+from ...graph import codec
+from ...graph.model import NodeType
+from .arrays import Float4Array, register
+from .tx import Conn, _rollback
+
+__all__ = ["MAX_INDEXED_DIM", "MIN_VERSION", "enable", "ensure_indexes", "index_name"]
+
+MIN_VERSION = (0, 8)
+"""The least pgvector version: iterative index scans came with 0.8."""
+MAX_INDEXED_DIM = 2000
+"""pgvector's HNSW indexes take `vector` columns of at most this many dimensions; above it the
+server answers with exact scans."""
+VECTORS_STATE = "HG002"
+"""`write_graph`: the schema keeps server-side vectors and the caller sent none."""
+_BACKFILL_BATCH = 5000
+
+
+def extension_schema(conn: Conn) -> str | None:
+    """The schema pgvector is installed in, or None when it is not installed in this database."""
+    row = conn.execute(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def enable(conn: Conn, schema: str) -> str:
+    """Makes `schema` keep server-side vectors (idempotent, safe when many processes open at once);
+    returns the extension's schema. `conn` is in autocommit. ConfigError when the server has no
+    pgvector of at least `MIN_VERSION`, or the role may not install it."""
+    row = conn.execute(
+        "SELECT default_version, installed_version FROM pg_available_extensions WHERE name = 'vector'"
+    ).fetchone()
+    if row is None:
+        raise ConfigError(
+            "search='server' needs the pgvector extension on the PostgreSQL server (package "
+            "postgresql-NN-pgvector, or a server build that ships it)"
+        )
+    installed = row[1]
+    if installed is None:
+        if _version(str(row[0])) < MIN_VERSION:
+            raise ConfigError(f"search='server' needs pgvector >= 0.8; the server offers {row[0]}")
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except psycopg.errors.UniqueViolation:
+            pass  # another process installed it at the same moment
+        except psycopg.Error as exc:
+            raise ConfigError(f"cannot install the pgvector extension (CREATE EXTENSION vector): {exc}") from None
+        installed = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]  # type: ignore[index]
+    if _version(str(installed)) < MIN_VERSION:
+        raise ConfigError(f"search='server' needs pgvector >= 0.8; this database has {installed} (ALTER EXTENSION)")
+    ext = extension_schema(conn)
+    assert ext is not None
+    quoted = sql.Identifier(schema)
+    if _table_exists(conn, schema):
+        return ext
+    conn.execute("BEGIN")
+    try:
+        # Writers wait here until the table is there; writes committed before are copied below.
+        conn.execute(sql.SQL("LOCK TABLE {}.embeddings IN SHARE MODE").format(quoted))
+        if not _table_exists(conn, schema):
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE {s}.vectors (repo text NOT NULL, id bytea NOT NULL, type text NOT NULL, "
+                    "vec {e}.vector NOT NULL, PRIMARY KEY (repo, id), "
+                    "FOREIGN KEY (repo, id) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE)"
+                ).format(s=quoted, e=sql.Identifier(ext))
+            )
+            _backfill(conn, schema)
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)
+        raise
+    return ext
+
+
+def kept(conn: Conn, schema: str) -> bool:
+    """Whether `schema` keeps server-side vectors (its writers must send them)."""
+    return _table_exists(conn, schema)
+
+
+def _table_exists(conn: Conn, schema: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".vectors',)).fetchone()
+    return row is not None and row[0] is not None
+
+
+def _backfill(conn: Conn, schema: str) -> None:
+    """Copies every stored embedding of the schema into the new table, in batches."""
+    quoted = sql.Identifier(schema)
+    select = sql.SQL(
+        "SELECT e.repo, e.id, n.type, e.vec FROM {s}.embeddings e JOIN {s}.nodes n ON n.repo = e.repo AND n.id = e.id"
+    ).format(s=quoted)
+    insert = sql.SQL(
+        "INSERT INTO {s}.vectors (repo, id, type, vec) SELECT x.repo, x.id, x.type, %s[(x.o - 1) * %s + 1 : x.o * %s] "
+        "FROM unnest(%s::text[], %s::bytea[], %s::text[]) WITH ORDINALITY AS x(repo, id, type, o)"
+    ).format(s=quoted)
+    register(conn)
+    with conn.cursor(name="hippograph_backfill", binary=True) as cur:
+        cur.execute(select)
+        while rows := cur.fetchmany(_BACKFILL_BATCH):
+            by_dim: dict[int, list[tuple[str, bytes, str, npt.NDArray[np.float32]]]] = {}
+            for repo, key, node_type, vec in rows:
+                v = codec.decode_embedding(bytes(vec))
+                by_dim.setdefault(v.shape[0], []).append((repo, bytes(key), node_type, v))
+            for dim, group in by_dim.items():
+                flat = Float4Array(np.concatenate([g[3] for g in group]))
+                conn.execute(
+                    insert, (flat, dim, dim, [g[0] for g in group], [g[1] for g in group], [g[2] for g in group])
+                )
+
+
+def index_name(repo: str, node_type: NodeType, dim: int) -> str:
+    """The name of one (repo, type, dimension)'s HNSW index (a digest of the repo: names are short)."""
+    digest = hashlib.sha256(repo.encode("utf-8")).hexdigest()[:24]
+    return f"hg_hnsw_{digest}_{node_type.value}_{dim}"
+
+
+def repo_index_prefix(repo: str) -> str:
+    return index_name(repo, NodeType.SEMANTIC, 1).rsplit("_", 2)[0] + "_"
+
+
+def existing_indexes(conn: Conn, schema: str, repo: str) -> dict[str, bool]:
+    """The repo's HNSW indexes by name, each with whether it is valid (a concurrent build that
+    failed or is still running leaves an invalid one)."""
+    rows = conn.execute(
+        "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname LIKE %s",
+        (schema, repo_index_prefix(repo) + "%"),
+    ).fetchall()
+    return {str(name): bool(valid) for name, valid in rows}
+
+
+def ensure_indexes(
+    conn: Conn, schema: str, ext: str, repo: str, dim: int, types: Iterable[NodeType], m: int, ef_construction: int
+) -> list[str]:
+    """Builds the missing HNSW indexes of `types` (``CREATE INDEX CONCURRENTLY``: writers go on);
+    returns the names built. `conn` is in autocommit. A session advisory lock per index keeps two
+    processes from building the same one; an invalid index nobody is building is rebuilt."""
+    if dim > MAX_INDEXED_DIM:
+        return []
+    have = existing_indexes(conn, schema, repo)
+    built = []
+    for node_type in types:
+        name = index_name(repo, node_type, dim)
+        if have.get(name) is True:
+            continue
+        lock = int.from_bytes(hashlib.sha256(f"{schema}.{name}".encode()).digest()[:8], "big", signed=True)
+        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
+        if got is None or not got[0]:
+            continue  # another process is building it
+        try:
+            if name in have:  # left invalid by a build that died
+                conn.execute(
+                    sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(
+                        sql.Identifier(schema), sql.Identifier(name)
+                    )
+                )
+            conn.execute(
+                sql.SQL(
+                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {s}.vectors USING hnsw "
+                    "((vec::{e}.vector({dim})) {e}.vector_cosine_ops) WITH (m = {m}, ef_construction = {efc}) "
+                    "WHERE repo = {repo} AND type = {type}"
+                ).format(
+                    name=sql.Identifier(name),
+                    s=sql.Identifier(schema),
+                    e=sql.Identifier(ext),
+                    dim=sql.Literal(dim),
+                    m=sql.Literal(m),
+                    efc=sql.Literal(ef_construction),
+                    repo=sql.Literal(repo),
+                    type=sql.Literal(node_type.value),
+                )
+            )
+            built.append(name)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+    return built
+
+
+def drop_indexes(conn: Conn, schema: str, repo: str) -> None:
+    """Drops every HNSW index of `repo` (when the repo is dropped)."""
+    for name in existing_indexes(conn, schema, repo):
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
