@@ -190,6 +190,47 @@ def dsn() -> str:
         return _dsn
 
 
+VECTOR_DSN_ENV = "HIPPOGRAPH_PGVECTOR_DSN"
+_vector_dsn: str | None = None
+
+
+def _offers_pgvector(server: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(server, autocommit=True) as conn:
+        row = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+    return row is not None and tuple(int(p) for p in str(row[0]).split(".")[:2]) >= (0, 8)
+
+
+def vector_dsn() -> str:
+    """A server offering pgvector >= 0.8, for ``search="server"``: ``$HIPPOGRAPH_PGVECTOR_DSN``, else
+    `dsn()`'s server when it offers it, else a throwaway cluster from the dev extra's PostgreSQL
+    wheel (which ships pgvector); raises `Unavailable`."""
+    global _vector_dsn
+    main = dsn()
+    with _lock:
+        if _vector_dsn is not None:
+            return _vector_dsn
+        given = os.environ.get(VECTOR_DSN_ENV)
+        if given:
+            _vector_dsn = given
+        elif _offers_pgvector(main):
+            _vector_dsn = main
+        else:
+            found = wheel_bindir()
+            if found is None:
+                raise Unavailable(f"no PostgreSQL with pgvector >= 0.8: set {VECTOR_DSN_ENV} or pip install '.[dev]'")
+            cluster = ThrowawayCluster(found)
+            try:
+                _vector_dsn = cluster.start()
+            except (Unavailable, OSError, subprocess.SubprocessError) as exc:
+                cluster.stop()
+                raise Unavailable(f"could not start PostgreSQL with pgvector from {found}: {exc}") from None
+            atexit.register(cluster.stop)
+        os.environ[VECTOR_DSN_ENV] = _vector_dsn
+        return _vector_dsn
+
+
 def _left_out() -> bool:
     """True only when the user asked to leave the PostgreSQL tests out (and CI did not require them)."""
     return os.environ.get(SKIP_ENV) == "1" and os.environ.get(REQUIRE_ENV, "") in ("", "0")
@@ -221,6 +262,16 @@ def require_dsn() -> str:
         )
 
 
+def require_vector_dsn() -> str:
+    """`vector_dsn()` for a test, failing (or leaving it out, as `require_dsn`) without one."""
+    try:
+        return vector_dsn()
+    except Unavailable as exc:
+        if _left_out():
+            pytest.skip(f"{exc}; left out as {SKIP_ENV}=1 asks")
+        pytest.fail(str(exc), pytrace=False)
+
+
 def repo_for(path: Path | str) -> str:
     """A repo name unique to one test (its tmp path) in this test session, equal in child processes."""
     run = uuid.UUID(hex=os.environ.setdefault(RUN_ENV, uuid.uuid4().hex))
@@ -231,6 +282,12 @@ def repo_for(path: Path | str) -> str:
 def pg_dsn() -> Iterator[str]:
     """The server's DSN (see the module docstring)."""
     yield require_dsn()
+
+
+@pytest.fixture(scope="session")
+def pgvector_dsn() -> Iterator[str]:
+    """A server with pgvector (see `vector_dsn`)."""
+    yield require_vector_dsn()
 
 
 @pytest.fixture

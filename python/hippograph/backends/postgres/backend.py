@@ -207,9 +207,9 @@ class Postgres(DerivedBackend):
             with conn:
                 configure(conn)
                 _migrate(conn, self.schema)
-                conn.execute(self._sql["register"], (self.repo,))
                 if server:
                     self._search = ServerSearch(self.schema, self.repo, vectors.enable(conn, self.schema))
+                conn.execute(self._sql["register"], (self.repo,))
                 self._shared.vectors = vectors.kept(conn, self.schema)
         except psycopg.Error as exc:
             raise StorageError(f"cannot prepare schema {self.schema!r}: {exc}", operation="open") from None

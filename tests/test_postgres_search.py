@@ -1,0 +1,288 @@
+"""Server-side search on PostgreSQL (``search="server"``, pgvector): the same answers as the
+in-process path, vectors kept in step by every writer, and a client that holds no vectors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from pg_server import _offers_pgvector, pg_dsn, pgvector_dsn, require_psycopg
+
+require_psycopg()
+
+import hippograph as hg  # noqa: E402
+from hippograph.backends.postgres import Postgres, drop_repo  # noqa: E402
+from hippograph.engine.checks import utcnow  # noqa: E402
+from hippograph.errors import ConfigError  # noqa: E402
+from hippograph.graph.changeset import Changeset  # noqa: E402
+
+__all__ = ["pg_dsn", "pgvector_dsn"]
+
+DIM = 24
+NOW = utcnow()
+INDEXED = hg.AnnConfig(min_nodes=1, background=False)
+
+
+@pytest.fixture
+def schema(pgvector_dsn: str) -> Iterator[str]:
+    """A schema of the test's own: whether it keeps vectors is up to the test."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield name
+    with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def open_(dsn: str, schema: str, **options: Any) -> Postgres:
+    return Postgres(dsn, repo="r", schema=schema, **options)
+
+
+def clustered(rng: np.random.Generator, n: int, centres: int = 12) -> np.ndarray:
+    hubs = rng.standard_normal((centres, DIM))
+    return (hubs[rng.integers(0, centres, n)] + 0.35 * rng.standard_normal((n, DIM))).astype(np.float32)
+
+
+def graph(seed: int, n: int = 600) -> Changeset:
+    """Semantic and episodic nodes (some without an embedding, some with usage) and tags."""
+    rng = np.random.default_rng(seed)
+    vecs = clustered(rng, n)
+    nodes: list[hg.Node] = []
+    meta: dict[str, hg.NodeMetadata] = {}
+    for i in range(n):
+        emb = None if i % 17 == 0 else vecs[i]
+        when = NOW - timedelta(hours=float(rng.integers(0, 5000)))
+        if i % 3 == 0:
+            nodes.append(
+                hg.Episodic(
+                    id=f"e{i:04d}",
+                    embedding=emb,
+                    created_at=when,
+                    observation=f"o{i}",
+                    action="a",
+                    state="s",
+                    subgoal="g",
+                    reward=0.0,
+                    trajectory_id="t",
+                )
+            )
+        else:
+            nodes.append(
+                hg.Semantic(id=f"s{i:04d}", embedding=emb, created_at=when, proposition=f"p{i}", confidence=0.5)
+            )
+        if i % 4 == 0:
+            meta[nodes[-1].id] = hg.NodeMetadata(
+                created_at=when, access_count=int(rng.integers(0, 9)), last_accessed_at=when + timedelta(hours=3)
+            )
+    nodes += [hg.Tag(id=f"t{i}", embedding=vecs[i], label=f"tag {i}") for i in range(0, n, 50)]
+    return Changeset(additions=nodes, metadata=meta)
+
+
+def answers(b: Postgres, query: np.ndarray, tags: list[np.ndarray], *, vf: Any = None, exact: bool = True) -> list:
+    types = ["semantic", "episodic", "tag"]
+    return [(n.id, s) for n, s in b.find_candidates(types, query, tags, vf, now=NOW, exact=exact)]
+
+
+def queries(seed: int, count: int) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        q = clustered(rng, 1)[0]
+        yield q, ([clustered(rng, 1)[0]] if i % 2 else [])
+
+
+def test_exact_answers_equal_the_in_process_answers(pgvector_dsn: str, schema: str) -> None:
+    server, client = open_(pgvector_dsn, schema, search="server"), open_(pgvector_dsn, schema)
+    try:
+        server.apply_changeset(graph(1))
+        for q, tags in queries(2, 12):
+            assert answers(server, q, tags) == answers(client, q, tags)
+            assert answers(server, q, tags, exact=False) == answers(client, q, tags)  # no index: exact scans
+    finally:
+        server.close()
+        client.close()
+
+
+def test_index_path_finds_the_exact_answer_with_exact_scores(pgvector_dsn: str, schema: str) -> None:
+    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    try:
+        client.apply_changeset(graph(3, 3000))
+        assert set(server.build_vector_index()) == {"semantic", "episodic", "tag"}
+        assert all(server.vector_index_stats()[t]["available"] for t in ("semantic", "episodic", "tag"))
+        found = wanted = 0
+        for q, tags in queries(4, 30):
+            truth = dict(answers(client, q, tags))
+            got = answers(server, q, tags, exact=False)
+            assert len(got) == len(truth)
+            assert all(s == truth[i] for i, s in got if i in truth)  # a found node has its exact score
+            found += len({i for i, _ in got} & truth.keys())
+            wanted += len(truth)
+        assert found / wanted >= 0.95
+    finally:
+        server.close()
+        client.close()
+
+
+class Confidence:
+    """relevance × confidence: never above relevance, but it does not say so."""
+
+    def score(self, relevance: float, node: hg.Node, metadata: hg.NodeMetadata | None, p: Mapping[str, Any]) -> float:
+        return relevance * float(getattr(node, "confidence", 1.0))
+
+
+class BoundedConfidence(Confidence):
+    bounded_by_relevance = True
+
+
+@pytest.mark.parametrize("function", [Confidence(), BoundedConfidence()], ids=["unbounded", "bounded"])
+def test_custom_value_functions_answer_as_in_process(pgvector_dsn: str, schema: str, function: Any) -> None:
+    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    try:
+        server.apply_changeset(graph(5, 400))
+        server.build_vector_index()
+        vf = {"function": function, "params": {"semantic": {"threshold": 0.1, "top_k": 7}}}
+        for q, tags in queries(6, 6):
+            assert answers(server, q, tags, vf=vf, exact=False) == answers(client, q, tags, vf=vf)
+    finally:
+        server.close()
+        client.close()
+
+
+def test_zero_scores_fill_up_in_id_order(pgvector_dsn: str, schema: str) -> None:
+    b = open_(pgvector_dsn, schema, search="server")
+    try:
+        axis = np.eye(DIM, dtype=np.float32)
+        nodes = [hg.Semantic(id=f"n{i}", embedding=axis[i % 2], proposition="p", confidence=1.0) for i in range(6)]
+        nodes += [hg.Semantic(id="a", proposition="bare", confidence=1.0)]
+        b.apply_changeset(Changeset(additions=nodes))
+        got = b.find_candidates(["semantic"], axis[0], [], None, now=NOW)
+        assert [(n.id, s) for n, s in got] == [
+            ("n0", 1.0),
+            ("n2", 1.0),
+            ("n4", 1.0),
+            ("a", 0.0),
+            ("n1", 0.0),
+            ("n3", 0.0),
+            ("n5", 0.0),
+        ]
+    finally:
+        b.close()
+
+
+def test_a_writer_that_opened_before_the_vectors_sends_them(pgvector_dsn: str, schema: str) -> None:
+    early = open_(pgvector_dsn, schema)
+    try:
+        axis = np.eye(DIM, dtype=np.float32)
+        early.apply_changeset(
+            Changeset(additions=[hg.Semantic(id="old", embedding=axis[0], proposition="p", confidence=1.0)])
+        )
+        server = open_(pgvector_dsn, schema, search="server")  # creates the vectors, copies "old"
+        try:
+            early.apply_changeset(
+                Changeset(additions=[hg.Semantic(id="new", embedding=axis[1], proposition="p", confidence=1.0)])
+            )
+            for node_id, q in (("old", axis[0]), ("new", axis[1])):
+                got = server.find_candidates(["semantic"], q, [], {"params": {"semantic": {"threshold": 0.5}}}, now=NOW)
+                assert [n.id for n, _ in got] == [node_id]
+        finally:
+            server.close()
+    finally:
+        early.close()
+
+
+def test_vectors_follow_rewrites_and_deletes(pgvector_dsn: str, schema: str) -> None:
+    b = open_(pgvector_dsn, schema, search="server")
+    try:
+        axis = np.eye(DIM, dtype=np.float32)
+        gate = {"params": {"semantic": {"threshold": 0.5}, "tag": {"threshold": 0.5}}}
+        b.apply_changeset(
+            Changeset(additions=[hg.Semantic(id="x", embedding=axis[0], proposition="p", confidence=1.0)])
+        )
+        b.apply_changeset(Changeset(additions=[hg.Tag(id="x", embedding=axis[0], label="now a tag")]))
+        assert [n.id for n, _ in b.find_candidates(["semantic"], axis[0], [], gate)] == []
+        assert [n.id for n, _ in b.find_candidates(["tag"], axis[0], [], gate)] == ["x"]
+        b.apply_changeset(Changeset(additions=[hg.Tag(id="x", label="no vector")]))
+        assert [n.id for n, _ in b.find_candidates(["tag"], axis[0], [], gate)] == []
+        b.apply_changeset(Changeset(additions=[hg.Tag(id="x", embedding=axis[1], label="moved")]))
+        assert [n.id for n, _ in b.find_candidates(["tag"], axis[1], [], gate)] == ["x"]
+        b.delete_nodes(["x"])
+        assert b.find_candidates(["tag"], axis[1], [], gate) == []
+    finally:
+        b.close()
+
+
+def test_a_server_side_client_loads_no_vectors(pgvector_dsn: str, schema: str) -> None:
+    server = open_(pgvector_dsn, schema, search="server", ann=INDEXED)
+    try:
+        server.apply_changeset(graph(7, 300))
+        server.build_vector_index()
+        for q, tags in queries(8, 5):
+            assert answers(server, q, tags, exact=False)
+        assert server._cache.rebuilds == 0
+        assert all(len(c) == 0 for c in server._cache.columns.values())
+    finally:
+        server.close()
+
+
+def test_drop_repo_drops_its_indexes(pgvector_dsn: str, schema: str) -> None:
+    server = open_(pgvector_dsn, schema, search="server", ann=INDEXED)
+    server.apply_changeset(graph(9, 100))
+    server.build_vector_index()
+    server.close()
+    count = f"SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema}' AND indexname LIKE 'hg_hnsw_%'"
+    with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+        assert conn.execute(count).fetchone() == (3,)
+        assert drop_repo(pgvector_dsn, repo="r", schema=schema)
+        assert conn.execute(count).fetchone() == (0,)
+
+
+def test_wide_vectors_are_searched_exactly(pgvector_dsn: str, schema: str) -> None:
+    """pgvector indexes at most 2000 dimensions: wider stores are answered by exact server scans."""
+    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    try:
+        rng = np.random.default_rng(10)
+        vecs = rng.standard_normal((30, 2100)).astype(np.float32)
+        server.apply_changeset(
+            Changeset(
+                additions=[
+                    hg.Semantic(id=f"w{i}", embedding=v, proposition="p", confidence=1.0) for i, v in enumerate(vecs)
+                ]
+            )
+        )
+        assert server.build_vector_index() == []
+        q = rng.standard_normal(2100).astype(np.float32)
+        got = server.find_candidates(["semantic"], q, [], None, now=NOW)
+        assert [(n.id, s) for n, s in got] == [
+            (n.id, s) for n, s in client.find_candidates(["semantic"], q, [], None, now=NOW)
+        ]
+    finally:
+        server.close()
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"search": "remote"}, "search must be"),
+        ({"search": "server", "server_ef_search": 0}, "server_ef_search"),
+        ({"search": "server", "server_ef_search": 1001}, "server_ef_search"),
+    ],
+)
+def test_options_are_checked_before_connecting(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Postgres("postgresql://nobody@127.0.0.1:1/none", **options)
+
+
+def test_server_search_needs_pgvector(pg_dsn: str) -> None:
+    """On a server without pgvector, ``search="server"`` is refused with ConfigError; with it, it opens."""
+    repo = f"r{uuid.uuid4().hex[:12]}"
+    if _offers_pgvector(pg_dsn):
+        Postgres(pg_dsn, repo=repo, search="server").close()
+        drop_repo(pg_dsn, repo=repo)
+    else:
+        with pytest.raises(ConfigError, match="pgvector"):
+            Postgres(pg_dsn, repo=repo, search="server")
+        drop_repo(pg_dsn, repo=repo)
