@@ -286,3 +286,22 @@ def test_server_search_needs_pgvector(pg_dsn: str) -> None:
         with pytest.raises(ConfigError, match="pgvector"):
             Postgres(pg_dsn, repo=repo, search="server")
         drop_repo(pg_dsn, repo=repo)
+
+
+def test_verify_checks_the_server_side_vectors(pgvector_dsn: str, schema: str) -> None:
+    server = open_(pgvector_dsn, schema, search="server")
+    try:
+        server.apply_changeset(graph(11, 60))
+        assert server.verify_storage()[0] == []
+        table = f'"{schema}".vectors'
+        with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+            conn.execute(f"DELETE FROM {table} WHERE id = %s", (b"s0001",))
+            conn.execute(f"UPDATE {table} SET type = 'tag' WHERE id = %s", (b"s0002",))
+            conn.execute(f"UPDATE {table} SET vec = array_fill(0.5::real, ARRAY[{DIM}]) WHERE id = %s", (b"s0004",))
+        assert sorted(server.verify_storage()[0]) == [
+            "embedding of 's0001' has no server-side vector",
+            "server-side vector of 's0002' is filed as 'tag', the node is 'semantic'",
+            "server-side vector of 's0004' differs from its embedding",
+        ]
+    finally:
+        server.close()

@@ -84,15 +84,17 @@ def child_application_name(pid: int) -> str:
 
 
 def open_store(spec: str, *, application_name: str = "hippograph-crash-check") -> Any:
-    """The backend a store spec names: ``lmdb:<dir>`` (``sync`` durability) or ``postgres:<dsn>#<schema>``."""
+    """The backend a store spec names: ``lmdb:<dir>`` (``sync`` durability), ``postgres:<dsn>#<schema>``,
+    or ``pgserver:<dsn>#<schema>`` (the same with ``search="server"``: pgvector keeps the vectors)."""
     kind, _, where = spec.partition(":")
     if kind == "lmdb":
         return LMDB(where, durability="sync")
-    if kind == "postgres":
+    if kind in ("postgres", "pgserver"):
         from hippograph.backends.postgres import Postgres
 
         dsn, _, schema = where.rpartition("#")
-        return Postgres(dsn, repo=REPO, schema=schema, application_name=application_name)
+        search = "server" if kind == "pgserver" else "client"
+        return Postgres(dsn, repo=REPO, schema=schema, application_name=application_name, search=search)
     raise ValueError(f"unknown store spec {spec!r}")
 
 
@@ -161,9 +163,12 @@ class PostgresStores:
 
     name = "postgres"
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, server_search: bool = False) -> None:
         import psycopg
 
+        self.kind = "pgserver" if server_search else "postgres"
+        if server_search:
+            self.name = "postgres-server"
         self.dsn = dsn
         self.run = uuid.uuid4().hex[:12]
         self.schemas: list[str] = []
@@ -172,7 +177,7 @@ class PostgresStores:
     def fresh(self, number: int) -> str:
         schema = f"hg_crash_{self.run}_{number:04d}"
         self.schemas.append(schema)
-        return f"postgres:{self.dsn}#{schema}"
+        return f"{self.kind}:{self.dsn}#{schema}"
 
     def _sessions(self, name: str) -> int:
         query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
@@ -232,7 +237,11 @@ class Figures:
             "in_flight_at_kill": dict(sorted(self.in_flight.items())),
             "in_flight_outcome": dict(sorted(self.outcome.items())),
             "violations": sum(len(v) for v in self.violations.values()),
-            **({"longest_session_wait_ms": round(1000 * self.settle_max, 1)} if self.backend == "postgres" else {}),
+            **(
+                {"longest_session_wait_ms": round(1000 * self.settle_max, 1)}
+                if self.backend.startswith("postgres")
+                else {}
+            ),
         }
 
 

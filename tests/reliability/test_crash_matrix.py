@@ -10,8 +10,9 @@ acknowledgement after it returns. The parent
 kills it (cycling the target through every kind, plus purely random moments,
 including while the store is being opened), reopens the store and checks it;
 see `rel_crash.py` for the invariants. The CI profile performs 56 kills on
-each backend, the ``slow`` profile 1,008 (LMDB) and 240 (PostgreSQL)
-(``pytest -m slow tests/reliability/test_crash_matrix.py [-k postgres]``). The
+each backend, the ``slow`` profile 1,008 (LMDB) and 240 (PostgreSQL, and PostgreSQL with
+``search="server"``, whose stores keep pgvector copies of the embeddings that `Repo.verify`
+checks after every kill) (``pytest -m slow tests/reliability/test_crash_matrix.py [-k postgres]``). The
 PostgreSQL matrix kills the client only: the server stays up and settles the
 client's last transaction, as it would for a crashed application host.
 Without a server it fails like the other PostgreSQL tests (unless
@@ -31,20 +32,24 @@ from rel_crash import KINDS, Figures, LmdbStores, PostgresStores, Stores, run_ma
 PROFILES = {
     "lmdb": {"ci": (56, 8), "slow": (1008, 24)},
     "postgres": {"ci": (56, 8), "slow": (240, 24)},
+    "postgres-server": {"ci": (56, 8), "slow": (240, 24)},
 }
 """Per backend and profile: kills, kills per store (a fresh store then starts, so checks stay cheap)."""
-MIN_KILLS = {"lmdb": 50, "postgres": 50}
+MIN_KILLS = {"lmdb": 50, "postgres": 50, "postgres-server": 50}
 """The fewest kills a profile may have and still put every kind in flight several times."""
 
 
-def _postgres() -> Stores:
-    """Stores on the test server; skips or fails (HIPPOGRAPH_REQUIRE_PG=1) as the other PostgreSQL tests do."""
+def _postgres(server_search: bool) -> Stores:
+    """Stores on the test server (one with pgvector for `server_search`); skips or fails
+    (HIPPOGRAPH_REQUIRE_PG=1) as the other PostgreSQL tests do."""
     tests = str(Path(__file__).resolve().parents[1])
     if tests not in sys.path:
         sys.path.insert(0, tests)
-    from pg_server import require_dsn, require_psycopg
+    from pg_server import require_dsn, require_psycopg, require_vector_dsn
 
     require_psycopg()
+    if server_search:
+        return PostgresStores(require_vector_dsn(), server_search=True)
     return PostgresStores(require_dsn())
 
 
@@ -72,7 +77,7 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     backend, profile = request.param
     kills, per_store = PROFILES[backend][profile]
     base = tmp_path_factory.mktemp(f"crash-{backend}-{profile}")
-    stores = LmdbStores(base) if backend == "lmdb" else _postgres()
+    stores = LmdbStores(base) if backend == "lmdb" else _postgres(backend == "postgres-server")
     figures = run_matrix(stores, base, kills, seed=20250101, per_store=per_store)
     summary = {"profile": profile, **figures.summary()}
     print(f"\ncrash matrix figures: {json.dumps(summary, indent=1)}")

@@ -24,7 +24,7 @@ from ..engine.query import F32, F64, RowValues, calibrate, prepare_queries, scan
 from .model import Node, NodeMetadata, NodeType, as_node_types
 from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 
-__all__ = ["Hydrate", "build_vector_indexes", "find_candidates", "score_nodes", "usage_of"]
+__all__ = ["Hydrate", "build_vector_indexes", "find_candidates", "python_values", "score_nodes", "usage_of"]
 
 
 class Hydrate(Protocol):
@@ -45,7 +45,7 @@ def usage_of(meta: NodeMetadata | None) -> Usage | None:
     return (meta.reference_time.timestamp(), float(meta.access_count), float(meta.reward_count), meta.cumulative_reward)
 
 
-def _python_values(cfg: ResolvedConfig, tp: TypeParams, now: datetime, hydrate: Hydrate) -> RowValues:
+def python_values(cfg: ResolvedConfig, tp: TypeParams, now: datetime, hydrate: Hydrate) -> RowValues:
     """A custom value function called once per node (the slow path)."""
     params = {**tp.raw, "now": now}
 
@@ -90,7 +90,7 @@ def find_candidates(
         if type_columns is None:
             continue
         tp = cfg.params[node_type]
-        values = None if cfg.is_default else _python_values(cfg, tp, when, hydrate)
+        values = None if cfg.is_default else python_values(cfg, tp, when, hydrate)
         ask = tp.top_k
         while True:
             params = tp if ask == tp.top_k else dataclasses.replace(tp, top_k=ask)

@@ -1,11 +1,14 @@
 """What `Postgres.stats` and `Postgres.verify_storage` read, in the caller's snapshot: one repo's
 counts, and its storage-level checks (every record decodes, every embedding has the repo's dimension,
-every link has its mirror). Both read every row of the repo each time they run.
+every link has its mirror, server-side vectors equal the embeddings). Both read every row of the
+repo each time they run.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from ...errors import StorageError, ValidationError
 from ...graph import codec
@@ -31,6 +34,28 @@ def _counts(tx: _Tx) -> dict[str, Any]:
         "dimension": tx.dim(),
         "disk_bytes": None,
     }
+
+
+def _vector_problems(tx: _Tx, embeddings: dict[bytes, bytes], types: dict[bytes, str]) -> list[str]:
+    """Where the schema keeps vectors in the server: each embedding has its vector, equal to it and
+    filed under its node's type, and no other vector exists."""
+    problems: list[str] = []
+    held = {bytes(k): (t, v) for k, t, v in tx.all("repo_vectors", (tx.repo,))}
+    for key in sorted(embeddings.keys() | held.keys()):
+        shown = key.decode("utf-8", "replace")
+        if key not in held:
+            problems.append(f"embedding of {shown!r} has no server-side vector")
+        elif key not in embeddings:
+            problems.append(f"server-side vector of {shown!r} has no embedding")
+        else:
+            node_type, values = held[key]
+            if node_type != types.get(key):
+                problems.append(
+                    f"server-side vector of {shown!r} is filed as {node_type!r}, the node is {types.get(key)!r}"
+                )
+            if not np.array_equal(np.asarray(values, np.float32), np.frombuffer(embeddings[key], "<f4")):
+                problems.append(f"server-side vector of {shown!r} differs from its embedding")
+    return problems
 
 
 def _problems(tx: _Tx) -> tuple[list[str], int]:
@@ -65,6 +90,9 @@ def _problems(tx: _Tx) -> tuple[list[str], int]:
             codec.decode_meta(bytes(data))
         except StorageError as exc:
             problems.append(f"metadata of {bytes(key).decode('utf-8', 'replace')!r}: {exc}")
+    if tx.shared.vectors:
+        types = {bytes(k): t for k, t, _ in nodes}
+        problems += _vector_problems(tx, vecs, types)
     records = tx.all("repo_records", (tx.repo,))
     for key, data in records:
         try:

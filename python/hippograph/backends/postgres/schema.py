@@ -348,6 +348,7 @@ _SQL: Final[dict[str, str]] = {
     "repo_nodes": "SELECT id, type, record FROM {s}.nodes WHERE repo = %s",
     "repo_embeddings": "SELECT id, vec FROM {s}.embeddings WHERE repo = %s",
     "repo_metadata": "SELECT id, record FROM {s}.metadata WHERE repo = %s",
+    "repo_vectors": "SELECT id, type, vec::real[] FROM {s}.vectors WHERE repo = %s",
     "repo_links": "SELECT a, edge, b FROM {s}.links WHERE repo = %s",
     "repo_records": "SELECT source_id, record FROM {s}.ingestion WHERE repo = %s",
     # metadata

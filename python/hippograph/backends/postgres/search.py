@@ -25,7 +25,7 @@ from ...engine.query import F32, prepare_queries, scan
 from ...engine.vector_index import AnnConfig
 from ...graph import codec
 from ...graph.model import Node, NodeType, as_node_types
-from ...graph.recall import _python_values
+from ...graph.recall import python_values
 from ...graph.value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 from . import vectors
 from .arrays import Float4Array
@@ -221,7 +221,7 @@ class ServerSearch:
         def hydrate(ids: list[str], metadata: bool) -> Mapping[str, Any]:
             return tx.nodes(ids, with_meta=metadata)
 
-        values = None if cfg.is_default else _python_values(cfg, tp, when, hydrate)
+        values = None if cfg.is_default else python_values(cfg, tp, when, hydrate)
         return scan(columns, queries, tp, when.timestamp(), values)
 
     def _zero_fill(self, tx: _Tx, node_type: NodeType, exclude: list[str], count: int) -> list[tuple[str, float]]:
