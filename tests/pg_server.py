@@ -118,15 +118,18 @@ class ThrowawayCluster:
         if done.returncode != 0:
             raise Unavailable(f"{Path(args[0]).name} failed ({done.returncode}): {done.stderr.strip() or done.stdout}")
 
-    def start(self, durable: bool = False) -> str:
+    def start(self, durable: bool = False, settings: str = "") -> str:
         """Starts the cluster; `durable` keeps PostgreSQL's crash-safe defaults (fsync, synchronous
-        commit, full-page writes), otherwise they are off, as the tests want."""
+        commit, full-page writes), otherwise they are off, as the tests want. `settings`: more
+        ``-c name=value`` options (the benchmarks size memory with them)."""
         self._run(
             str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"
         )
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c max_connections=300"
         if not durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        if settings:
+            options += f" {settings}"
         log = str(self.root / "server.log")
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", log, "-w", "-t", "60", "-o", options, "start")
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"

@@ -104,11 +104,17 @@ _WRITE_GRAPH_5: Final = """CREATE FUNCTION {s}.write_graph(
     p_node_keys bytea[], p_types text[], p_records bytea[], p_created timestamptz[],
     p_emb_keys bytea[], p_vecs bytea[], p_bare bytea[],
     p_link_a bytea[], p_link_edge text[], p_link_b bytea[],
-    p_meta_keys bytea[], p_meta_records bytea[], p_touched bytea[], p_flat real[],
+    p_meta_keys bytea[], p_meta_records bytea[], p_touched bytea[], p_flat real[], p_usage float8[],
     OUT claimed boolean, OUT stored_dim integer, OUT seq bigint
 ) LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_kept boolean := to_regclass('{s}.vectors') IS NOT NULL;
 BEGIN
     claimed := true;
+    IF v_kept AND ((p_flat IS NULL AND cardinality(p_emb_keys) > 0)
+                   OR (p_usage IS NULL AND cardinality(p_meta_keys) > 0)) THEN
+        RAISE EXCEPTION 'this schema keeps vectors in the server: send them' USING ERRCODE = 'HG002';
+    END IF;
     IF p_claim_key IS NOT NULL THEN
         INSERT INTO {s}.ingestion (repo, source_id, record, token, stored_at)
         VALUES (p_repo, p_claim_key, p_claim_record, p_token, p_stored_at)
@@ -143,18 +149,16 @@ BEGIN
         INSERT INTO {s}.embeddings (repo, id, vec)
         SELECT p_repo, x.id, x.vec FROM unnest(p_emb_keys, p_vecs) AS x(id, vec)
         ON CONFLICT (repo, id) DO UPDATE SET vec = EXCLUDED.vec;
-        IF to_regclass('{s}.vectors') IS NOT NULL THEN
-            IF p_flat IS NULL AND cardinality(p_emb_keys) > 0 THEN
-                RAISE EXCEPTION 'this schema keeps vectors in the server: send them'
-                    USING ERRCODE = 'HG002';
-            END IF;
+        IF v_kept THEN
             IF cardinality(p_bare) > 0 THEN
                 DELETE FROM {s}.vectors WHERE repo = p_repo AND id = ANY(p_bare);
             END IF;
-            INSERT INTO {s}.vectors (repo, id, type, vec)
-            SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim]
+            INSERT INTO {s}.vectors (repo, id, type, vec, ts, accesses, reward_count, reward_sum)
+            SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim],
+                m.ts, m.accesses, m.reward_count, m.reward_sum
             FROM unnest(p_emb_keys) WITH ORDINALITY AS x(id, o)
             JOIN {s}.nodes n ON n.repo = p_repo AND n.id = x.id
+            LEFT JOIN {s}.metadata m ON m.repo = p_repo AND m.id = x.id
             ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, vec = EXCLUDED.vec;
         END IF;
     END IF;
@@ -165,7 +169,17 @@ BEGIN
         AND EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.b)
         ORDER BY x.a, x.edge, x.b ON CONFLICT DO NOTHING;
     END IF;
-    IF cardinality(p_meta_keys) > 0 THEN
+    IF cardinality(p_meta_keys) > 0 AND v_kept THEN
+        INSERT INTO {s}.metadata (repo, id, record, ts, accesses, reward_count, reward_sum)
+        SELECT p_repo, x.id, x.record, p_usage[4 * x.o - 3], p_usage[4 * x.o - 2], p_usage[4 * x.o - 1],
+            p_usage[4 * x.o]
+        FROM unnest(p_meta_keys, p_meta_records) WITH ORDINALITY AS x(id, record, o)
+        ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record, ts = EXCLUDED.ts,
+            accesses = EXCLUDED.accesses, reward_count = EXCLUDED.reward_count, reward_sum = EXCLUDED.reward_sum;
+        UPDATE {s}.vectors v SET ts = m.ts, accesses = m.accesses, reward_count = m.reward_count,
+            reward_sum = m.reward_sum
+        FROM {s}.metadata m WHERE v.repo = p_repo AND v.id = ANY(p_meta_keys) AND m.repo = p_repo AND m.id = v.id;
+    ELSIF cardinality(p_meta_keys) > 0 THEN
         INSERT INTO {s}.metadata (repo, id, record)
         SELECT p_repo, x.id, x.record FROM unnest(p_meta_keys, p_meta_records) AS x(id, record)
         ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record;
@@ -177,9 +191,11 @@ END
 $fn$"""
 """`write_graph` as migration 5 redefines it: the same steps, and where the schema keeps vectors in
 the server (``{s}.vectors``, `vectors.enable`), the embedded nodes' vectors too, taken from
-`p_flat` (all of the write's embeddings, one after another) by pgvector's cast from ``real[]``. A
-caller that sends none while the table exists is refused with SQLSTATE HG002 and retries with them,
-so no writer can leave a vector out, whenever the table was created."""
+`p_flat` (all of the write's embeddings, one after another) by pgvector's cast from ``real[]``,
+and the default value function's usage columns of each metadata record written (`p_usage`: four
+per record, as `codec.usage_of_meta` reads them) on the metadata row and the vector row. A caller
+that sends neither while the table exists is refused with SQLSTATE HG002 and retries with them, so
+no writer can leave a vector or its usage out, whenever the table was created."""
 
 _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (
@@ -313,7 +329,7 @@ _SQL: Final[dict[str, str]] = {
     "write_graph": (
         "SELECT claimed, stored_dim, seq FROM {s}.write_graph(%s, %s, %s, %s, %s, %s, %s::bytea[], %s::text[], "
         "%s::bytea[], %s::timestamptz[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::text[], "
-        "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::real[])"
+        "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::real[], %s::float8[])"
     ),
     "del_nodes": "DELETE FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) RETURNING id",
     "lock_nodes": "SELECT id, type FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) ORDER BY id FOR UPDATE",

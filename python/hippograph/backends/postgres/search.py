@@ -27,8 +27,9 @@ from ...graph import codec
 from ...graph.model import Node, NodeType, as_node_types
 from ...graph.recall import python_values
 from ...graph.value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
-from . import vectors
+from . import depth, vectors
 from .arrays import Float4Array
+from .ranked import MARGIN, Ranked, RankedRow
 from .tx import Conn, _id, _key, _Tx
 
 __all__ = ["ServerSearch"]
@@ -36,9 +37,10 @@ __all__ = ["ServerSearch"]
 _ANN_MOST = 1000
 """The deepest pool drawn from an HNSW index per query vector; deeper, the exact scan answers
 (pgvector's iterative scans stop at ``hnsw.max_scan_tuples`` and its cost grows with depth)."""
-_MARGIN = 1e-5
-"""Added to the bound from the server's distances: pgvector's cosine and the client's differ by
-float rounding, far below this."""
+_MARGIN = MARGIN
+_SPARE = 8
+"""Rows fetched beyond top_k, so that rows the server and the client score a hair apart still
+land on the right side of the cut."""
 
 Pool = list[tuple[int, bytes, float, bytes, bytes | None]]
 """(list, key, distance, embedding, metadata record) rows of one pool query."""
@@ -52,39 +54,70 @@ class ServerSearch:
         self.repo = repo
         self.ext = ext
         self.indexed: set[NodeType] = set()
-        """Types with a valid HNSW index for the repo's dimension (set by the backend)."""
+        """Types with a valid HNSW index for the repo's dimension (set by `prepare`)."""
+        self.depth: dict[NodeType, int] = {}
+        """Per indexed type, the pool depth per query vector its calibration chose (`prepare`)."""
+        self.recall: dict[NodeType, float] = {}
+        """Per indexed type, the mean recall@k its calibration measured."""
+        self.ranked = Ranked(schema, repo, ext)
         self._statements: dict[tuple[NodeType, int, int, bool], sql.Composed] = {}
 
     def prepare(self, conn: Conn, ann: AnnConfig | None, types: Iterable[NodeType] | None = None) -> list[NodeType]:
-        """Builds the HNSW indexes the repo wants and notes which exist; returns the types built.
-        Each type of `types` (None: all) holding more than ``ann.min_nodes`` nodes gets one; nothing
-        is built without `ann` or a dimension. `conn`: autocommit."""
-        row = conn.execute(
-            sql.SQL("SELECT dim FROM {}.repos WHERE repo = %s").format(sql.Identifier(self.schema)), (self.repo,)
-        ).fetchone()
-        dim = None if row is None or row[0] is None else int(row[0])
-        built: list[NodeType] = []
-        if dim is not None and ann is not None:
-            counts = conn.execute(
-                sql.SQL("SELECT type, count(*) FROM {}.nodes WHERE repo = %s GROUP BY type").format(
-                    sql.Identifier(self.schema)
-                ),
-                (self.repo,),
+        """Builds the HNSW indexes the repo wants, calibrates their depth (`depth`) and notes which
+        serve; returns the types built. Each type of `types` (None: all) holding more than
+        ``ann.min_nodes`` nodes gets one. Without `ann` nothing is built or measured: what other
+        processes built and measured is noted. `conn`: autocommit."""
+        s = sql.Identifier(self.schema)
+        row = conn.execute(sql.SQL("SELECT dim FROM {}.repos WHERE repo = %s").format(s), (self.repo,)).fetchone()
+        if row is None or row[0] is None:
+            self.indexed, self.depth = set(), {}
+            return []
+        dim = int(row[0])
+        counts = {
+            NodeType(t): int(c)
+            for t, c in conn.execute(
+                sql.SQL("SELECT type, count(*) FROM {}.nodes WHERE repo = %s GROUP BY type").format(s), (self.repo,)
             ).fetchall()
+        }
+        built: list[NodeType] = []
+        if ann is not None:
             wanted = set(NodeType if types is None else types)
-            large = [NodeType(t) for t, c in counts if int(c) > ann.min_nodes and NodeType(t) in wanted]
+            large = [t for t, c in counts.items() if c > ann.min_nodes and t in wanted]
             names = {vectors.index_name(self.repo, t, dim): t for t in large}
             made = vectors.ensure_indexes(
                 conn, self.schema, self.ext, self.repo, dim, names.values(), ann.M, ann.ef_construction
             )
             built = [names[n] for n in made]
-        valid = vectors.existing_indexes(conn, self.schema, self.repo) if dim is not None else {}
-        self.indexed = {t for t in NodeType if dim is not None and valid.get(vectors.index_name(self.repo, t, dim))}
+        valid = vectors.existing_indexes(conn, self.schema, self.repo)
+        indexed = {t for t in NodeType if valid.get(vectors.index_name(self.repo, t, dim))}
+        measured = depth.stored(conn, self.schema, self.repo, dim)
+        tx = _Tx(conn, self.repo, {})
+
+        def answer(
+            node_type: NodeType, q: F32, params: TypeParams, now: datetime, deep: int | None
+        ) -> list[tuple[str, float]]:
+            return self._ranked(tx, node_type, dim, q, q, params, now, deep is None, deep)
+
+        for t in sorted(indexed, key=lambda t: t.value):
+            if ann is not None and not depth.fresh(measured.get(t), counts.get(t, 0)):
+                measured[t] = depth.calibrate(conn, self.schema, self.repo, dim, t, counts.get(t, 0), ann, answer)
+        self.indexed = indexed
+        self.depth = {t: measured[t][1] for t in indexed if t in measured and measured[t][1] > 0}
+        self.recall = {t: measured[t][2] for t in indexed if t in measured}
         return built
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """`vector_index_stats` of a server-side search: per type, whether its HNSW index serves."""
-        return {t.value: {"available": t in self.indexed, "where": "server"} for t in NodeType}
+        return {
+            t.value: {
+                "available": t in self.depth,
+                "where": "server",
+                "index": t in self.indexed,
+                "depth": self.depth.get(t, 0),
+                "recall": self.recall.get(t),
+            }
+            for t in NodeType
+        }
 
     def _pool_sql(self, node_type: NodeType, dim: int, lists: int, exact: bool) -> sql.Composed:
         got = self._statements.get((node_type, dim, lists, exact))
@@ -151,7 +184,14 @@ class ServerSearch:
             tp = cfg.params[node_type]
             if tp.top_k == 0:
                 continue
-            scored = self._certified(tx, node_type, dim or 0, queries, live, tp, cfg, when, exact) if bounded else None
+            if cfg.is_default:
+                scored: list[tuple[str, float]] | None = self._ranked(
+                    tx, node_type, dim or 0, queries, live, tp, when, exact
+                )
+            elif bounded:
+                scored = self._certified(tx, node_type, dim or 0, queries, live, tp, cfg, when, exact)
+            else:
+                scored = None
             if scored is None:
                 scored = self._every_row(tx, node_type, queries, tp, cfg, when)
             picked = [(i, s) for i, s in scored if i not in seen]
@@ -161,6 +201,48 @@ class ServerSearch:
             if at < len(wanted):  # a type listed twice answers its nodes once
                 seen.update(node.id for node, _ in hits)
         return out
+
+    def _ranked(
+        self,
+        tx: _Tx,
+        node_type: NodeType,
+        dim: int,
+        queries: F32,
+        live: F32,
+        tp: TypeParams,
+        when: datetime,
+        exact: bool,
+        depth: int | None = None,
+    ) -> list[tuple[str, float]]:
+        """The default value function's answer: from the HNSW pools reranked by the server when the
+        type has a calibrated depth (and the pools fill top_k), else from the server's exact ranking,
+        certified against the client's scores (see `ranked`)."""
+        depth = depth if depth is not None else (None if exact else self.depth.get(node_type))
+        if depth is not None and len(live):
+            rows = self.ranked.rows(tx, node_type, dim, live, tp, when.timestamp(), tp.top_k + _SPARE, depth)
+            hits = self._rescored(rows, queries, tp, when)
+            if len(hits) == tp.top_k:
+                return hits
+        limit = tp.top_k + _SPARE
+        while True:
+            rows = self.ranked.rows(tx, node_type, dim, live, tp, when.timestamp(), limit, None) if len(live) else []
+            hits = self._rescored(rows, queries, tp, when)
+            if len(rows) < limit:  # every row the gate may pass is here
+                break
+            if len(hits) == tp.top_k and hits[-1][1] > rows[-1][1] + MARGIN:
+                return hits
+            limit *= 4
+        if len(hits) < tp.top_k and tp.threshold <= 0.0:  # the rest score zero: they fill up in id order
+            positive = [(i, s) for i, s in hits if s > 0.0]
+            return positive + self._zero_fill(tx, node_type, [i for i, _ in positive], tp.top_k - len(positive))
+        return hits
+
+    def _rescored(self, rows: list[RankedRow], queries: F32, tp: TypeParams, when: datetime) -> list[tuple[str, float]]:
+        """The rows' best by the in-process scan (the same scores as the client path)."""
+        columns = TypeColumns()
+        for key, _, vec, meta in rows:
+            columns.upsert(_id(key), codec.decode_embedding(vec), None if meta is None else codec.usage_of_meta(meta))
+        return scan(columns, queries, tp, when.timestamp(), None)
 
     def _certified(
         self,

@@ -175,6 +175,7 @@ class _Write:
             [data for _, data in meta],
             sorted(_key(i) for i in touched) if logs else [],
             Float4Array(np.concatenate([e for _, e in embedded])) if embedded and tx.shared.vectors else None,
+            [u for _, data in meta for u in codec.usage_of_meta(data)] if meta and tx.shared.vectors else None,
         )
         try:
             row = tx.one("write_graph", params)

@@ -81,21 +81,38 @@ def enable(conn: Conn, schema: str) -> str:
     conn.execute("BEGIN")
     try:
         # Writers wait here until the table is there; writes committed before are copied below.
-        conn.execute(sql.SQL("LOCK TABLE {}.embeddings IN SHARE MODE").format(quoted))
+        conn.execute(sql.SQL("LOCK TABLE {s}.embeddings, {s}.metadata IN SHARE MODE").format(s=quoted))
         if not _table_exists(conn, schema):
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE {s}.vectors (repo text NOT NULL, id bytea NOT NULL, type text NOT NULL, "
-                    "vec {e}.vector NOT NULL, PRIMARY KEY (repo, id), "
-                    "FOREIGN KEY (repo, id) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE)"
-                ).format(s=quoted, e=sql.Identifier(ext))
-            )
+            for statement in _ENABLE:
+                conn.execute(sql.SQL(statement).format(s=quoted, e=sql.Identifier(ext)))
             _backfill(conn, schema)
         conn.execute("COMMIT")
     except BaseException:
         _rollback(conn)
         raise
     return ext
+
+
+_USAGE = "ts float8, accesses float8, reward_count float8, reward_sum float8"
+_ENABLE = (
+    # The default value function's inputs as columns (NULL: no metadata), so the server can score.
+    "ALTER TABLE {s}.metadata ADD COLUMN IF NOT EXISTS ts float8, ADD COLUMN IF NOT EXISTS accesses float8, "
+    "ADD COLUMN IF NOT EXISTS reward_count float8, ADD COLUMN IF NOT EXISTS reward_sum float8",
+    "CREATE TABLE {s}.vectors (repo text NOT NULL, id bytea NOT NULL, type text NOT NULL, vec {e}.vector NOT NULL, "
+    + _USAGE
+    + ", PRIMARY KEY (repo, id), FOREIGN KEY (repo, id) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE)",
+    # Metadata deleted by any statement leaves its node's vector scoring its relevance.
+    "CREATE OR REPLACE FUNCTION {s}.metadata_gone() RETURNS trigger LANGUAGE plpgsql AS $fn$ BEGIN "
+    "UPDATE {s}.vectors v SET ts = NULL, accesses = NULL, reward_count = NULL, reward_sum = NULL "
+    "FROM gone g WHERE v.repo = g.repo AND v.id = g.id; RETURN NULL; END $fn$",
+    "CREATE TRIGGER metadata_gone AFTER DELETE ON {s}.metadata REFERENCING OLD TABLE AS gone "
+    "FOR EACH STATEMENT EXECUTE FUNCTION {s}.metadata_gone()",
+    "CREATE TABLE {s}.search_depth (repo text NOT NULL, type text NOT NULL, dim integer NOT NULL, "
+    "rows bigint NOT NULL, depth integer NOT NULL, recall float8 NOT NULL, "
+    "measured_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (repo, type, dim))",
+)
+"""What `enable` creates: ``{s}.vectors`` (a node's type, its vector and its usage) and the usage
+columns of ``{s}.metadata`` that `write_graph` fills and copies."""
 
 
 def kept(conn: Conn, schema: str) -> bool:
@@ -109,16 +126,31 @@ def _table_exists(conn: Conn, schema: str) -> bool:
 
 
 def _backfill(conn: Conn, schema: str) -> None:
-    """Copies every stored embedding of the schema into the new table, in batches."""
+    """Fills the new columns and table from every stored metadata record and embedding, in batches."""
     quoted = sql.Identifier(schema)
+    register(conn)
+    with conn.cursor(name="hippograph_backfill_meta", binary=True) as cur:
+        cur.execute(sql.SQL("SELECT repo, id, record FROM {s}.metadata").format(s=quoted))
+        while rows := cur.fetchmany(_BACKFILL_BATCH):
+            usage = [u for _, _, record in rows for u in codec.usage_of_meta(bytes(record))]
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {s}.metadata m SET ts = %s[4 * x.o - 3], accesses = %s[4 * x.o - 2], "
+                    "reward_count = %s[4 * x.o - 1], reward_sum = %s[4 * x.o] "
+                    "FROM unnest(%s::text[], %s::bytea[]) WITH ORDINALITY AS x(repo, id, o) "
+                    "WHERE m.repo = x.repo AND m.id = x.id"
+                ).format(s=quoted),
+                (usage, usage, usage, usage, [r[0] for r in rows], [bytes(r[1]) for r in rows]),
+            )
     select = sql.SQL(
         "SELECT e.repo, e.id, n.type, e.vec FROM {s}.embeddings e JOIN {s}.nodes n ON n.repo = e.repo AND n.id = e.id"
     ).format(s=quoted)
     insert = sql.SQL(
-        "INSERT INTO {s}.vectors (repo, id, type, vec) SELECT x.repo, x.id, x.type, %s[(x.o - 1) * %s + 1 : x.o * %s] "
-        "FROM unnest(%s::text[], %s::bytea[], %s::text[]) WITH ORDINALITY AS x(repo, id, type, o)"
+        "INSERT INTO {s}.vectors (repo, id, type, vec, ts, accesses, reward_count, reward_sum) "
+        "SELECT x.repo, x.id, x.type, %s[(x.o - 1) * %s + 1 : x.o * %s], m.ts, m.accesses, m.reward_count, "
+        "m.reward_sum FROM unnest(%s::text[], %s::bytea[], %s::text[]) WITH ORDINALITY AS x(repo, id, type, o) "
+        "LEFT JOIN {s}.metadata m ON m.repo = x.repo AND m.id = x.id"
     ).format(s=quoted)
-    register(conn)
     with conn.cursor(name="hippograph_backfill", binary=True) as cur:
         cur.execute(select)
         while rows := cur.fetchmany(_BACKFILL_BATCH):

