@@ -144,7 +144,8 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE hippograph.vectors")
         size = conn.execute(
-            "SELECT pg_size_pretty(sum(pg_relation_size(indexrelid))) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname LIKE 'hg_hnsw_%'"
+            "SELECT pg_size_pretty(sum(pg_relation_size(indexrelid))) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname LIKE 'hg_hnsw_%'"
         ).fetchone()
     backend.close()
 
