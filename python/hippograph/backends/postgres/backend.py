@@ -90,6 +90,9 @@ class Postgres(DerivedBackend):
     entries kept by trimming. `ann`: HNSW settings of the in-process index,
     as for `LMDB`. `application_name` labels the connections in
     ``pg_stat_activity``; `connect_kwargs` go to libpq as they are.
+    `search`: "client" scores in this process from its cached columns; "server" has PostgreSQL
+    with pgvector rank (`server_ef_search`: pgvector's ``hnsw.ef_search``), so this process
+    holds no vectors (``docs/postgres.md``, Server-side search).
     """
 
     _fork_label = "PostgreSQL backend"

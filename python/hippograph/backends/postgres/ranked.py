@@ -10,7 +10,6 @@ code; the server's score only chooses them, so it needs to agree to within `MARG
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from psycopg import sql
@@ -116,7 +115,3 @@ class Ranked:
         with tx.conn.cursor(binary=True) as cur:
             cur.execute(statement, values)
             return [(bytes(k), float(score), bytes(v), None if m is None else bytes(m)) for k, score, v, m in cur]
-
-
-def keys_of(rows: Sequence[RankedRow]) -> list[bytes]:
-    return [r[0] for r in rows]
