@@ -14,6 +14,7 @@ import math
 import os
 import secrets
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -68,6 +69,8 @@ __all__ = ["Postgres"]
 
 T = TypeVar("T")
 
+_RECHECK = 300.0
+"""Seconds between a server-side search process's checks for indexes to build or calibrate."""
 _TRIM_EVERY = 1024
 """A writer whose log seq is a multiple of this trims the log afterwards."""
 
@@ -140,6 +143,8 @@ class Postgres(DerivedBackend):
         self._search: ServerSearch | None = None  # set at open when search == "server"
         self._shared = Shared()
         self._building: tuple[threading.Thread, list[Conn]] | None = None
+        self._rebuild_server_indexes: Callable[[], None] | None = None
+        self._recheck_at = 0.0
         self._sql = _sql_map(self.schema)
         self._pid = os.getpid()
         self._cache_lock = RWLock()
@@ -492,18 +497,17 @@ class Postgres(DerivedBackend):
         return None if dim is None else int(dim)
 
     def _prepare_server_search(self, kwargs: Mapping[str, Any], configure: Callable[[Conn], None]) -> None:
-        """Notes the repo's HNSW indexes and builds the ones it lacks: at once when
+        """Notes the repo's HNSW indexes and builds (and calibrates) the ones it lacks: at once when
         ``ann.background`` is false, else on a connection of its own in a thread (`close` cancels
-        it); searches meanwhile scan exactly."""
+        it), which `find_candidates` starts again every `_RECHECK` seconds for types that grew
+        past ``ann.min_nodes`` or by a quarter; searches meanwhile answer as before."""
         search = self._search
         assert search is not None
         ann = self._ann
-        if ann is None or not ann.background:
-            with self._pool.connection() as conn:
-                search.prepare(conn, ann)
-            return
         with self._pool.connection() as conn:
-            search.prepare(conn, None)
+            search.prepare(conn, ann if ann is None or not ann.background else None)
+        if ann is None or not ann.background:
+            return
         holder: list[Conn] = []
 
         def build() -> None:
@@ -513,9 +517,17 @@ class Postgres(DerivedBackend):
                 if not self._closed:
                     search.prepare(conn, ann)
 
-        thread = threading.Thread(target=build, name=f"hippograph:{self.repo}:hnsw", daemon=True)
-        self._building = (thread, holder)
-        thread.start()
+        def start() -> None:
+            running = self._building
+            if running is None or not running[0].is_alive():
+                holder.clear()
+                thread = threading.Thread(target=build, name=f"hippograph:{self.repo}:hnsw", daemon=True)
+                self._building = (thread, holder)
+                thread.start()
+            self._recheck_at = time.monotonic() + _RECHECK
+
+        self._rebuild_server_indexes = start
+        start()
 
     def build_vector_index(
         self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
@@ -552,6 +564,8 @@ class Postgres(DerivedBackend):
         self._guard("find_candidates")
         search = self._search
         if search is not None:
+            if self._rebuild_server_indexes is not None and time.monotonic() >= self._recheck_at:
+                self._rebuild_server_indexes()
             return self._read(
                 "find_candidates",
                 lambda tx: search.find_candidates(tx, types, query, tags, value_function, now, tx.dim(), exact=exact),

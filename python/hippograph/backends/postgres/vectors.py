@@ -204,6 +204,8 @@ def ensure_indexes(
         got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
         if got is None or not got[0]:
             continue  # another process is building it
+        timeout = conn.execute("SHOW statement_timeout").fetchone()
+        conn.execute("SET statement_timeout = 0")  # a build takes minutes per million rows
         try:
             if name in have:  # left invalid by a build that died
                 conn.execute(
@@ -229,6 +231,7 @@ def ensure_indexes(
             )
             built.append(name)
         finally:
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (timeout[0] if timeout else "0",))
             conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
     return built
 
