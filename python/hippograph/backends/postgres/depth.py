@@ -6,8 +6,9 @@ only as far as those rows hold it: a value function can lift a less similar row 
 ones. Calibration measures the mean recall@k of the pooled answer against the exact ranking, for
 depths doubling from the type's top_k, and keeps the first that reaches halfway from
 ``AnnConfig.target_recall`` to 1 (samples are not the queries a memory meets later: the margin
-keeps those at the target) at ``AnnConfig.min_speedup`` times the exact ranking's speed or better; none does: depth 0, the
-exact ranking answers. A type whose row count moved by more than a quarter since is measured again.
+keeps those at the target) at ``AnnConfig.min_speedup`` times the exact ranking's speed or
+better; none does: depth 0, the exact ranking answers. A type whose row count moved by more than
+a quarter since is measured again.
 """
 
 from __future__ import annotations
