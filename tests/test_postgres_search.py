@@ -43,9 +43,12 @@ def open_(dsn: str, schema: str, **options: Any) -> Postgres:
     return Postgres(dsn, repo="r", schema=schema, **options)
 
 
-def clustered(rng: np.random.Generator, n: int, centres: int = 12) -> np.ndarray:
-    hubs = rng.standard_normal((centres, DIM))
-    return (hubs[rng.integers(0, centres, n)] + 0.35 * rng.standard_normal((n, DIM))).astype(np.float32)
+HUBS = np.random.default_rng(0).standard_normal((12, DIM))
+"""The cluster centres every test's vectors and queries gather around."""
+
+
+def clustered(rng: np.random.Generator, n: int) -> np.ndarray:
+    return (HUBS[rng.integers(0, len(HUBS), n)] + 0.35 * rng.standard_normal((n, DIM))).astype(np.float32)
 
 
 def graph(seed: int, n: int = 600) -> Changeset:
@@ -88,10 +91,11 @@ def answers(b: Postgres, query: np.ndarray, tags: list[np.ndarray], *, vf: Any =
     return [(n.id, s) for n, s in b.find_candidates(types, query, tags, vf, now=NOW, exact=exact)]
 
 
-def queries(seed: int, count: int) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+def queries(seed: int, count: int, *, far: bool = False) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+    """Query vectors (every other one with a tag vector) among the stored ones, or `far` from all."""
     rng = np.random.default_rng(seed)
     for i in range(count):
-        q = clustered(rng, 1)[0]
+        q = rng.standard_normal(DIM).astype(np.float32) if far else clustered(rng, 1)[0]
         yield q, ([clustered(rng, 1)[0]] if i % 2 else [])
 
 
@@ -124,6 +128,8 @@ def test_index_path_finds_the_exact_answer_with_exact_scores(pgvector_dsn: str, 
             found += len({i for i, _ in got} & truth.keys())
             wanted += len(truth)
         assert found / wanted >= 0.95, stats
+        for q, tags in queries(5, 10, far=True):  # below every calibration sample's similarity: exact
+            assert answers(server, q, tags, exact=False) == answers(client, q, tags)
     finally:
         server.close()
         client.close()
@@ -316,11 +322,13 @@ def test_a_running_process_builds_the_index_a_grown_type_needs(pgvector_dsn: str
     try:
         assert not server.vector_index_stats()["semantic"]["index"]
         server.apply_changeset(graph(12, 200))
-        server._recheck_at = 0.0  # due now rather than in five minutes
+        builder = server._builder
+        assert builder is not None
+        builder.next_check = 0.0  # due now rather than in five minutes
         q, tags = next(queries(13, 1))
         before = answers(server, q, tags, exact=False)
-        assert server._building is not None
-        server._building[0].join(timeout=120)
+        assert builder.thread is not None
+        builder.thread.join(timeout=120)
         stats = server.vector_index_stats()["semantic"]
         assert stats["index"] and stats["recall"] is not None
         assert answers(server, q, tags, exact=False) == before  # small and clustered: the same answer

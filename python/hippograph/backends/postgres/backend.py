@@ -14,7 +14,6 @@ import math
 import os
 import secrets
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -55,6 +54,7 @@ from .._base import (
 )
 from . import vectors
 from .arrays import register as register_arrays
+from .builder import IndexBuilder, connector
 from .cache import _Cache
 from .config import _check_repo, _positive_int, _resolve_dsn, _seconds, _where
 from .context import PgKvTxn
@@ -69,8 +69,6 @@ __all__ = ["Postgres"]
 
 T = TypeVar("T")
 
-_RECHECK = 300.0
-"""Seconds between a server-side search process's checks for indexes to build or calibrate."""
 _TRIM_EVERY = 1024
 """A writer whose log seq is a multiple of this trims the log afterwards."""
 
@@ -142,9 +140,7 @@ class Postgres(DerivedBackend):
         self._ann = ann
         self._search: ServerSearch | None = None  # set at open when search == "server"
         self._shared = Shared()
-        self._building: tuple[threading.Thread, list[Conn]] | None = None
-        self._rebuild_server_indexes: Callable[[], None] | None = None
-        self._recheck_at = 0.0
+        self._builder: IndexBuilder | None = None
         self._sql = _sql_map(self.schema)
         self._pid = os.getpid()
         self._cache_lock = RWLock()
@@ -200,7 +196,11 @@ class Postgres(DerivedBackend):
             self._pool.close()
             raise StorageError(f"cannot connect to PostgreSQL at {self._where}: {exc}", operation="open") from None
         if self._search is not None:
-            self._prepare_server_search(kwargs, configure)
+            try:
+                self._prepare_server_search(kwargs, configure)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                self._pool.close()
+                raise StorageError(f"cannot prepare server-side search: {exc}", operation="open") from None
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -498,36 +498,16 @@ class Postgres(DerivedBackend):
 
     def _prepare_server_search(self, kwargs: Mapping[str, Any], configure: Callable[[Conn], None]) -> None:
         """Notes the repo's HNSW indexes and builds (and calibrates) the ones it lacks: at once when
-        ``ann.background`` is false, else on a connection of its own in a thread (`close` cancels
-        it), which `find_candidates` starts again every `_RECHECK` seconds for types that grew
-        past ``ann.min_nodes`` or by a quarter; searches meanwhile answer as before."""
+        ``ann.background`` is false, else in a background thread (`builder.IndexBuilder`), which
+        `find_candidates` starts again from time to time; searches meanwhile answer as before."""
         search = self._search
         assert search is not None
         ann = self._ann
         with self._pool.connection() as conn:
             search.prepare(conn, ann if ann is None or not ann.background else None)
-        if ann is None or not ann.background:
-            return
-        holder: list[Conn] = []
-
-        def build() -> None:
-            with contextlib.suppress(psycopg.Error), psycopg.connect(self.dsn, **kwargs) as conn:
-                configure(conn)
-                holder.append(conn)
-                if not self._closed:
-                    search.prepare(conn, ann)
-
-        def start() -> None:
-            running = self._building
-            if running is None or not running[0].is_alive():
-                holder.clear()
-                thread = threading.Thread(target=build, name=f"hippograph:{self.repo}:hnsw", daemon=True)
-                self._building = (thread, holder)
-                thread.start()
-            self._recheck_at = time.monotonic() + _RECHECK
-
-        self._rebuild_server_indexes = start
-        start()
+        if ann is not None and ann.background:
+            self._builder = IndexBuilder(search, ann, connector(self.dsn, kwargs, configure), f"hippograph:{self.repo}")
+            self._builder.start()
 
     def build_vector_index(
         self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
@@ -539,16 +519,22 @@ class Postgres(DerivedBackend):
         self._guard("build_vector_index")
         wanted = list(NodeType) if types is None else as_node_types(types)
         check_progress(progress)
-        with self._pool.connection() as conn:
-            built = self._search.prepare(conn, self._ann, wanted)
+        try:
+            with self._pool.connection() as conn:
+                built = self._search.prepare(conn, self._ann, wanted)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise StorageError(f"{type(exc).__name__}: {exc}", operation="build_vector_index") from None
         return [t.value for t in built]
 
     def vector_index_stats(self) -> dict[str, dict[str, Any]]:
         if self._search is None:
             return super().vector_index_stats()
         self._guard("vector_index_stats")
-        with self._pool.connection() as conn:
-            self._search.prepare(conn, None)
+        try:
+            with self._pool.connection() as conn:
+                self._search.prepare(conn, None)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise StorageError(f"{type(exc).__name__}: {exc}", operation="vector_index_stats") from None
         return self._search.stats()
 
     def find_candidates(
@@ -564,8 +550,8 @@ class Postgres(DerivedBackend):
         self._guard("find_candidates")
         search = self._search
         if search is not None:
-            if self._rebuild_server_indexes is not None and time.monotonic() >= self._recheck_at:
-                self._rebuild_server_indexes()
+            if self._builder is not None:
+                self._builder.due()
             return self._read(
                 "find_candidates",
                 lambda tx: search.find_candidates(tx, types, query, tags, value_function, now, tx.dim(), exact=exact),
@@ -675,12 +661,8 @@ class Postgres(DerivedBackend):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            if self._building is not None:
-                thread, holder = self._building
-                for conn in holder:
-                    with contextlib.suppress(psycopg.Error):
-                        conn.cancel()
-                thread.join(timeout=10)
+            if self._builder is not None:
+                self._builder.close()
             self._cache.close()
             self._statistics.close()
             if os.getpid() == self._pid:

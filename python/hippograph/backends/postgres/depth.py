@@ -4,8 +4,8 @@ vector, calibrated on queries around stored vectors and kept in ``{s}.search_dep
 A pool of the `depth` nearest rows per query vector, reranked by score, finds the exact answer
 only as far as those rows hold it: a value function can lift a less similar row above more similar
 ones. Calibration measures the mean recall@k of the pooled answer against the exact ranking, for
-depths doubling from the type's top_k, and keeps the first that reaches halfway from
-``AnnConfig.target_recall`` to 1 (samples are not the queries a memory meets later: the margin
+depths doubling from the type's top_k, and keeps the first whose mean recall in every noise group
+reaches halfway from ``AnnConfig.target_recall`` to 1 (samples are not the queries a memory meets later: the margin
 keeps those at the target) at ``AnnConfig.min_speedup`` times the exact ranking's speed or
 better; none does: depth 0, the exact ranking answers. A type whose row count moved by more than
 a quarter since is measured again.
@@ -13,6 +13,7 @@ a quarter since is measured again.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -31,24 +32,29 @@ __all__ = ["Calibrated", "calibrate", "stored"]
 
 DEEPEST = 1000
 """The deepest pool per query vector (pgvector's iterative scans stop at ``hnsw.max_scan_tuples``)."""
-_NOISE = (0.1, 0.3, 0.6)
-"""Sample queries are stored vectors moved by these fractions of their length (in turn) in a random
-direction: from queries about a stored memory to queries between memories, where a pool misses most."""
+_NOISE = (0.1, 0.3, 0.6, None)
+"""Sample queries, in turn: stored vectors moved by these fractions of their length in a random
+direction (from queries about one memory to queries between memories), and (None) the centre of a
+stored vector's `_CENTRE` nearest neighbours, where similarities are alike and usage decides, so a
+pool must reach furthest."""
+_CENTRE = 32
 
 Answer = Callable[[NodeType, F32, TypeParams, datetime, int | None], list[tuple[str, float]]]
 """(type, query vectors, params, now, depth: None for the exact ranking) → the type's answer."""
-Calibrated = tuple[int, int, float]
-"""(rows of the type when measured, depth per query vector or 0 for none, mean recall measured)."""
+Calibrated = tuple[int, int, float, float]
+"""(rows of the type when measured, depth per query vector or 0 for none, mean recall measured, the
+least similarity between a sample and its nearest stored vector: a query less similar than that to
+everything it finds lands where no sample did, and the exact ranking answers it)."""
 
 
 def stored(conn: Conn, schema: str, repo: str, dim: int) -> dict[NodeType, Calibrated]:
     rows = conn.execute(
-        sql.SQL("SELECT type, rows, depth, recall FROM {}.search_depth WHERE repo = %s AND dim = %s").format(
+        sql.SQL("SELECT type, rows, depth, recall, floor FROM {}.search_depth WHERE repo = %s AND dim = %s").format(
             sql.Identifier(schema)
         ),
         (repo, dim),
     ).fetchall()
-    return {NodeType(t): (int(n), int(d), float(r)) for t, n, d, r in rows}
+    return {NodeType(t): (int(n), int(d), float(r), float(f)) for t, n, d, r, f in rows}
 
 
 def fresh(found: Calibrated | None, count: int) -> bool:
@@ -56,51 +62,80 @@ def fresh(found: Calibrated | None, count: int) -> bool:
 
 
 def calibrate(
-    conn: Conn, schema: str, repo: str, dim: int, node_type: NodeType, count: int, ann: AnnConfig, answer: Answer
-) -> Calibrated:
-    """Measures and stores `node_type`'s depth (see the module docstring)."""
+    conn: Conn,
+    schema: str,
+    repo: str,
+    dim: int,
+    node_type: NodeType,
+    count: int,
+    ann: AnnConfig,
+    answer: Answer,
+    neighbours: Callable[[F32, int], F32],
+    stop: threading.Event | None = None,
+) -> Calibrated | None:
+    """Measures and stores `node_type`'s depth (see the module docstring); None when `stop` was set
+    meanwhile (nothing stored)."""
     rows = conn.execute(
-        sql.SQL("SELECT vec::real[] FROM {}.vectors WHERE repo = %s AND type = %s ORDER BY random() LIMIT %s").format(
+        sql.SQL("SELECT vec::real[] FROM {}.vectors WHERE repo = %s AND type = %s ORDER BY md5(id) LIMIT %s").format(
             sql.Identifier(schema)
         ),
         (repo, node_type.value, min(ann.calibration_queries, 50)),
     ).fetchall()
     rng = np.random.default_rng(count)
-    queries = []
+    queries, groups = [], []
+    floor = 1.0
     for at, (values,) in enumerate(rows):
         v = np.asarray(values, np.float64)
         norm = float(np.linalg.norm(v))
         if norm > 0:
             d = rng.standard_normal(v.shape[0])
             noise = _NOISE[at % len(_NOISE)]
-            queries.append((v / norm + noise * d / np.linalg.norm(d)).astype(np.float32)[None, :])
+            if noise is None:
+                near = neighbours(v.astype(np.float32), _CENTRE).astype(np.float64)
+                near = near / np.maximum(np.linalg.norm(near, axis=1, keepdims=True), 1e-30)
+                q = near.mean(axis=0) if len(near) else v / norm
+            else:
+                q = v / norm + noise * d / np.linalg.norm(d)
+            if np.linalg.norm(q) > 0:
+                queries.append(q.astype(np.float32)[None, :])
+                groups.append(at % len(_NOISE))
+                nearest = neighbours(q.astype(np.float32), 1).astype(np.float64)
+                if len(nearest):
+                    cos = float(nearest[0] @ q / max(np.linalg.norm(nearest[0]) * np.linalg.norm(q), 1e-30))
+                    floor = min(floor, cos)
     params = resolve_config(None).params[node_type]
     now = utcnow()
     truth, exact_time = [], 0.0
     for q in queries:
+        if stop is not None and stop.is_set():
+            return None
         t0 = time.perf_counter()
         truth.append({i for i, _ in answer(node_type, q, params, now, None)})
         exact_time += time.perf_counter() - t0
-    chosen: Calibrated = (count, 0, 0.0)
+    chosen: Calibrated = (count, 0, 0.0, floor)
     depth = max(params.top_k, 16)
     while queries and depth <= DEEPEST:
-        found, took = 0.0, 0.0
-        for q, want in zip(queries, truth, strict=True):
+        found, took = np.zeros(len(_NOISE)), 0.0
+        for q, want, group in zip(queries, truth, groups, strict=True):
+            if stop is not None and stop.is_set():
+                return None
             t0 = time.perf_counter()
             got = {i for i, _ in answer(node_type, q, params, now, depth)}
             took += time.perf_counter() - t0
-            found += len(got & want) / len(want) if want else 1.0
-        recall = found / len(queries)
-        if recall >= (1.0 + ann.target_recall) / 2:  # halfway past the target: queries met later differ
+            found[group] += len(got & want) / len(want) if want else 1.0
+        sizes = np.bincount(groups, minlength=len(_NOISE))
+        recall = float(found.sum() / len(queries))
+        worst = float(min(f / c for f, c in zip(found, sizes, strict=True) if c))
+        if worst >= (1.0 + ann.target_recall) / 2:  # halfway past the target: queries met later differ
             if took * ann.min_speedup <= exact_time:
-                chosen = (count, depth, recall)
+                chosen = (count, depth, recall, floor)
             break
         depth *= 2
     conn.execute(
         sql.SQL(
-            "INSERT INTO {}.search_depth (repo, type, dim, rows, depth, recall) VALUES (%s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (repo, type, dim) DO UPDATE SET rows = EXCLUDED.rows, depth = EXCLUDED.depth, "
-            "recall = EXCLUDED.recall, measured_at = clock_timestamp()"
+            "INSERT INTO {}.search_depth (repo, type, dim, rows, depth, recall, floor) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (repo, type, dim) DO UPDATE SET rows = EXCLUDED.rows, "
+            "depth = EXCLUDED.depth, recall = EXCLUDED.recall, floor = EXCLUDED.floor, measured_at = clock_timestamp()"
         ).format(sql.Identifier(schema)),
         (repo, node_type.value, dim, *chosen),
     )

@@ -5,7 +5,7 @@ relevance from pgvector's cosine distance over every query vector, and the value
 columns `write_graph` keeps beside each vector. Either over every row of the type (`exact`) or
 over the union of each query vector's nearest rows from the type's HNSW index (`depth` per
 vector). Only the best rows travel to the client, which scores them again with the in-process
-code; the server's score only chooses them, so it needs to agree to within `MARGIN`.
+code; the server's score only chooses them, so it needs to agree to within `margin`.
 """
 
 from __future__ import annotations
@@ -19,23 +19,29 @@ from ...graph.model import NodeType
 from .arrays import Float4Array
 from .tx import _Tx
 
-__all__ = ["MARGIN", "Ranked", "RankedRow"]
+__all__ = ["Ranked", "RankedRow", "margin"]
 
-MARGIN = 1e-5
-"""Scores and similarities from the server may differ from the client's by float rounding (pgvector
-works in single precision): far below this."""
 
-RankedRow = tuple[bytes, float, bytes, bytes | None]
-"""(key, the server's score, embedding, metadata record)."""
+def margin(dim: int) -> float:
+    """How far the server's similarities (and so scores, which never exceed them) may be from the
+    client's: pgvector sums a cosine's products in single precision, whose rounding grows with the
+    dimension (at most about ``dim`` units of 2**-24); four times that, and never below 1e-5."""
+    return max(1e-5, 4.0 * dim * 2.0**-24)
+
+
+RankedRow = tuple[bytes, float, bytes, bytes | None, float]
+"""(key, the server's score, embedding, metadata record, the best similarity of any row ranked)."""
 
 _VALUE = (
-    "CASE WHEN x.ts IS NULL THEN x.r ELSE x.r * exp(greatest(-700, -%(lam)s * greatest(0, (%(now)s - x.ts) / 3600))) "
-    "* greatest(%(floor)s, CASE WHEN x.accesses + %(k)s > 0 THEN x.accesses / (x.accesses + %(k)s) ELSE 0 END) "
-    "* CASE WHEN x.reward_count <= 0 THEN 1 "
-    "ELSE 1 / (1 + exp(least(700, -%(beta)s * (x.reward_sum / x.reward_count)))) END END"
+    "CASE WHEN x.ts IS NULL THEN x.r WHEN x.r <= 0 OR greatest(%(floor)s, x.freq) <= 0 THEN 0 ELSE "
+    "exp(least(700, greatest(-740, ln(x.r) - %(lam)s * greatest(0, (%(now)s - x.ts) / 3600) "
+    "+ ln(greatest(%(floor)s, x.freq)) "
+    "- CASE WHEN x.reward_count <= 0 THEN 0 ELSE greatest(x.t, 0) + ln(1 + exp(greatest(-700, -abs(x.t)))) END))) END"
 )
-"""`hippograph_core::scoring::default_value` in SQL (exponents clamped: PostgreSQL raises on
-underflow where Rust rounds to zero)."""
+"""`hippograph_core::scoring::default_value` in SQL, as a sum of logarithms: a product of small
+factors would raise an underflow error in PostgreSQL where Rust rounds to zero, so exponents are
+clamped. The reward factor is ``1 / (1 + exp(t))`` with ``t = -beta * average reward``, whose
+logarithm is minus softplus(t), computed without overflow."""
 
 
 class Ranked:
@@ -72,15 +78,18 @@ class Ranked:
             where = sql.SQL("{where} AND v.id IN ({lists})").format(where=where, lists=sql.SQL(" UNION ").join(lists))
         passes = {
             "zero": "y.score > 0",
-            "score": "y.score >= %(threshold)s - " + repr(MARGIN),
-            "relevance": "y.r >= %(threshold)s - " + repr(MARGIN),
+            "score": "y.score >= %(threshold)s - %(margin)s",
+            "relevance": "y.r >= %(threshold)s - %(margin)s",
         }[gate]
         got = sql.SQL(
             "SELECT y.id, y.score, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = {repo} AND e.id = y.id), "
-            "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = y.id) "
+            "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = y.id), max(y.r) OVER () "
             "FROM (SELECT x.id, x.r, " + _VALUE + " AS score FROM ("
-            "SELECT v.id, v.ts, v.accesses, v.reward_count, v.reward_sum, greatest(0, {sims}) AS r "
-            "FROM {s}.vectors v WHERE {where}) x) y WHERE " + passes + " ORDER BY y.score DESC, y.id LIMIT %(limit)s"
+            "SELECT v.id, m.ts, m.reward_count, greatest(0, {sims}) AS r, "
+            "CASE WHEN m.accesses + %(k)s > 0 THEN m.accesses / (m.accesses + %(k)s) ELSE 0 END AS freq, "
+            "CASE WHEN m.reward_count > 0 THEN -%(beta)s * m.reward_sum / m.reward_count END AS t "
+            "FROM {s}.vectors v LEFT JOIN {s}.metadata m ON m.repo = v.repo AND m.id = v.id WHERE {where}) x) y "
+            "WHERE " + passes + " ORDER BY y.score DESC, y.id LIMIT %(limit)s"
         ).format(s=s, repo=repo, sims=sql.SQL(", ").join(sims), where=where)
         self._statements[key] = got
         return got
@@ -108,10 +117,31 @@ class Ranked:
             "beta": params.beta,
             "now": now,
             "threshold": params.threshold,
+            "margin": margin(dim),
             "limit": limit,
             "depth": depth,
         }
         values.update({f"q{i}": Float4Array(q) for i, q in enumerate(live)})
         with tx.conn.cursor(binary=True) as cur:
             cur.execute(statement, values)
-            return [(bytes(k), float(score), bytes(v), None if m is None else bytes(m)) for k, score, v, m in cur]
+            return [
+                (bytes(k), float(score), bytes(v), None if m is None else bytes(m), float(top))
+                for k, score, v, m, top in cur
+            ]
+
+    def nearest(self, tx: _Tx, node_type: NodeType, dim: int, v: F32, k: int) -> list[list[float]]:
+        """The vectors of the type's `k` rows nearest to `v` (through its HNSW index)."""
+        e = sql.Identifier(self.ext)
+        statement = sql.SQL(
+            "SELECT v.vec::real[] FROM {s}.vectors v WHERE v.repo = {repo} AND v.type = {kind} "
+            "ORDER BY (v.vec::{e}.vector({d})) OPERATOR({e}.<=>) (%s::{e}.vector({d})) LIMIT %s"
+        ).format(
+            s=sql.Identifier(self.schema),
+            repo=sql.Literal(self.repo),
+            kind=sql.Literal(node_type.value),
+            e=e,
+            d=sql.Literal(dim),
+        )
+        with tx.conn.cursor(binary=True) as cur:
+            cur.execute(statement, (Float4Array(v), k))
+            return [list(row[0]) for row in cur]

@@ -38,7 +38,8 @@ def _counts(tx: _Tx) -> dict[str, Any]:
 
 def _vector_problems(tx: _Tx, embeddings: dict[bytes, bytes], types: dict[bytes, str]) -> list[str]:
     """Where the schema keeps vectors in the server: each embedding has its vector, equal to it and
-    filed under its node's type, and no other vector exists."""
+    filed under its node's type, no other vector exists, and each metadata row's usage columns say
+    what its record says."""
     problems: list[str] = []
     held = {bytes(k): (t, v) for k, t, v in tx.all("repo_vectors", (tx.repo,))}
     for key in sorted(embeddings.keys() | held.keys()):
@@ -55,6 +56,13 @@ def _vector_problems(tx: _Tx, embeddings: dict[bytes, bytes], types: dict[bytes,
                 )
             if not np.array_equal(np.asarray(values, np.float32), np.frombuffer(embeddings[key], "<f4")):
                 problems.append(f"server-side vector of {shown!r} differs from its embedding")
+    for key, record, *usage in tx.all("repo_meta_usage", (tx.repo,)):
+        try:
+            want = codec.usage_of_meta(bytes(record))
+        except StorageError:
+            continue  # reported with the record
+        if tuple(usage) != want:
+            problems.append(f"usage columns of {bytes(key).decode('utf-8', 'replace')!r} disagree with its metadata")
     return problems
 
 

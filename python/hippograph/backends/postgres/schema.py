@@ -108,8 +108,12 @@ _WRITE_GRAPH_5: Final = """CREATE FUNCTION {s}.write_graph(
     OUT claimed boolean, OUT stored_dim integer, OUT seq bigint
 ) LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_kept boolean := to_regclass('{s}.vectors') IS NOT NULL;
+    v_kept boolean;
 BEGIN
+    -- Taken as the writes below take them anyway, first: a write that waited for `vectors.enable`
+    -- (SHARE ROW EXCLUSIVE on the three) sees the table it created.
+    LOCK TABLE {s}.nodes, {s}.embeddings, {s}.metadata IN ROW EXCLUSIVE MODE;
+    v_kept := to_regclass('{s}.vectors') IS NOT NULL;
     claimed := true;
     IF v_kept AND ((p_flat IS NULL AND cardinality(p_emb_keys) > 0)
                    OR (p_usage IS NULL AND cardinality(p_meta_keys) > 0)) THEN
@@ -153,12 +157,10 @@ BEGIN
             IF cardinality(p_bare) > 0 THEN
                 DELETE FROM {s}.vectors WHERE repo = p_repo AND id = ANY(p_bare);
             END IF;
-            INSERT INTO {s}.vectors (repo, id, type, vec, ts, accesses, reward_count, reward_sum)
-            SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim],
-                m.ts, m.accesses, m.reward_count, m.reward_sum
+            INSERT INTO {s}.vectors (repo, id, type, vec)
+            SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim]
             FROM unnest(p_emb_keys) WITH ORDINALITY AS x(id, o)
             JOIN {s}.nodes n ON n.repo = p_repo AND n.id = x.id
-            LEFT JOIN {s}.metadata m ON m.repo = p_repo AND m.id = x.id
             ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, vec = EXCLUDED.vec;
         END IF;
     END IF;
@@ -176,9 +178,6 @@ BEGIN
         FROM unnest(p_meta_keys, p_meta_records) WITH ORDINALITY AS x(id, record, o)
         ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record, ts = EXCLUDED.ts,
             accesses = EXCLUDED.accesses, reward_count = EXCLUDED.reward_count, reward_sum = EXCLUDED.reward_sum;
-        UPDATE {s}.vectors v SET ts = m.ts, accesses = m.accesses, reward_count = m.reward_count,
-            reward_sum = m.reward_sum
-        FROM {s}.metadata m WHERE v.repo = p_repo AND v.id = ANY(p_meta_keys) AND m.repo = p_repo AND m.id = v.id;
     ELSIF cardinality(p_meta_keys) > 0 THEN
         INSERT INTO {s}.metadata (repo, id, record)
         SELECT p_repo, x.id, x.record FROM unnest(p_meta_keys, p_meta_records) AS x(id, record)
@@ -193,7 +192,7 @@ $fn$"""
 the server (``{s}.vectors``, `vectors.enable`), the embedded nodes' vectors too, taken from
 `p_flat` (all of the write's embeddings, one after another) by pgvector's cast from ``real[]``,
 and the default value function's usage columns of each metadata record written (`p_usage`: four
-per record, as `codec.usage_of_meta` reads them) on the metadata row and the vector row. A caller
+per record, as `codec.usage_of_meta` reads them) on its metadata row. A caller
 that sends neither while the table exists is refused with SQLSTATE HG002 and retries with them, so
 no writer can leave a vector or its usage out, whenever the table was created."""
 
@@ -303,9 +302,17 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         5,
         "write_graph keeps server-side vectors (pgvector) when the schema has them",
         (
-            "DROP FUNCTION {s}.write_graph(text, bytea, bytea, bytea, timestamptz, integer, bytea[], text[], "
-            "bytea[], timestamptz[], bytea[], bytea[], bytea[], bytea[], text[], bytea[], bytea[], bytea[], bytea[])",
             _WRITE_GRAPH_5,
+            # A process of the previous release still calls the old signature: it sends no vectors,
+            # so where the schema keeps them its writes are refused (HG002) rather than left out.
+            "CREATE OR REPLACE FUNCTION {s}.write_graph(p_repo text, p_claim_key bytea, p_claim_record bytea, "
+            "p_token bytea, p_stored_at timestamptz, p_dim integer, p_node_keys bytea[], p_types text[], "
+            "p_records bytea[], p_created timestamptz[], p_emb_keys bytea[], p_vecs bytea[], p_bare bytea[], "
+            "p_link_a bytea[], p_link_edge text[], p_link_b bytea[], p_meta_keys bytea[], p_meta_records bytea[], "
+            "p_touched bytea[], OUT claimed boolean, OUT stored_dim integer, OUT seq bigint) LANGUAGE sql AS "
+            "$fn$ SELECT * FROM {s}.write_graph(p_repo, p_claim_key, p_claim_record, p_token, p_stored_at, p_dim, "
+            "p_node_keys, p_types, p_records, p_created, p_emb_keys, p_vecs, p_bare, p_link_a, p_link_edge, "
+            "p_link_b, p_meta_keys, p_meta_records, p_touched, NULL::real[], NULL::float8[]) $fn$",
         ),
     ),
 )
@@ -365,6 +372,7 @@ _SQL: Final[dict[str, str]] = {
     "repo_embeddings": "SELECT id, vec FROM {s}.embeddings WHERE repo = %s",
     "repo_metadata": "SELECT id, record FROM {s}.metadata WHERE repo = %s",
     "repo_vectors": "SELECT id, type, vec::real[] FROM {s}.vectors WHERE repo = %s",
+    "repo_meta_usage": "SELECT id, record, ts, accesses, reward_count, reward_sum FROM {s}.metadata WHERE repo = %s",
     "repo_links": "SELECT a, edge, b FROM {s}.links WHERE repo = %s",
     "repo_records": "SELECT source_id, record FROM {s}.ingestion WHERE repo = %s",
     # metadata

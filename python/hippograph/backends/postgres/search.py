@@ -12,6 +12,7 @@ pool deepens, and past `_ANN_MOST` rows the exact server scan takes over. ``docs
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -29,7 +30,7 @@ from ...graph.recall import python_values
 from ...graph.value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 from . import depth, vectors
 from .arrays import Float4Array
-from .ranked import MARGIN, Ranked, RankedRow
+from .ranked import Ranked, RankedRow, margin
 from .tx import Conn, _id, _key, _Tx
 
 __all__ = ["ServerSearch"]
@@ -37,7 +38,6 @@ __all__ = ["ServerSearch"]
 _ANN_MOST = 1000
 """The deepest pool drawn from an HNSW index per query vector; deeper, the exact scan answers
 (pgvector's iterative scans stop at ``hnsw.max_scan_tuples`` and its cost grows with depth)."""
-_MARGIN = MARGIN
 _SPARE = 8
 """Rows fetched beyond top_k, so that rows the server and the client score a hair apart still
 land on the right side of the cut."""
@@ -57,16 +57,25 @@ class ServerSearch:
         """Types with a valid HNSW index for the repo's dimension (set by `prepare`)."""
         self.depth: dict[NodeType, int] = {}
         """Per indexed type, the pool depth per query vector its calibration chose (`prepare`)."""
+        self.floor: dict[NodeType, float] = {}
+        """Per calibrated type, the least similarity of a query the pools may answer (`depth`)."""
         self.recall: dict[NodeType, float] = {}
         """Per indexed type, the mean recall@k its calibration measured."""
         self.ranked = Ranked(schema, repo, ext)
         self._statements: dict[tuple[NodeType, int, int, bool], sql.Composed] = {}
 
-    def prepare(self, conn: Conn, ann: AnnConfig | None, types: Iterable[NodeType] | None = None) -> list[NodeType]:
+    def prepare(
+        self,
+        conn: Conn,
+        ann: AnnConfig | None,
+        types: Iterable[NodeType] | None = None,
+        stop: threading.Event | None = None,
+    ) -> list[NodeType]:
         """Builds the HNSW indexes the repo wants, calibrates their depth (`depth`) and notes which
         serve; returns the types built. Each type of `types` (None: all) holding more than
         ``ann.min_nodes`` nodes gets one. Without `ann` nothing is built or measured: what other
-        processes built and measured is noted. `conn`: autocommit."""
+        processes built and measured, and is still fresh, is noted. `stop`, once set, ends the work
+        between steps. `conn`: autocommit."""
         s = sql.Identifier(self.schema)
         row = conn.execute(sql.SQL("SELECT dim FROM {}.repos WHERE repo = %s").format(s), (self.repo,)).fetchone()
         if row is None or row[0] is None:
@@ -85,7 +94,7 @@ class ServerSearch:
             large = [t for t, c in counts.items() if c > ann.min_nodes and t in wanted]
             names = {vectors.index_name(self.repo, t, dim): t for t in large}
             made = vectors.ensure_indexes(
-                conn, self.schema, self.ext, self.repo, dim, names.values(), ann.M, ann.ef_construction
+                conn, self.schema, self.ext, self.repo, dim, names.values(), ann.M, ann.ef_construction, stop
             )
             built = [names[n] for n in made]
         valid = vectors.existing_indexes(conn, self.schema, self.repo)
@@ -100,10 +109,21 @@ class ServerSearch:
 
         for t in sorted(indexed, key=lambda t: t.value):
             if ann is not None and not depth.fresh(measured.get(t), counts.get(t, 0)):
-                measured[t] = depth.calibrate(conn, self.schema, self.repo, dim, t, counts.get(t, 0), ann, answer)
+
+                def neighbours(v: F32, k: int, node_type: NodeType = t) -> F32:
+                    rows = self.ranked.nearest(tx, node_type, dim, v, k)
+                    return np.array(rows, np.float32).reshape(len(rows), dim)
+
+                got = depth.calibrate(
+                    conn, self.schema, self.repo, dim, t, counts.get(t, 0), ann, answer, neighbours, stop
+                )
+                if got is not None:
+                    measured[t] = got
+        fresh = {t: m for t, m in measured.items() if t in indexed and depth.fresh(m, counts.get(t, 0))}
         self.indexed = indexed
-        self.depth = {t: measured[t][1] for t in indexed if t in measured and measured[t][1] > 0}
-        self.recall = {t: measured[t][2] for t in indexed if t in measured}
+        self.depth = {t: m[1] for t, m in fresh.items() if m[1] > 0}
+        self.floor = {t: m[3] for t, m in fresh.items()}
+        self.recall = {t: m[2] for t, m in fresh.items()}
         return built
 
     def stats(self) -> dict[str, dict[str, Any]]:
@@ -217,30 +237,39 @@ class ServerSearch:
         """The default value function's answer: from the HNSW pools reranked by the server when the
         type has a calibrated depth (and the pools fill top_k), else from the server's exact ranking,
         certified against the client's scores (see `ranked`)."""
-        depth = depth if depth is not None else (None if exact else self.depth.get(node_type))
+        measuring = depth is not None
+        depth = depth if measuring else (None if exact else self.depth.get(node_type))
+        zero_passes = tp.threshold <= 0.0
+
+        def passing(hits: list[tuple[str, float]]) -> list[tuple[str, float]]:
+            # With a threshold at or below zero the server hands over its positive scores only;
+            # zero scores (the client's, exactly) are filled in by id below.
+            return [(i, s) for i, s in hits if s > 0.0] if zero_passes else hits
+
         if depth is not None and len(live):
             rows = self.ranked.rows(tx, node_type, dim, live, tp, when.timestamp(), tp.top_k + _SPARE, depth)
-            hits = self._rescored(rows, queries, tp, when)
-            if len(hits) == tp.top_k:
+            hits = passing(self._rescored(rows, queries, tp, when))
+            # Where calibration measured (a depth given by the caller is being measured: no floor yet).
+            near = bool(rows) and (measuring or rows[0][4] >= self.floor.get(node_type, 1.0))
+            if len(hits) == tp.top_k and near:
                 return hits
         limit = tp.top_k + _SPARE
         while True:
             rows = self.ranked.rows(tx, node_type, dim, live, tp, when.timestamp(), limit, None) if len(live) else []
-            hits = self._rescored(rows, queries, tp, when)
-            if len(rows) < limit:  # every row the gate may pass is here
+            hits = passing(self._rescored(rows, queries, tp, when))
+            if len(rows) < limit:  # every row the server's gate passes is here
                 break
-            if len(hits) == tp.top_k and hits[-1][1] > rows[-1][1] + MARGIN:
+            if len(hits) == tp.top_k and hits[-1][1] > rows[-1][1] + margin(dim):
                 return hits
             limit *= 4
-        if len(hits) < tp.top_k and tp.threshold <= 0.0:  # the rest score zero: they fill up in id order
-            positive = [(i, s) for i, s in hits if s > 0.0]
-            return positive + self._zero_fill(tx, node_type, [i for i, _ in positive], tp.top_k - len(positive))
+        if len(hits) < tp.top_k and zero_passes:
+            return hits + self._zero_fill(tx, node_type, [i for i, _ in hits], tp.top_k - len(hits))
         return hits
 
     def _rescored(self, rows: list[RankedRow], queries: F32, tp: TypeParams, when: datetime) -> list[tuple[str, float]]:
         """The rows' best by the in-process scan (the same scores as the client path)."""
         columns = TypeColumns()
-        for key, _, vec, meta in rows:
+        for key, _, vec, meta, _ in rows:
             columns.upsert(_id(key), codec.decode_embedding(vec), None if meta is None else codec.usage_of_meta(meta))
         return scan(columns, queries, tp, when.timestamp(), None)
 
@@ -257,7 +286,7 @@ class ServerSearch:
         exact: bool,
     ) -> list[tuple[str, float]] | None:
         """The type's answer from certified pools, or None when only scoring every row can answer."""
-        use_index = not exact and node_type in self.indexed
+        use_index = not exact and node_type in self.depth  # where calibration found the index worth it
         first = n = max(tp.top_k, 16) if len(live) <= 1 else max(tp.top_k // 2, 8)
         while True:
             rows: Pool = self._pool(tx, node_type, dim, live, n, not use_index) if len(live) else []
@@ -273,7 +302,7 @@ class ServerSearch:
             for ds in full:
                 finite = [d for d in ds if d == d]  # NaN: zero vectors, listed last; every other row was seen
                 if len(finite) == len(ds):
-                    bound = max(bound, 1.0 - max(finite) + _MARGIN if max(finite) < 1.0 else 0.0)
+                    bound = max(bound, 1.0 - max(finite) + margin(dim) if max(finite) < 1.0 else 0.0)
             hits = self._score_pool(tx, rows, queries, tp, cfg, when)
             if len(hits) == tp.top_k and hits[-1][1] > bound:
                 return hits

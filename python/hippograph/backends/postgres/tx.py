@@ -55,6 +55,11 @@ class _Retry(Exception):
     """Raised inside a transaction to roll it back and run it again."""
 
 
+class _Restart(Exception):
+    """Raised inside a transaction to roll it back and run it again at once: what made it fail is
+    settled (not counted as a retry)."""
+
+
 class Shared:
     """What every transaction of one backend learns about the schema as it goes."""
 
@@ -184,7 +189,7 @@ class _Write:
                 check_changeset(cs, int(exc.diag.message_detail))  # raises the ValidationError naming the node
             if exc.sqlstate == _VECTORS_STATE:  # the schema began keeping vectors since this process looked
                 tx.shared.vectors = True
-                raise _Retry from None
+                raise _Restart from None
             raise
         if row is None or not row[0]:
             return False
@@ -289,6 +294,8 @@ class _Runner:
                 return result
             except HippographError:
                 raise
+            except _Restart:
+                attempt -= 1
             except _Retry:
                 if attempt > self.retries:
                     raise StorageError("gave up after repeated concurrent changes", operation=operation) from None

@@ -11,6 +11,9 @@ SQLSTATE HG002 and sends them on its retry). `ensure_indexes` builds one partial
 from __future__ import annotations
 
 import hashlib
+import random
+import threading
+import time
 from collections.abc import Iterable
 
 import numpy as np
@@ -76,43 +79,67 @@ def enable(conn: Conn, schema: str) -> str:
     ext = extension_schema(conn)
     assert ext is not None
     quoted = sql.Identifier(schema)
-    if _table_exists(conn, schema):
-        return ext
-    conn.execute("BEGIN")
-    try:
-        # Writers wait here until the table is there; writes committed before are copied below.
-        conn.execute(sql.SQL("LOCK TABLE {s}.embeddings, {s}.metadata IN SHARE MODE").format(s=quoted))
-        if not _table_exists(conn, schema):
-            for statement in _ENABLE:
-                conn.execute(sql.SQL(statement).format(s=quoted, e=sql.Identifier(ext)))
-            _backfill(conn, schema)
-        conn.execute("COMMIT")
-    except BaseException:
-        _rollback(conn)
-        raise
+    for attempt in range(1, _ENABLE_ATTEMPTS + 1):
+        if _table_exists(conn, schema):
+            return ext
+        try:
+            _enable_once(conn, quoted, sql.Identifier(ext), schema)
+        except psycopg.Error as exc:
+            if exc.sqlstate not in _LOCK_STATES or attempt == _ENABLE_ATTEMPTS:
+                raise
+            time.sleep(0.05 * attempt * random.uniform(0.5, 1.5))
     return ext
 
 
-_USAGE = "ts float8, accesses float8, reward_count float8, reward_sum float8"
+_ENABLE_ATTEMPTS = 20
+_LOCK_STATES = frozenset({"40001", "40P01", "55P03", "42P07", "42710"})
+"""Serialization failure, deadlock, lock timeout, and a table or trigger another process created
+first: `enable` tries again."""
+
+
+def _enable_once(conn: Conn, quoted: sql.Identifier, ext: sql.Identifier, schema: str) -> None:
+    # The usage columns first, alone: adding nullable columns is instant, and the lock it needs
+    # (ACCESS EXCLUSIVE) is held only for that.
+    conn.execute("SET lock_timeout = '10s'")
+    try:
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {s}.metadata ADD COLUMN IF NOT EXISTS ts float8, "
+                "ADD COLUMN IF NOT EXISTS accesses float8, ADD COLUMN IF NOT EXISTS reward_count float8, "
+                "ADD COLUMN IF NOT EXISTS reward_sum float8"
+            ).format(s=quoted)
+        )
+        conn.execute("BEGIN")
+        try:
+            # In the writers' order. SHARE ROW EXCLUSIVE excludes writers and other enablers, not readers:
+            # writes committed before are copied below; writes waiting see the table (`write_graph`).
+            conn.execute(
+                sql.SQL("LOCK TABLE {s}.nodes, {s}.embeddings, {s}.metadata IN SHARE ROW EXCLUSIVE MODE").format(
+                    s=quoted
+                )
+            )
+            if not _table_exists(conn, schema):
+                for statement in _ENABLE:
+                    conn.execute(sql.SQL(statement).format(s=quoted, e=ext))
+                _backfill(conn, schema)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+    finally:
+        conn.execute("RESET lock_timeout")
+
+
 _ENABLE = (
-    # The default value function's inputs as columns (NULL: no metadata), so the server can score.
-    "ALTER TABLE {s}.metadata ADD COLUMN IF NOT EXISTS ts float8, ADD COLUMN IF NOT EXISTS accesses float8, "
-    "ADD COLUMN IF NOT EXISTS reward_count float8, ADD COLUMN IF NOT EXISTS reward_sum float8",
     "CREATE TABLE {s}.vectors (repo text NOT NULL, id bytea NOT NULL, type text NOT NULL, vec {e}.vector NOT NULL, "
-    + _USAGE
-    + ", PRIMARY KEY (repo, id), FOREIGN KEY (repo, id) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE)",
-    # Metadata deleted by any statement leaves its node's vector scoring its relevance.
-    "CREATE OR REPLACE FUNCTION {s}.metadata_gone() RETURNS trigger LANGUAGE plpgsql AS $fn$ BEGIN "
-    "UPDATE {s}.vectors v SET ts = NULL, accesses = NULL, reward_count = NULL, reward_sum = NULL "
-    "FROM gone g WHERE v.repo = g.repo AND v.id = g.id; RETURN NULL; END $fn$",
-    "CREATE TRIGGER metadata_gone AFTER DELETE ON {s}.metadata REFERENCING OLD TABLE AS gone "
-    "FOR EACH STATEMENT EXECUTE FUNCTION {s}.metadata_gone()",
+    "PRIMARY KEY (repo, id), FOREIGN KEY (repo, id) REFERENCES {s}.nodes (repo, id) ON DELETE CASCADE)",
     "CREATE TABLE {s}.search_depth (repo text NOT NULL, type text NOT NULL, dim integer NOT NULL, "
-    "rows bigint NOT NULL, depth integer NOT NULL, recall float8 NOT NULL, "
+    "rows bigint NOT NULL, depth integer NOT NULL, recall float8 NOT NULL, floor float8 NOT NULL, "
     "measured_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (repo, type, dim))",
 )
-"""What `enable` creates: ``{s}.vectors`` (a node's type, its vector and its usage) and the usage
-columns of ``{s}.metadata`` that `write_graph` fills and copies."""
+"""What `enable` creates besides the usage columns of ``{s}.metadata`` (the default value
+function's inputs, NULL without metadata, written by `write_graph` in the same row as the
+record): ``{s}.vectors`` (each embedded node's type and vector) and the calibrations."""
 
 
 def kept(conn: Conn, schema: str) -> bool:
@@ -146,10 +173,9 @@ def _backfill(conn: Conn, schema: str) -> None:
         "SELECT e.repo, e.id, n.type, e.vec FROM {s}.embeddings e JOIN {s}.nodes n ON n.repo = e.repo AND n.id = e.id"
     ).format(s=quoted)
     insert = sql.SQL(
-        "INSERT INTO {s}.vectors (repo, id, type, vec, ts, accesses, reward_count, reward_sum) "
-        "SELECT x.repo, x.id, x.type, %s[(x.o - 1) * %s + 1 : x.o * %s], m.ts, m.accesses, m.reward_count, "
-        "m.reward_sum FROM unnest(%s::text[], %s::bytea[], %s::text[]) WITH ORDINALITY AS x(repo, id, type, o) "
-        "LEFT JOIN {s}.metadata m ON m.repo = x.repo AND m.id = x.id"
+        "INSERT INTO {s}.vectors (repo, id, type, vec) "
+        "SELECT x.repo, x.id, x.type, %s[(x.o - 1) * %s + 1 : x.o * %s] "
+        "FROM unnest(%s::text[], %s::bytea[], %s::text[]) WITH ORDINALITY AS x(repo, id, type, o)"
     ).format(s=quoted)
     with conn.cursor(name="hippograph_backfill", binary=True) as cur:
         cur.execute(select)
@@ -187,7 +213,15 @@ def existing_indexes(conn: Conn, schema: str, repo: str) -> dict[str, bool]:
 
 
 def ensure_indexes(
-    conn: Conn, schema: str, ext: str, repo: str, dim: int, types: Iterable[NodeType], m: int, ef_construction: int
+    conn: Conn,
+    schema: str,
+    ext: str,
+    repo: str,
+    dim: int,
+    types: Iterable[NodeType],
+    m: int,
+    ef_construction: int,
+    stop: threading.Event | None = None,
 ) -> list[str]:
     """Builds the missing HNSW indexes of `types` (``CREATE INDEX CONCURRENTLY``: writers go on);
     returns the names built. `conn` is in autocommit. A session advisory lock per index keeps two
@@ -198,12 +232,16 @@ def ensure_indexes(
     built = []
     for node_type in types:
         name = index_name(repo, node_type, dim)
-        if have.get(name) is True:
+        if have.get(name) is True or (stop is not None and stop.is_set()):
             continue
         lock = int.from_bytes(hashlib.sha256(f"{schema}.{name}".encode()).digest()[:8], "big", signed=True)
         got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
         if got is None or not got[0]:
             continue  # another process is building it
+        have = existing_indexes(conn, schema, repo)  # again, under the lock: it may have just been built
+        if have.get(name) is True:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+            continue
         timeout = conn.execute("SHOW statement_timeout").fetchone()
         conn.execute("SET statement_timeout = 0")  # a build takes minutes per million rows
         try:
@@ -237,6 +275,10 @@ def ensure_indexes(
 
 
 def drop_indexes(conn: Conn, schema: str, repo: str) -> None:
-    """Drops every HNSW index of `repo` (when the repo is dropped)."""
+    """Drops every HNSW index of `repo` and its calibrations (when the repo is dropped). `conn`:
+    autocommit (``DROP INDEX CONCURRENTLY``: other repos' reads and writes go on)."""
+    conn.execute(sql.SQL("DELETE FROM {}.search_depth WHERE repo = %s").format(sql.Identifier(schema)), (repo,))
     for name in existing_indexes(conn, schema, repo):
-        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+        )
