@@ -423,7 +423,12 @@ def test_a_schema_from_before_write_graph_is_migrated_with_its_data(
     at the next open; the nodes it held stay, and writes and dimension checks work on it."""
     with Postgres(pg_dsn, repo="old", schema=schema) as backend:
         backend.apply_changeset(hg.Changeset().add_node(_sem("kept")))
-    admin.execute(f'DROP FUNCTION "{schema}".write_graph')
+    for (fn,) in admin.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE p.proname = 'write_graph' AND n.nspname = %s",
+        (schema,),
+    ).fetchall():
+        admin.execute(f"DROP FUNCTION {fn}")
     admin.execute(f'DELETE FROM "{schema}".migrations WHERE version >= 4')
     with Postgres(pg_dsn, repo="old", schema=schema) as backend:
         assert backend.get_node("kept") is not None

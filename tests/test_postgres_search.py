@@ -334,3 +334,18 @@ def test_a_running_process_builds_the_index_a_grown_type_needs(pgvector_dsn: str
         assert answers(server, q, tags, exact=False) == before  # small and clustered: the same answer
     finally:
         server.close()
+
+
+def test_a_writer_of_the_previous_release_is_refused_where_vectors_are_kept(pgvector_dsn: str, schema: str) -> None:
+    """Its `write_graph` signature sends no vectors: refused (HG002), nothing written."""
+    open_(pgvector_dsn, schema, search="server").close()
+    with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(
+                f'SELECT * FROM "{schema}".write_graph(%s, NULL, NULL, NULL, NULL, 4, ARRAY[%s]::bytea[], '
+                "ARRAY['semantic'], ARRAY[%s]::bytea[], ARRAY[now()], ARRAY[%s]::bytea[], ARRAY[%s]::bytea[], "
+                "'{}', '{}', '{}', '{}', '{}', '{}', '{}')",
+                ("r", b"old", b"record", b"old", np.ones(4, "<f4").tobytes()),
+            )
+        assert caught.value.sqlstate == "HG002"
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".nodes').fetchone() == (0,)
