@@ -326,114 +326,116 @@ _LINKS = (
 )
 
 _SQL: Final[dict[str, str]] = {
+    # Parameters are sent in binary (`%b`): arrays of keys, records and vectors go as they are, where
+    # text would quote and escape every element on the client.
     # repo state
-    "register": "INSERT INTO {s}.repos (repo) VALUES (%s) ON CONFLICT (repo) DO NOTHING",
-    "dim": "SELECT dim FROM {s}.repos WHERE repo = %s",
+    "register": "INSERT INTO {s}.repos (repo) VALUES (%b) ON CONFLICT (repo) DO NOTHING",
+    "dim": "SELECT dim FROM {s}.repos WHERE repo = %b",
     "state": (
-        "SELECT f.seq, r.dim, r.created_at FROM {s}.log_floor f LEFT JOIN {s}.repos r ON r.repo = %s WHERE f.id = 1"
+        "SELECT f.seq, r.dim, r.created_at FROM {s}.log_floor f LEFT JOIN {s}.repos r ON r.repo = %b WHERE f.id = 1"
     ),
     # nodes
     "write_graph": (
-        "SELECT claimed, stored_dim, seq FROM {s}.write_graph(%s, %s, %s, %s, %s, %s, %s::bytea[], %s::text[], "
-        "%s::bytea[], %s::timestamptz[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::text[], "
-        "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::real[], %s::float8[])"
+        "SELECT claimed, stored_dim, seq FROM {s}.write_graph(%b, %b, %b, %b, %b, %b, %b::bytea[], %b::text[], "
+        "%b::bytea[], %b::timestamptz[], %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], %b::text[], "
+        "%b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], %b::real[], %b::float8[])"
     ),
-    "del_nodes": "DELETE FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) RETURNING id",
-    "lock_nodes": "SELECT id, type FROM {s}.nodes WHERE repo = %s AND id = ANY(%s) ORDER BY id FOR UPDATE",
-    "linked_any": "SELECT DISTINCT a FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
+    "del_nodes": "DELETE FROM {s}.nodes WHERE repo = %b AND id = ANY(%b) RETURNING id",
+    "lock_nodes": "SELECT id, type FROM {s}.nodes WHERE repo = %b AND id = ANY(%b) ORDER BY id FOR UPDATE",
+    "linked_any": "SELECT DISTINCT a FROM {s}.links WHERE repo = %b AND a = ANY(%b)",
     # Reads by id look the embedding and metadata up per node (a correlated subquery on the primary
     # key) rather than joining: no planner estimate, however stale, turns that into a scan of the repo.
     # A node with its vector and its links (edge and target arrays) in one row: one statement, one snapshot.
     "nodes_by_id": (
         "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
-        "l.edges, l.targets FROM {s}.nodes n" + _LINKS + "WHERE n.repo = %s AND n.id = ANY(%s)"
+        "l.edges, l.targets FROM {s}.nodes n" + _LINKS + "WHERE n.repo = %b AND n.id = ANY(%b)"
     ),
     "node_by_id": (
         "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
-        "l.edges, l.targets FROM {s}.nodes n" + _LINKS + "WHERE n.repo = %s AND n.id = %s"
+        "l.edges, l.targets FROM {s}.nodes n" + _LINKS + "WHERE n.repo = %b AND n.id = %b"
     ),
     "nodes_with_meta": (
         "SELECT n.id, n.record, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
         "(SELECT m.record FROM {s}.metadata m WHERE m.repo = n.repo AND m.id = n.id), "
-        "l.edges, l.targets FROM {s}.nodes n" + _LINKS + "WHERE n.repo = %s AND n.id = ANY(%s)"
+        "l.edges, l.targets FROM {s}.nodes n" + _LINKS + "WHERE n.repo = %b AND n.id = ANY(%b)"
     ),
-    "neighbours": "SELECT DISTINCT b FROM {s}.links WHERE repo = %s AND a = ANY(%s)",
-    "neighbours_by_edge": "SELECT DISTINCT b FROM {s}.links WHERE repo = %s AND a = ANY(%s) AND edge = %s",
-    "ids_of_types": "SELECT id FROM {s}.nodes WHERE repo = %s AND type = ANY(%s::text[])",
+    "neighbours": "SELECT DISTINCT b FROM {s}.links WHERE repo = %b AND a = ANY(%b)",
+    "neighbours_by_edge": "SELECT DISTINCT b FROM {s}.links WHERE repo = %b AND a = ANY(%b) AND edge = %b",
+    "ids_of_types": "SELECT id FROM {s}.nodes WHERE repo = %b AND type = ANY(%b::text[])",
     # scoring inputs (the cache)
     "scoring_rows": (
         "SELECT n.id, n.type, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = n.repo AND e.id = n.id), "
         "(SELECT m.record FROM {s}.metadata m WHERE m.repo = n.repo AND m.id = n.id) "
-        "FROM {s}.nodes n WHERE n.repo = %s AND n.id = ANY(%s)"
+        "FROM {s}.nodes n WHERE n.repo = %b AND n.id = ANY(%b)"
     ),
     # whole-repo scans: one table each, joined in Python, so no join plan can go wrong on a big repo
-    "repo_types": "SELECT id, type FROM {s}.nodes WHERE repo = %s",
-    "repo_nodes": "SELECT id, type, record FROM {s}.nodes WHERE repo = %s",
-    "repo_embeddings": "SELECT id, vec FROM {s}.embeddings WHERE repo = %s",
-    "repo_metadata": "SELECT id, record FROM {s}.metadata WHERE repo = %s",
-    "repo_vectors": "SELECT id, type, vec::real[] FROM {s}.vectors WHERE repo = %s",
-    "repo_meta_usage": "SELECT id, record, ts, accesses, reward_count, reward_sum FROM {s}.metadata WHERE repo = %s",
-    "repo_links": "SELECT a, edge, b FROM {s}.links WHERE repo = %s",
-    "repo_records": "SELECT source_id, record FROM {s}.ingestion WHERE repo = %s",
+    "repo_types": "SELECT id, type FROM {s}.nodes WHERE repo = %b",
+    "repo_nodes": "SELECT id, type, record FROM {s}.nodes WHERE repo = %b",
+    "repo_embeddings": "SELECT id, vec FROM {s}.embeddings WHERE repo = %b",
+    "repo_metadata": "SELECT id, record FROM {s}.metadata WHERE repo = %b",
+    "repo_vectors": "SELECT id, type, vec::real[] FROM {s}.vectors WHERE repo = %b",
+    "repo_meta_usage": "SELECT id, record, ts, accesses, reward_count, reward_sum FROM {s}.metadata WHERE repo = %b",
+    "repo_links": "SELECT a, edge, b FROM {s}.links WHERE repo = %b",
+    "repo_records": "SELECT source_id, record FROM {s}.ingestion WHERE repo = %b",
     # metadata
-    "del_meta": "DELETE FROM {s}.metadata WHERE repo = %s AND id = ANY(%s) RETURNING id",
-    "get_meta": "SELECT id, record FROM {s}.metadata WHERE repo = %s AND id = ANY(%s)",
+    "del_meta": "DELETE FROM {s}.metadata WHERE repo = %b AND id = ANY(%b) RETURNING id",
+    "get_meta": "SELECT id, record FROM {s}.metadata WHERE repo = %b AND id = ANY(%b)",
     # ingestion
-    "get_record": "SELECT record, token FROM {s}.ingestion WHERE repo = %s AND source_id = %s",
-    "del_record": "DELETE FROM {s}.ingestion WHERE repo = %s AND source_id = %s RETURNING source_id",
+    "get_record": "SELECT record, token FROM {s}.ingestion WHERE repo = %b AND source_id = %b",
+    "del_record": "DELETE FROM {s}.ingestion WHERE repo = %b AND source_id = %b RETURNING source_id",
     # change log
-    "log": "INSERT INTO {s}.changes (repo, ids) VALUES (%s, %s) RETURNING seq",
-    "log_new": "SELECT seq, CASE WHEN repo = %s THEN ids END FROM {s}.changes WHERE seq > %s ORDER BY seq",
+    "log": "INSERT INTO {s}.changes (repo, ids) VALUES (%b, %b) RETURNING seq",
+    "log_new": "SELECT seq, CASE WHEN repo = %b THEN ids END FROM {s}.changes WHERE seq > %b ORDER BY seq",
     "log_new_and_gaps": (
-        "SELECT seq, CASE WHEN repo = %s THEN ids END FROM {s}.changes WHERE seq > %s OR seq = ANY(%s) ORDER BY seq"
+        "SELECT seq, CASE WHEN repo = %b THEN ids END FROM {s}.changes WHERE seq > %b OR seq = ANY(%b) ORDER BY seq"
     ),
     "log_top": "SELECT max(seq) FROM {s}.changes",
-    "log_seqs_above": "SELECT seq FROM {s}.changes WHERE seq > %s",
+    "log_seqs_above": "SELECT seq FROM {s}.changes WHERE seq > %b",
     "trim_cut": (
-        "SELECT max(seq) FROM {s}.changes WHERE seq <= %s AND at < clock_timestamp() - %s * interval '1 second'"
+        "SELECT max(seq) FROM {s}.changes WHERE seq <= %b AND at < clock_timestamp() - %b * interval '1 second'"
     ),
-    "trim_floor": "UPDATE {s}.log_floor SET seq = %s WHERE id = 1 AND seq < %s RETURNING seq",
-    "trim_delete": "DELETE FROM {s}.changes WHERE seq <= %s",
+    "trim_floor": "UPDATE {s}.log_floor SET seq = %b WHERE id = 1 AND seq < %b RETURNING seq",
+    "trim_delete": "DELETE FROM {s}.changes WHERE seq <= %b",
     # stats and checks
-    "count_types": "SELECT type, count(*) FROM {s}.nodes WHERE repo = %s GROUP BY type",
-    "count_links": "SELECT count(*) FROM {s}.links WHERE repo = %s",
-    "count_records": "SELECT count(*) FROM {s}.ingestion WHERE repo = %s",
-    "count_meta": "SELECT count(*) FROM {s}.metadata WHERE repo = %s",
+    "count_types": "SELECT type, count(*) FROM {s}.nodes WHERE repo = %b GROUP BY type",
+    "count_links": "SELECT count(*) FROM {s}.links WHERE repo = %b",
+    "count_records": "SELECT count(*) FROM {s}.ingestion WHERE repo = %b",
+    "count_meta": "SELECT count(*) FROM {s}.metadata WHERE repo = %b",
     # scoped-store entries (`entries.PgEntryTxn`)
-    "entry_get": "SELECT record FROM {s}.entries WHERE repo = %s AND scope_key = %s AND key = %s",
-    "entry_scan": "SELECT record FROM {s}.entries WHERE repo = %s AND scope_key >= %s AND scope_key < %s",
-    "entry_scan_all": "SELECT record FROM {s}.entries WHERE repo = %s",
+    "entry_get": "SELECT record FROM {s}.entries WHERE repo = %b AND scope_key = %b AND key = %b",
+    "entry_scan": "SELECT record FROM {s}.entries WHERE repo = %b AND scope_key >= %b AND scope_key < %b",
+    "entry_scan_all": "SELECT record FROM {s}.entries WHERE repo = %b",
     "entry_put": (
-        "INSERT INTO {s}.entries (repo, scope_key, key, record) VALUES (%s, %s, %s, %s) "
+        "INSERT INTO {s}.entries (repo, scope_key, key, record) VALUES (%b, %b, %b, %b) "
         "ON CONFLICT (repo, scope_key, key) DO UPDATE SET record = EXCLUDED.record"
     ),
-    "entry_delete": "DELETE FROM {s}.entries WHERE repo = %s AND scope_key = %s AND key = %s RETURNING 1",
-    "entry_lock": "SELECT seq, floor FROM {s}.entry_counters WHERE repo = %s FOR UPDATE",
-    "entry_counter_new": "INSERT INTO {s}.entry_counters (repo) VALUES (%s) ON CONFLICT (repo) DO NOTHING",
-    "entry_counter": "SELECT seq, floor FROM {s}.entry_counters WHERE repo = %s",
+    "entry_delete": "DELETE FROM {s}.entries WHERE repo = %b AND scope_key = %b AND key = %b RETURNING 1",
+    "entry_lock": "SELECT seq, floor FROM {s}.entry_counters WHERE repo = %b FOR UPDATE",
+    "entry_counter_new": "INSERT INTO {s}.entry_counters (repo) VALUES (%b) ON CONFLICT (repo) DO NOTHING",
+    "entry_counter": "SELECT seq, floor FROM {s}.entry_counters WHERE repo = %b",
     "entry_bump": (
-        "UPDATE {s}.entry_counters SET seq = seq + 1, floor = GREATEST(floor, seq + 1 - %s) "
-        "WHERE repo = %s RETURNING seq, floor"
+        "UPDATE {s}.entry_counters SET seq = seq + 1, floor = GREATEST(floor, seq + 1 - %b) "
+        "WHERE repo = %b RETURNING seq, floor"
     ),
-    "entry_log": "INSERT INTO {s}.entry_changes (repo, seq, refs) VALUES (%s, %s, %s)",
-    "entry_log_trim": "DELETE FROM {s}.entry_changes WHERE repo = %s AND seq <= %s",
-    "entry_log_since": "SELECT refs FROM {s}.entry_changes WHERE repo = %s AND seq > %s ORDER BY seq",
+    "entry_log": "INSERT INTO {s}.entry_changes (repo, seq, refs) VALUES (%b, %b, %b)",
+    "entry_log_trim": "DELETE FROM {s}.entry_changes WHERE repo = %b AND seq <= %b",
+    "entry_log_since": "SELECT refs FROM {s}.entry_changes WHERE repo = %b AND seq > %b ORDER BY seq",
     # context store spaces (`context.PgKvTxn`); a range is read in batches, each starting past the last
-    "ctx_lock": "SELECT 1 FROM {s}.context_locks WHERE repo = %s FOR UPDATE",
-    "ctx_lock_new": "INSERT INTO {s}.context_locks (repo) VALUES (%s) ON CONFLICT (repo) DO NOTHING",
-    "ctx_get": "SELECT v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k = %s",
+    "ctx_lock": "SELECT 1 FROM {s}.context_locks WHERE repo = %b FOR UPDATE",
+    "ctx_lock_new": "INSERT INTO {s}.context_locks (repo) VALUES (%b) ON CONFLICT (repo) DO NOTHING",
+    "ctx_get": "SELECT v FROM {s}.context_kv WHERE repo = %b AND space = %b AND k = %b",
     "ctx_put": (
-        "INSERT INTO {s}.context_kv (repo, space, k, v) VALUES (%s, %s, %s, %s) "
+        "INSERT INTO {s}.context_kv (repo, space, k, v) VALUES (%b, %b, %b, %b) "
         "ON CONFLICT (repo, space, k) DO UPDATE SET v = EXCLUDED.v"
     ),
-    "ctx_delete": "DELETE FROM {s}.context_kv WHERE repo = %s AND space = %s AND k = %s RETURNING 1",
-    "ctx_up": "SELECT k, v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k >= %s ORDER BY k LIMIT %s",
+    "ctx_delete": "DELETE FROM {s}.context_kv WHERE repo = %b AND space = %b AND k = %b RETURNING 1",
+    "ctx_up": "SELECT k, v FROM {s}.context_kv WHERE repo = %b AND space = %b AND k >= %b ORDER BY k LIMIT %b",
     "ctx_up_to": (
-        "SELECT k, v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k >= %s AND k < %s ORDER BY k LIMIT %s"
+        "SELECT k, v FROM {s}.context_kv WHERE repo = %b AND space = %b AND k >= %b AND k < %b ORDER BY k LIMIT %b"
     ),
-    "ctx_down": "SELECT k, v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k >= %s ORDER BY k DESC LIMIT %s",
+    "ctx_down": "SELECT k, v FROM {s}.context_kv WHERE repo = %b AND space = %b AND k >= %b ORDER BY k DESC LIMIT %b",
     "ctx_down_to": (
-        "SELECT k, v FROM {s}.context_kv WHERE repo = %s AND space = %s AND k >= %s AND k < %s ORDER BY k DESC LIMIT %s"
+        "SELECT k, v FROM {s}.context_kv WHERE repo = %b AND space = %b AND k >= %b AND k < %b ORDER BY k DESC LIMIT %b"
     ),
 }
 
