@@ -81,15 +81,20 @@ class Ranked:
             "score": "y.score >= %(threshold)s - %(margin)s",
             "relevance": "y.r >= %(threshold)s - %(margin)s",
         }[gate]
+        # The best rows are chosen first and only they fetch their embedding and metadata record: in
+        # one level, the lookups (and a window over every row) ran for each row the scan passed.
+        # The best similarity of any row ranked serves the pooled path only (a pool's rows, not the type's).
+        top = "max(y.r) OVER ()" if pooled else "0::float8"
         got = sql.SQL(
-            "SELECT y.id, y.score, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = {repo} AND e.id = y.id), "
-            "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = y.id), max(y.r) OVER () "
+            "SELECT b.id, b.score, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = {repo} AND e.id = b.id), "
+            "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = b.id), b.top FROM ("
+            "SELECT y.id, y.score, " + top + " AS top "
             "FROM (SELECT x.id, x.r, " + _VALUE + " AS score FROM ("
             "SELECT v.id, m.ts, m.reward_count, greatest(0, {sims}) AS r, "
             "CASE WHEN m.accesses + %(k)s > 0 THEN m.accesses / (m.accesses + %(k)s) ELSE 0 END AS freq, "
             "CASE WHEN m.reward_count > 0 THEN -%(beta)s * m.reward_sum / m.reward_count END AS t "
             "FROM {s}.vectors v LEFT JOIN {s}.metadata m ON m.repo = v.repo AND m.id = v.id WHERE {where}) x) y "
-            "WHERE " + passes + " ORDER BY y.score DESC, y.id LIMIT %(limit)s"
+            "WHERE " + passes + " ORDER BY y.score DESC, y.id LIMIT %(limit)s) b ORDER BY b.score DESC, b.id"
         ).format(s=s, repo=repo, sims=sql.SQL(", ").join(sims), where=where)
         self._statements[key] = got
         return got
@@ -123,7 +128,9 @@ class Ranked:
         }
         values.update({f"q{i}": Float4Array(q) for i, q in enumerate(live)})
         with tx.conn.cursor(binary=True) as cur:
-            cur.execute(statement, values)
+            # A scan of every row is planned with the query's values (a custom plan): in the generic
+            # plan of a prepared statement, the vectors' cast to `vector` ran again for every row.
+            cur.execute(statement, values, prepare=depth is not None)
             return [
                 (bytes(k), float(score), bytes(v), None if m is None else bytes(m), float(top))
                 for k, score, v, m, top in cur
