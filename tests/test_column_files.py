@@ -75,7 +75,7 @@ def test_a_reopened_store_maps_its_saved_columns_and_answers_as_a_rebuild(tmp_pa
         got = answers(b, 1)
         assert state(b) in ("mapped", "verified")
         columns = b._cache.columns[NodeType.SEMANTIC]
-        assert isinstance(columns._mat, np.memmap) and columns._mat.mode == "c"
+        assert isinstance(columns._vectors._mat, np.memmap) and columns._vectors._mat.mode == "c"
         wait_verified(b)
         assert state(b) == "verified"
     assert got == rebuilt(tmp_path / "s", 1)
@@ -102,7 +102,7 @@ def test_mapped_columns_take_writes_and_deletions_like_rebuilt_ones(tmp_path: Pa
     with LMDB(tmp_path / "s") as b:
         answers(b, 0)
         semantic = b._cache.columns[NodeType.SEMANTIC]
-        assert isinstance(semantic._mat, np.memmap)
+        assert isinstance(semantic._vectors._mat, np.memmap)
         doomed = semantic.ids[:5]
         cs = hg.Changeset()
         for i in range(5):  # the same vector five times: their order is the tie-break's
@@ -160,7 +160,7 @@ def test_a_file_whose_hash_differs_is_dropped_and_the_columns_rebuilt(tmp_path: 
         assert state(b) == "rejected"
         assert not (tmp_path / "s" / "columns" / column_files.SIDECAR).exists()
         got = answers(b, 7)  # the next read rebuilds from the store
-        assert b._cache.seq >= 0 and not isinstance(b._cache.columns[NodeType.SEMANTIC]._mat, np.memmap)
+        assert b._cache.seq >= 0 and not isinstance(b._cache.columns[NodeType.SEMANTIC]._vectors._mat, np.memmap)
     assert got == rebuilt(tmp_path / "s", 7)
 
 

@@ -30,7 +30,7 @@ from .column_files import SavedType
 from .index_build import build_rows_index, catch_up
 from .mapped_ids import MappedIds, snapshot
 from .regions import Regions
-from .shadow import Shadow
+from .rows import RowVectors, VectorDtype
 from .tiebreak import TieBreak
 from .usage_order import UsageOrder, current_order
 from .vector_index import NO_HNSWLIB, AnnConfig, VectorIndex, ann_available
@@ -118,6 +118,7 @@ class TypeColumns:
         ann_config: AnnConfig | None = None,
         lock: SharedLock | None = None,
         load_saved: Callable[[TypeColumns, threading.Event], bool] | None = None,
+        vector_dtype: VectorDtype = "float32",
     ) -> None:
         self.ann_config = ann_config
         self.ann: VectorIndex | None = None
@@ -151,11 +152,8 @@ class TypeColumns:
         self.ids: list[str] | MappedIds = []
         """Row order; saved ids stay mapped (`MappedIds`) until the row map is built, then a list."""
         self._row: dict[str, int] | None = {}  # each id's row; after `adopt`, built on first use
-        self.dim = 0
-        self._mat: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
-        self._norms: npt.NDArray[np.float32] = np.zeros(0, np.float32)
-        self.shadow = Shadow()
-        """The rows' half-precision shadow, which exact scans read first (`hippograph.engine.shadow`)."""
+        self._vectors = RowVectors(vector_dtype)
+        """The rows' vectors and norms in the precision scans read (`hippograph.engine.rows`)."""
         self._cols: dict[str, npt.NDArray[Any]] = {
             name: np.zeros(0, np.uint8 if name == "has_meta" else np.float64) for name in USAGE_COLUMNS
         }
@@ -165,6 +163,14 @@ class TypeColumns:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return self._vectors.dim
+
+    @property
+    def vector_dtype(self) -> VectorDtype:
+        return self._vectors.dtype
 
     @property
     def row(self) -> dict[str, int]:
@@ -178,15 +184,11 @@ class TypeColumns:
         return got
 
     def _grow(self, need: int) -> None:
-        cap = self._norms.shape[0]
+        cap = self._vectors.capacity
         if need <= cap:
             return
         new_cap = max(need, 2 * cap, 64)
-        mat = np.zeros((new_cap, self.dim), np.float32)
-        mat[:cap] = self._mat
-        self._mat = mat
-        self._norms = np.resize(self._norms, new_cap)
-        self.shadow.resize(new_cap, self.dim)
+        self._vectors.grow(new_cap)
         for name, col in self._cols.items():
             self._cols[name] = np.resize(col, new_cap)
         self._usage = None
@@ -196,16 +198,14 @@ class TypeColumns:
             return
         if self.dim != 0:
             raise ValidationError(f"embedding dimension {dim} does not match the columns' dimension {self.dim}")
-        self.dim = dim
-        self._mat = np.zeros((self._norms.shape[0], dim), np.float32)
-        self.shadow.resize(self._norms.shape[0], dim)
+        self._vectors.set_dim(dim)
 
     def upsert(self, node_id: str, embedding: Embedding | None, usage: Usage | None, norm: float | None = None) -> None:
         if embedding is not None:
             self._ensure_dim(embedding.shape[0])
         r = self.row.get(node_id)
         unchanged = r is not None and (
-            bool(np.array_equal(self._mat[r], embedding)) if embedding is not None else not self._norms[r]
+            self._vectors.same(r, embedding) if embedding is not None else self._vectors.empty(r)
         )
         if r is None:
             r = len(self.ids)
@@ -214,20 +214,16 @@ class TypeColumns:
             self.ids.append(node_id)
             self.row[node_id] = r
         if embedding is None:
-            self._mat[r] = 0.0
-            self._norms[r] = 0.0
-            self.shadow.clear(r)
+            self._vectors.clear(r)
         elif not unchanged:
-            self._mat[r] = embedding
-            self._norms[r] = vector_norm(embedding) if norm is None else norm  # the caller's: the same value
-            self.shadow.mark(r)
-            self.shadow.settle(self.matrix())
+            # the caller's norm: the same value
+            self._vectors.put(r, embedding, vector_norm(embedding) if norm is None else norm, len(self.ids))
         if not unchanged:
             self._note_change(node_id)
             self._leave_region(r)
             ann = self.ann
             if ann is not None:
-                if embedding is None or not self._norms[r]:
+                if embedding is None or self._vectors.empty(r):
                     ann.unstage(node_id)
                 elif self._lock is None:  # no upkeep thread without the owner's lock: insert now
                     ann.add_many([node_id], embedding[None, :], np.array([r], np.int64))
@@ -257,7 +253,8 @@ class TypeColumns:
         for start in range(0, count, _COPY_CHUNK):  # short holds: a writer never waits for the whole copy
             with lock.read():  # rows past `count` came meanwhile and rows past the end went: none of them is copied
                 stop = min(start + _COPY_CHUNK, count, len(self.ids))
-                matrix[start:stop], norms[start:stop] = self._mat[start:stop], self._norms[start:stop]
+                matrix[start:stop] = self._vectors.vectors(stop, slice(start, stop))
+                norms[start:stop] = self._vectors.norms(stop)[start:stop]
         try:
             built = regions_.partition(matrix, norms, len(matrix))
             del matrix
@@ -405,7 +402,7 @@ class TypeColumns:
             if ann is None or not ann.pending:
                 return False
             taken = ann.take_pending(len(ann.pending) if most is None else most)
-            vectors = self.matrix()[[self.row[i] for i in _ids(taken)]]  # fancy indexing copies
+            vectors = self.vectors([self.row[i] for i in _ids(taken)])  # a copy
         labels = ann.insert(vectors)
         with nullcontext() if locked or lock is None else lock.read():
             if self.ann is ann:
@@ -416,7 +413,7 @@ class TypeColumns:
                               if r is not None and ann.label_of.get(i) == label]  # fmt: skip
                     if placed:
                         at = np.array(placed, np.int64)
-                        self.regions.place(at, self.matrix()[at])
+                        self.regions.place(at, self.vectors(at))
                 return True
         return True
 
@@ -424,7 +421,7 @@ class TypeColumns:
         """Those of `ids` this index holds, in row order, with a copy of their vectors and their rows."""
         held = sorted((i for i in ids if i in self.row), key=self.row.__getitem__)
         rows = np.array([self.row[i] for i in held], np.int64)
-        return held, self.matrix()[rows], rows
+        return held, self.vectors(rows), rows
 
     def _note_change(self, node_id: str) -> None:
         changed = self._changed  # a background build may drop the set at any moment
@@ -455,9 +452,7 @@ class TypeColumns:
             moved = ids[last]
             ids[r] = moved
             self.row[moved] = r
-            self._mat[r] = self._mat[last]
-            self._norms[r] = self._norms[last]
-            self.shadow.move(r, last)
+            self._vectors.move(r, last)
             for col in self._cols.values():
                 col[r] = col[last]
             self._stale(r)
@@ -480,42 +475,43 @@ class TypeColumns:
         return self._tiebreak.keys(self.ids, lambda: self.row)
 
     def matrix(self) -> npt.NDArray[np.float32]:
-        return self._mat[: len(self.ids)]
+        """Every row's vector in float32 (in half-precision storage: decoded unit vectors, a copy)."""
+        return self._vectors.vectors(len(self.ids))
+
+    def vectors(self, rows: npt.NDArray[np.int64] | list[int]) -> npt.NDArray[np.float32]:
+        """A copy of the listed rows' vectors in float32."""
+        return self._vectors.vectors(len(self.ids), rows)
 
     def norms(self) -> npt.NDArray[np.float32]:
-        return self._norms[: len(self.ids)]
+        return self._vectors.norms(len(self.ids))
+
+    def scanned(self) -> tuple[npt.NDArray[Any], tuple[npt.NDArray[np.uint16], npt.NDArray[np.float32]] | None]:
+        """The rows as the Rust scans take them, and the shadow to read first (`RowVectors.scanned`)."""
+        return self._vectors.scanned(len(self.ids))
 
     def saved(self, headroom: int, dim: int) -> SavedType:
         """The rows and every scoring column (room for `headroom` more rows; vectors of width `dim`,
         the store's, zero when this type holds none), as `column_files` saves them."""
         n, cap = len(self.ids), len(self.ids) + headroom
-        self.shadow.settle(self.matrix(), force=True)
-
-        def padded(arr: npt.NDArray[Any], width: int | None = None) -> npt.NDArray[Any]:
-            out = np.zeros((cap,) if width is None else (cap, width), arr.dtype)
-            if width is None or arr.shape[1] == width:
-                out[:n] = arr[:n]
-            return out
-
-        arrays = {name: padded(self._cols[name]) for name in USAGE_COLUMNS}
-        half, residual = self.shadow.arrays(n)
-        arrays |= {"matrix": padded(self._mat, dim), "norms": padded(self._norms), "half": padded(half, dim),
-                   "residual": padded(residual), "rank": self.rank().copy()}  # fmt: skip
+        arrays = self._vectors.saved(n, cap, dim)
+        for name in USAGE_COLUMNS:
+            arrays[name] = np.zeros(cap, self._cols[name].dtype)
+            arrays[name][:n] = self._cols[name][:n]
+        arrays["rank"] = self.rank().copy()
         return SavedType(snapshot(self.ids), arrays)
 
     def adopt(self, saved: SavedType, dim: int) -> None:
         """Takes over saved rows (empty columns only): the arrays as they are, mapped or not."""
         a = saved.arrays
-        self.ids, self._row, self.dim = saved.ids, None, dim
-        self._mat, self._norms = a["matrix"], a["norms"]
+        self.ids, self._row = saved.ids, None
+        self._vectors.adopt(a, dim)
         self._cols = {name: a[name] for name in USAGE_COLUMNS}
-        self.shadow.adopt(a["half"], a["residual"])
         self._tiebreak.adopt(a["rank"], saved.ids)
 
     def copy(self) -> ColumnsCopy:
         return ColumnsCopy(
             list(self.ids),
-            self.matrix().copy(),
+            self._vectors.vectors(len(self.ids), copy=True),
             self.norms().copy(),
             {name: self.column(name).copy() for name in USAGE_COLUMNS},
         )
@@ -568,7 +564,7 @@ class TypeColumns:
             with lock.read():  # no writer runs: the copy is the state `_changed` starts from
                 if cancel.is_set() or self.ann is not None:
                     return
-                ids, matrix = list(self.ids), self.matrix().copy()
+                ids, matrix = list(self.ids), self._vectors.vectors(len(self.ids), copy=True)
                 self._changed = set()
             built = vector_index.build_rows(ids, matrix, config, cancelled=cancel.is_set)
             del ids, matrix  # the copy lives only as long as hnswlib needs it

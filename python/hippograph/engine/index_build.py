@@ -30,6 +30,8 @@ class IndexedRows(Protocol):
 
     def matrix(self) -> npt.NDArray[np.float32]: ...
 
+    def vectors(self, rows: npt.NDArray[np.int64] | list[int]) -> npt.NDArray[np.float32]: ...
+
     def norms(self) -> npt.NDArray[np.float32]: ...
 
     def current(self, ids: Iterable[str]) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
@@ -39,10 +41,11 @@ def build_rows_index(
     columns: IndexedRows, config: AnnConfig, progress: Callable[[int, int], None] | None = None
 ) -> VectorIndex:
     """An HNSW graph over every embedded row of `columns`, reporting ``progress(rows_done, rows)``."""
-    built = vector_index.build_rows(list(columns.ids), columns.matrix(), config, progress)
+    matrix = columns.matrix()
+    built = vector_index.build_rows(list(columns.ids), matrix, config, progress)
     if built is None:  # pragma: no cover - only a `cancelled` callback stops a build
         raise RuntimeError("vector index build cancelled")
-    columns.regions = regions_.partition(columns.matrix(), columns.norms(), len(columns.ids))
+    columns.regions = regions_.partition(matrix, columns.norms(), len(columns.ids))
     return built
 
 

@@ -241,8 +241,9 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
         in_regions = None
         if regions is not None and region_bounds is not None:
             in_regions = (regions.of_row, region_bounds, regions_at(order, regions))
+        rows, shadow = columns.scanned()
         got = _core.certified_walk(
-            columns.matrix(),
+            rows,
             columns.norms(),
             queries,
             columns.usage(),
@@ -257,7 +258,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
             np.array(order.stale, np.uint32),
             budget,
             in_regions,
-            columns.shadow.arrays(len(columns)),
+            shadow,
         )
         if got is None:
             return None
@@ -279,12 +280,13 @@ def _score(
     def take(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
         return arr if rows is None else np.ascontiguousarray(arr[rows])
 
-    mat, norms, rank = take(columns.matrix()), take(columns.norms()), take(columns.rank())
+    scanned, whole_shadow = columns.scanned()
+    mat, norms, rank = take(scanned), take(columns.norms()), take(columns.rank())
     if values is None:
         usage = columns.usage() if rows is None else _core.UsageColumns(*(take(c) for c in columns.usage_arrays()))
         # A whole type is read through its shadow (the same answer, about half the bytes); a subset
         # of rows is gathered already and read as it is.
-        shadow = columns.shadow.arrays(len(columns)) if rows is None else None
+        shadow = whole_shadow if rows is None else None
         idx, scores = _core.scan_default(
             mat, norms, queries, usage, rank, now, params.core_params, params.core_selection, shadow
         )
@@ -320,10 +322,10 @@ def _sample_queries(columns: TypeColumns, ann: VectorIndex, count: int) -> dict[
     embedded = np.flatnonzero(columns.norms() > 0)
     rng = np.random.default_rng(len(columns.ids))  # the same sample for the same rows: repeatable
     rows = rng.choice(embedded, size=min(count, len(embedded)), replace=False)
-    base = columns.matrix()[rows] / columns.norms()[rows, None]
+    base = columns.vectors(rows) / columns.norms()[rows, None]
     noise = rng.standard_normal(base.shape).astype(np.float32)
     noise *= _NOISE / np.maximum(np.linalg.norm(noise, axis=1, keepdims=True), 1e-12)
-    fit = columns.matrix()[rng.choice(embedded, size=min(_SPREAD_ROWS, len(embedded)), replace=False)]
+    fit = columns.vectors(rng.choice(embedded, size=min(_SPREAD_ROWS, len(embedded)), replace=False))
     spread = rng.normal(fit.mean(axis=0), fit.std(axis=0) + 1e-12, (len(rows), columns.dim)).astype(np.float32)
     kinds = {
         "near": [np.ascontiguousarray((base[i] + noise[i])[None, :], np.float32) for i in range(len(rows))],

@@ -434,7 +434,7 @@ def _adopt(
             stored = np.asarray(hnsw.get_items([ann.label_of[i] for i in probe]), np.float32)
         except RuntimeError:  # a label the graph does not hold (live in the map, marked deleted)
             return None
-        current = _unit(columns.matrix()[[columns.row[i] for i in probe]])
+        current = _unit(columns.vectors([columns.row[i] for i in probe]))
         same = np.all(np.abs(_unit(stored) - current) <= 1e-5, axis=1)
         if not same[len(recheck) :].all():
             return None
@@ -448,7 +448,7 @@ def _adopt(
     missing = sorted(embedded - ann.label_of.keys(), key=columns.row.__getitem__)
     if missing:
         at = np.array([columns.row[i] for i in missing], np.int64)
-        ann.add_many(missing, columns.matrix()[at], at)
+        ann.add_many(missing, columns.vectors(at), at)
     ann.loaded = True
     if saved_regions is not None and columns.regions is None:
         columns.regions = _regions_for(columns, saved_regions, ids, changed)

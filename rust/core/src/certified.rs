@@ -24,8 +24,8 @@
 //! row with a high usage factor.
 
 use crate::scoring::{
-    default_value, normalise_queries, relevance, relevance_block, usage_weight, Gate, MetaColumns, ScanRequest,
-    ShapeError, Stored, ValueParams,
+    default_value, normalise_queries, prefetch as prefetch_lines, relevance, usage_weight, Gate, MetaColumns,
+    ScanRequest, ShapeError, Stored, ValueParams,
 };
 use crate::shadow::Shadow;
 use rayon::prelude::*;
@@ -178,21 +178,6 @@ fn below(ln_bound: f64, key: f64, offset: f64, ln_cut: f64) -> bool {
 /// scattered over the matrix, so each would otherwise wait on a cache miss.
 const PREFETCH_AHEAD: usize = 8;
 
-/// Asks the CPU to start loading the cache lines at `lines` (a hint: it never faults).
-#[inline(always)]
-fn prefetch_lines(lines: impl IntoIterator<Item = *const i8>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        for p in lines {
-            // SAFETY: prefetching is only a hint; it reads nothing and cannot fault, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    for _ in lines {}
-}
-
 /// The cache lines of row `r`'s metadata: every column the value function reads.
 fn meta_lines(m: &MetaColumns<'_>, r: usize) -> [*const i8; 5] {
     [
@@ -207,9 +192,8 @@ fn meta_lines(m: &MetaColumns<'_>, r: usize) -> [*const i8; 5] {
 /// Starts loading row `r` and its metadata.
 #[inline(always)]
 fn prefetch(scan: &ScanRequest<'_>, r: usize) {
-    let dim = scan.stored.dim;
-    if let Some(row) = scan.stored.data.get(r * dim..(r + 1) * dim) {
-        prefetch_lines(row.chunks(16).map(|line| line.as_ptr() as *const i8).chain(meta_lines(&scan.meta, r)));
+    if r < scan.stored.norms.len() {
+        prefetch_lines(scan.stored.row_lines(r).chain(meta_lines(&scan.meta, r)));
     }
 }
 
@@ -359,7 +343,7 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     let score = |r: usize| {
         let mut rel = [0.0f32];
         if scoring {
-            relevance_block(&scan.stored.data[r * dim..(r + 1) * dim], &scan.stored.norms[r..=r], dim, &unit, &mut rel);
+            scan.stored.block(r, r + 1, &unit, &mut rel);
         }
         let relevance = f64::from(rel[0]);
         (relevance, default_value(relevance, scan.meta.row(r), scan.now, &scan.params))
@@ -569,7 +553,7 @@ mod tests {
 
         fn gated(&self, gate: Gate, threshold: f64, top_k: usize) -> ScanRequest<'_> {
             ScanRequest {
-                stored: Stored { data: &self.data, norms: &self.norms, dim: self.dim },
+                stored: Stored::new(&self.data, &self.norms, self.dim),
                 queries: &self.queries,
                 meta: self.meta(),
                 rank: Some(&self.rank),
@@ -638,9 +622,9 @@ mod tests {
             radius[c] = radius[c].max(angle);
         }
         let ones = vec![1.0f32; 4];
-        let stored = Stored { data: &centres, norms: &ones, dim };
+        let stored = Stored::new(&centres, &ones, dim);
         let bounds = region_bounds(stored, &radius, &queries, 1e-6).unwrap();
-        let rel = relevance(Stored { data: &rows, norms: &norms, dim }, &queries).unwrap();
+        let rel = relevance(Stored::new(&rows, &norms, dim), &queries).unwrap();
         for (r, &c) in of_row.iter().enumerate() {
             assert!(
                 f64::from(rel[r]) <= bounds[c],

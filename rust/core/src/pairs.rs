@@ -102,7 +102,7 @@ mod tests {
 
     fn pairs_of(data: &[f32], dim: usize, members: &[u32], offsets: &[usize], t: f32) -> Vec<(u32, u32)> {
         let norms = row_norms(data, dim);
-        let stored = Stored { data, norms: &norms, dim };
+        let stored = Stored::new(data, &norms, dim);
         group_pairs(stored, members, offsets, t).unwrap().iter().map(|p| (p.a, p.b)).collect()
     }
 
@@ -146,7 +146,7 @@ mod tests {
     fn bad_groups_are_shape_errors() {
         let data = [1.0, 0.0];
         let norms = row_norms(&data, 2);
-        let stored = Stored { data: &data, norms: &norms, dim: 2 };
+        let stored = Stored::new(&data, &norms, 2);
         assert!(group_pairs(stored, &[5], &[0, 1], 0.0).is_err());
         assert!(group_pairs(stored, &[0], &[0, 3], 0.0).is_err());
     }

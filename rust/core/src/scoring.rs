@@ -131,27 +131,67 @@ impl MetaColumns<'_> {
     }
 }
 
-/// A matrix of stored vectors with cached norms.
+/// A matrix of stored vectors with cached norms: f32 rows (`data`), or, with `half`, each row as
+/// its unit vector in f16 (bit patterns, `data` then empty): the half-precision storage that
+/// reads half the bytes a scan of f32 rows reads. A half row's relevance is its dot product with
+/// the unit query (its norm is one, or zero for a row without a vector).
 #[derive(Debug, Clone, Copy)]
 pub struct Stored<'a> {
     pub data: &'a [f32],
+    pub half: Option<&'a [u16]>,
     pub norms: &'a [f32],
     pub dim: usize,
 }
 
-impl Stored<'_> {
+impl<'a> Stored<'a> {
+    /// f32 rows with their norms.
+    pub fn new(data: &'a [f32], norms: &'a [f32], dim: usize) -> Self {
+        Stored { data, half: None, norms, dim }
+    }
+
+    /// Unit rows in f16 (bit patterns) with the stored vectors' norms (zero: no vector).
+    pub fn half(half: &'a [u16], norms: &'a [f32], dim: usize) -> Self {
+        Stored { data: &[], half: Some(half), norms, dim }
+    }
+
     /// Number of rows; validates that data, norms and dim agree.
     pub fn rows(&self) -> Result<usize, ShapeError> {
         let n = self.norms.len();
-        if self.data.len() != n * self.dim {
-            return Err(ShapeError(format!(
-                "matrix holds {} values, expected {} rows × {} dims",
-                self.data.len(),
-                n,
-                self.dim
-            )));
+        let held = self.half.map_or(self.data.len(), <[u16]>::len);
+        if held != n * self.dim {
+            return Err(ShapeError(format!("matrix holds {held} values, expected {n} rows × {} dims", self.dim)));
         }
         Ok(n)
+    }
+
+    /// Values held (rows × dim): what a scan reads, for choosing to split it across threads.
+    fn values(&self) -> usize {
+        self.norms.len() * self.dim
+    }
+
+    /// Relevance of rows `start..end` against unit queries, with the kernel for the rows' precision.
+    #[inline]
+    pub(crate) fn block(&self, start: usize, end: usize, unit: &[f32], out: &mut [f32]) {
+        let dim = self.dim;
+        match self.half {
+            Some(h) => crate::shadow::relevance_block(&h[start * dim..end * dim], dim, unit, out),
+            None => relevance_block(&self.data[start * dim..end * dim], &self.norms[start..end], dim, unit, out),
+        }
+    }
+
+    /// The cache lines of row `r`'s values (none past the end), for [`prefetch`].
+    pub(crate) fn row_lines(&self, r: usize) -> impl Iterator<Item = *const i8> {
+        let dim = self.dim;
+        let (base, bytes): (*const i8, usize) = match self.half {
+            Some(h) => {
+                h.get(r * dim..(r + 1) * dim).map_or((std::ptr::null(), 0), |row| (row.as_ptr().cast(), 2 * dim))
+            }
+            None => self
+                .data
+                .get(r * dim..(r + 1) * dim)
+                .map_or((std::ptr::null(), 0), |row| (row.as_ptr().cast(), 4 * dim)),
+        };
+        (0..bytes).step_by(64).map(move |offset| base.wrapping_add(offset))
     }
 }
 
@@ -412,16 +452,16 @@ pub(crate) fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f
     relevance_block_impl(data, norms, dim, unit, out)
 }
 
-/// Hints the CPU to bring `values` into cache; no effect on results, none off x86-64.
+/// Hints the CPU to bring these cache lines in; no effect on results, none off x86-64.
 #[inline(always)]
-fn prefetch(values: &[f32]) {
+pub(crate) fn prefetch(lines: impl IntoIterator<Item = *const i8>) {
     #[cfg(target_arch = "x86_64")]
-    for line in values.chunks(16) {
-        // SAFETY: prefetching is a hint; the pointer is in bounds and never dereferenced.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+    for line in lines {
+        // SAFETY: prefetching is only a hint; it reads nothing and cannot fault, whatever the address.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = values;
+    for _ in lines {}
 }
 
 /// `max(0, cos(q, e), max_t cos(t, e))` for every stored row `e`.
@@ -440,13 +480,13 @@ pub fn relevance(stored: Stored<'_>, queries: &[f32]) -> Result<Vec<f32>, ShapeE
         return Err(ShapeError(format!("query values ({}) are not a multiple of the dimension {dim}", queries.len())));
     }
     let unit = normalise_queries(queries, dim);
-    if stored.data.len() >= PAR_MIN_ELEMS && rayon::current_num_threads() > 1 {
-        out.par_chunks_mut(PAR_CHUNK_ROWS)
-            .zip(stored.data.par_chunks(PAR_CHUNK_ROWS * dim))
-            .zip(stored.norms.par_chunks(PAR_CHUNK_ROWS))
-            .for_each(|((o, d), nr)| relevance_block(d, nr, dim, &unit, o));
+    if stored.values() >= PAR_MIN_ELEMS && rayon::current_num_threads() > 1 {
+        out.par_chunks_mut(PAR_CHUNK_ROWS).enumerate().for_each(|(c, o)| {
+            let start = c * PAR_CHUNK_ROWS;
+            stored.block(start, start + o.len(), &unit, o);
+        });
     } else {
-        relevance_block(stored.data, stored.norms, dim, &unit, &mut out);
+        stored.block(0, n, &unit, &mut out);
     }
     Ok(out)
 }
@@ -478,16 +518,9 @@ pub fn relevance_of_rows(stored: Stored<'_>, queries: &[f32], rows: &[u32]) -> R
             }
             // Scattered rows defeat the hardware prefetcher: ask for the rows a few places ahead.
             for &ahead in rows.iter().skip(j).take(PREFETCH_ROWS_AHEAD) {
-                prefetch(&stored.data[ahead as usize * dim..(ahead as usize + 1) * dim]);
+                prefetch(stored.row_lines(ahead as usize));
             }
-            let end = start + (j - i);
-            relevance_block(
-                &stored.data[start * dim..end * dim],
-                &stored.norms[start..end],
-                dim,
-                &unit,
-                &mut out[i..j],
-            );
+            stored.block(start, start + (j - i), &unit, &mut out[i..j]);
             i = j;
         }
     };
@@ -793,7 +826,7 @@ fn scan_default_with(req: &ScanRequest<'_>, shadow: Option<Shadow<'_>>) -> Resul
     };
     let exact = |i: usize| -> f32 {
         let mut out = [0.0f32];
-        relevance_block(&req.stored.data[i * dim..(i + 1) * dim], &req.stored.norms[i..=i], dim, &unit, &mut out);
+        req.stored.block(i, i + 1, &unit, &mut out);
         out[0]
     };
     let block = |start: usize| -> Vec<(usize, f64)> {
@@ -814,8 +847,7 @@ fn scan_default_with(req: &ScanRequest<'_>, shadow: Option<Shadow<'_>>) -> Resul
             }
             _ => {
                 if scoring {
-                    let rows = &req.stored.data[start * dim..end * dim];
-                    relevance_block(rows, &req.stored.norms[start..end], dim, &unit, &mut rel);
+                    req.stored.block(start, end, &unit, &mut rel);
                 }
                 seed_floor(&rel, start, req, gain)
             }
@@ -857,7 +889,7 @@ fn scan_default_with(req: &ScanRequest<'_>, shadow: Option<Shadow<'_>>) -> Resul
         kept
     };
     let starts: Vec<usize> = (0..n).step_by(SCAN_BLOCK).collect();
-    let parallel = req.stored.data.len() >= PAR_MIN_ELEMS && rayon::current_num_threads() > 1;
+    let parallel = req.stored.values() >= PAR_MIN_ELEMS && rayon::current_num_threads() > 1;
     let mut kept: Vec<(usize, f64)> = if parallel {
         starts.par_iter().flat_map_iter(|&s| block(s)).collect()
     } else {
@@ -873,7 +905,7 @@ mod tests {
     use super::*;
 
     fn stored<'a>(data: &'a [f32], norms: &'a [f32], dim: usize) -> Stored<'a> {
-        Stored { data, norms, dim }
+        Stored::new(data, norms, dim)
     }
 
     fn no_meta(n: usize) -> (Vec<u8>, Vec<f64>) {
@@ -995,7 +1027,7 @@ mod tests {
     fn relevance_of_rows_matches_relevance() {
         let data: Vec<f32> = (0..40).map(|i| ((i * 7 % 11) as f32) - 5.0).collect();
         let norms = row_norms(&data, 4);
-        let stored = Stored { data: &data, norms: &norms, dim: 4 };
+        let stored = Stored::new(&data, &norms, 4);
         let queries = [1.0, -2.0, 0.5, 3.0, 0.0, 1.0, 1.0, -1.0];
         let all = relevance(stored, &queries).unwrap();
         let rows = [7u32, 0, 3, 3, 9];
@@ -1012,7 +1044,7 @@ mod tests {
         let data: Vec<f32> = (0..n * dim).map(|i| ((i * 2654435761usize % 1000) as f32) / 500.0 - 1.0).collect();
         let mut norms = row_norms(&data, dim);
         norms[17] = 0.0;
-        let stored = Stored { data: &data, norms: &norms, dim };
+        let stored = Stored::new(&data, &norms, dim);
         let queries: Vec<f32> = (0..dim).map(|i| (i as f32 * 0.37).sin()).collect();
         let all = relevance(stored, &queries).unwrap();
         let rows: Vec<u32> = (0..n as u32).filter(|r| r % 7 != 3).rev().chain(10..30).collect();
@@ -1028,7 +1060,7 @@ mod tests {
         let dim = 2;
         let data = [1.0, 0.0, 1.0, 0.0, 0.6, 0.8, -1.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.8, 0.6];
         let norms = row_norms(&data, dim);
-        let stored = Stored { data: &data, norms: &norms, dim };
+        let stored = Stored::new(&data, &norms, dim);
         let q = [1.0, 0.0];
         let sorted = |(r, s): (Vec<u32>, Vec<f32>)| {
             let mut v: Vec<(u32, f32)> = r.into_iter().zip(s).collect();

@@ -354,7 +354,7 @@ mod tests {
             let data = matrix(n, dim, seed);
             let norms = row_norms(&data, dim);
             let (half, residual) = encode_rows(&data, dim);
-            let stored = Stored { data: &data, norms: &norms, dim };
+            let stored = Stored::new(&data, &norms, dim);
             let shadow = Shadow { data: &half, residual: &residual, dim };
             for (qi, k) in [(1usize, 1usize), (2, 10), (3, 50), (4, n + 5)] {
                 let queries: Vec<f32> = data[qi * 11 * dim..(qi * 11 + qi) * dim].to_vec();
@@ -376,7 +376,7 @@ mod tests {
         let norms = row_norms(&data, dim);
         let (half, residual) = encode_rows(&data, dim);
         let q: Vec<f32> = data[dim..2 * dim].to_vec();
-        let exact = scoring::relevance(Stored { data: &data, norms: &norms, dim }, &q).unwrap();
+        let exact = scoring::relevance(Stored::new(&data, &norms, dim), &q).unwrap();
         let approx =
             shadow_relevance(Shadow { data: &half, residual: &residual, dim }, &normalise_queries(&q, dim), None);
         for i in 0..n {
@@ -423,7 +423,7 @@ mod tests {
         let data = [1.0f32, 0.0, 0.0, 1.0];
         let norms = row_norms(&data, 2);
         let (half, residual) = encode_rows(&data, 2);
-        let stored = Stored { data: &data, norms: &norms, dim: 2 };
+        let stored = Stored::new(&data, &norms, 2);
         let short = Shadow { data: &half[..2], residual: &residual, dim: 2 };
         assert!(top_relevance_shadowed(stored, short, &[1.0, 0.0], 1, None).is_err());
         let shadow = Shadow { data: &half, residual: &residual, dim: 2 };

@@ -4,7 +4,7 @@
 
 use crate::errors;
 use crate::scoring::{
-    check_query_dim, contiguous, hits_to_arrays, shape, Scan, ScanArrays, Selection, UsageColumns, ValueParams,
+    check_query_dim, contiguous, hits_to_arrays, shape, Matrix, Scan, ScanArrays, Selection, UsageColumns, ValueParams,
 };
 use hippograph_core::certified::{self, UsageOrder};
 use hippograph_core::scoring::Stored;
@@ -62,12 +62,12 @@ fn region_bounds<'py>(
     queries: PyReadonlyArray2<'py, f32>,
     slack: f64,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-    check_query_dim(py, &centres, &queries)?;
+    check_query_dim(py, centres.shape()[1], &queries)?;
     let data = contiguous(py, "centres", &centres)?;
     let radius = contiguous(py, "radius", &radius)?;
     let queries = contiguous(py, "queries", &queries)?;
     let ones = vec![1.0f32; centres.shape()[0]];
-    let stored = Stored { data, norms: &ones, dim: centres.shape()[1] };
+    let stored = Stored::new(data, &ones, centres.shape()[1]);
     let bounds = errors::detached(py, "region_bounds", || certified::region_bounds(stored, radius, queries, slack))?
         .map_err(|e| shape(py, e))?;
     Ok(bounds.into_pyarray(py))
@@ -86,7 +86,7 @@ type RegionArrays<'py> = (PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>
 ))]
 fn certified_walk<'py>(
     py: Python<'py>,
-    matrix: PyReadonlyArray2<'py, f32>,
+    matrix: Matrix<'py>,
     norms: PyReadonlyArray1<'py, f32>,
     queries: PyReadonlyArray2<'py, f32>,
     usage: &Bound<'py, UsageColumns>,
@@ -103,7 +103,7 @@ fn certified_walk<'py>(
     regions: Option<RegionArrays<'py>>,
     shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
 ) -> PyResult<Option<Scan<'py>>> {
-    let dim = matrix.shape()[1];
+    let dim = matrix.dim();
     let shadow = match &shadow {
         Some((half, residual)) => Some(crate::shadow::borrowed(py, half, residual, dim)?),
         None => None,

@@ -1,7 +1,7 @@
 //! Bindings of `hippograph_core::pairs`: consolidation candidates, GIL released.
 
 use crate::errors;
-use crate::scoring::{contiguous, shape, stored};
+use crate::scoring::{contiguous, shape, stored, Matrix};
 use hippograph_core::pairs;
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -20,6 +20,7 @@ fn consolidation_pairs<'py>(
     offsets: PyReadonlyArray1<'py, u64>,
     threshold: f32,
 ) -> PyResult<Pairs<'py>> {
+    let matrix = Matrix::F32(matrix);
     let stored = stored(py, &matrix, &norms)?;
     let members = contiguous(py, "members", &members)?;
     let offsets: Vec<usize> = contiguous(py, "offsets", &offsets)?.iter().map(|&o| o as usize).collect();
@@ -43,6 +44,7 @@ fn similar_pairs<'py>(
     norms: PyReadonlyArray1<'py, f32>,
     threshold: f32,
 ) -> PyResult<Pairs<'py>> {
+    let matrix = Matrix::F32(matrix);
     let stored = stored(py, &matrix, &norms)?;
     let rows = norms.len();
     let found = errors::detached(py, "similar_pairs", || {

@@ -41,22 +41,37 @@ pub(crate) fn shape(py: Python<'_>, err: ShapeError) -> PyErr {
     errors::validation(py, err.0)
 }
 
+/// The stored rows as a scan takes them: float32, or unit rows in float16 given as their bit
+/// patterns (uint16), the columns' half-precision storage.
+#[derive(FromPyObject)]
+pub(crate) enum Matrix<'py> {
+    F32(PyReadonlyArray2<'py, f32>),
+    F16(PyReadonlyArray2<'py, u16>),
+}
+
+impl Matrix<'_> {
+    pub(crate) fn dim(&self) -> usize {
+        match self {
+            Matrix::F32(m) => m.shape()[1],
+            Matrix::F16(m) => m.shape()[1],
+        }
+    }
+}
+
 /// The stored matrix and its norms.
 pub(crate) fn stored<'a>(
     py: Python<'_>,
-    matrix: &'a PyReadonlyArray2<'_, f32>,
+    matrix: &'a Matrix<'_>,
     norms: &'a PyReadonlyArray1<'_, f32>,
 ) -> PyResult<Stored<'a>> {
-    let dim = matrix.shape()[1];
-    Ok(Stored { data: contiguous(py, "matrix", matrix)?, norms: contiguous(py, "norms", norms)?, dim })
+    let (dim, norms) = (matrix.dim(), contiguous(py, "norms", norms)?);
+    Ok(match matrix {
+        Matrix::F32(m) => Stored::new(contiguous(py, "matrix", m)?, norms, dim),
+        Matrix::F16(m) => Stored::half(contiguous(py, "matrix", m)?, norms, dim),
+    })
 }
 
-pub(crate) fn check_query_dim(
-    py: Python<'_>,
-    matrix: &PyReadonlyArray2<'_, f32>,
-    queries: &PyReadonlyArray2<'_, f32>,
-) -> PyResult<()> {
-    let dim = matrix.shape()[1];
+pub(crate) fn check_query_dim(py: Python<'_>, dim: usize, queries: &PyReadonlyArray2<'_, f32>) -> PyResult<()> {
     let qdim = queries.shape()[1];
     if queries.shape()[0] > 0 && dim > 0 && qdim != dim {
         return Err(errors::validation(py, format!("query dimension {qdim} does not match stored dimension {dim}")));
@@ -280,7 +295,7 @@ impl UsageView<'_> {
 
 /// The arrays one scan reads, borrowed for the call.
 pub(crate) struct ScanArrays<'py> {
-    pub matrix: PyReadonlyArray2<'py, f32>,
+    pub matrix: Matrix<'py>,
     pub norms: PyReadonlyArray1<'py, f32>,
     pub queries: PyReadonlyArray2<'py, f32>,
     pub usage: UsageView<'py>,
@@ -296,7 +311,7 @@ impl ScanArrays<'_> {
         params: &ValueParams,
         selection: &Selection,
     ) -> PyResult<ScanRequest<'_>> {
-        check_query_dim(py, &self.matrix, &self.queries)?;
+        check_query_dim(py, self.matrix.dim(), &self.queries)?;
         Ok(ScanRequest {
             stored: stored(py, &self.matrix, &self.norms)?,
             queries: contiguous(py, "queries", &self.queries)?,
@@ -336,11 +351,11 @@ fn vector_norm(v: PyReadonlyArray1<'_, f32>) -> f64 {
 #[pyfunction]
 fn relevance<'py>(
     py: Python<'py>,
-    matrix: PyReadonlyArray2<'py, f32>,
+    matrix: Matrix<'py>,
     norms: PyReadonlyArray1<'py, f32>,
     queries: PyReadonlyArray2<'py, f32>,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-    check_query_dim(py, &matrix, &queries)?;
+    check_query_dim(py, matrix.dim(), &queries)?;
     let stored = stored(py, &matrix, &norms)?;
     let q = contiguous(py, "queries", &queries)?;
     let rel = errors::detached(py, "relevance", || scoring::relevance(stored, q))?.map_err(|e| shape(py, e))?;
@@ -351,12 +366,12 @@ fn relevance<'py>(
 #[pyfunction]
 fn relevance_of_rows<'py>(
     py: Python<'py>,
-    matrix: PyReadonlyArray2<'py, f32>,
+    matrix: Matrix<'py>,
     norms: PyReadonlyArray1<'py, f32>,
     queries: PyReadonlyArray2<'py, f32>,
     rows: PyReadonlyArray1<'py, u32>,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-    check_query_dim(py, &matrix, &queries)?;
+    check_query_dim(py, matrix.dim(), &queries)?;
     let stored = stored(py, &matrix, &norms)?;
     let q = contiguous(py, "queries", &queries)?;
     let r = contiguous(py, "rows", &rows)?;
@@ -371,13 +386,13 @@ fn relevance_of_rows<'py>(
 #[expect(clippy::type_complexity, reason = "a pair of numpy arrays, as the Python signature says")]
 fn top_relevance<'py>(
     py: Python<'py>,
-    matrix: PyReadonlyArray2<'py, f32>,
+    matrix: Matrix<'py>,
     norms: PyReadonlyArray1<'py, f32>,
     queries: PyReadonlyArray2<'py, f32>,
     k: usize,
     rows: Option<PyReadonlyArray1<'py, u32>>,
 ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<f32>>)> {
-    check_query_dim(py, &matrix, &queries)?;
+    check_query_dim(py, matrix.dim(), &queries)?;
     let stored = stored(py, &matrix, &norms)?;
     let q = contiguous(py, "queries", &queries)?;
     let r = match &rows {
@@ -417,7 +432,7 @@ fn select_top<'py>(
 #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
 fn scan_default<'py>(
     py: Python<'py>,
-    matrix: PyReadonlyArray2<'py, f32>,
+    matrix: Matrix<'py>,
     norms: PyReadonlyArray1<'py, f32>,
     queries: PyReadonlyArray2<'py, f32>,
     usage: &Bound<'py, UsageColumns>,

@@ -2,7 +2,7 @@
 //! top-k read through it; GIL released.
 
 use crate::errors;
-use crate::scoring::{check_query_dim, contiguous, shape, stored};
+use crate::scoring::{check_query_dim, contiguous, shape, stored, Matrix};
 use hippograph_core::shadow::{self, Shadow};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
@@ -50,8 +50,9 @@ fn top_relevance_shadowed<'py>(
     k: usize,
     rows: Option<PyReadonlyArray1<'py, u32>>,
 ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<f32>>)> {
-    check_query_dim(py, &matrix, &queries)?;
     let dim = matrix.shape()[1];
+    check_query_dim(py, dim, &queries)?;
+    let matrix = Matrix::F32(matrix);
     let stored = stored(py, &matrix, &norms)?;
     let sh = borrowed(py, &half, &residual, dim)?;
     let q = contiguous(py, "queries", &queries)?;
