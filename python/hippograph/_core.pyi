@@ -7,6 +7,11 @@ from typing import Any, Literal, final
 import numpy as np
 import numpy.typing as npt
 
+Rows = npt.NDArray[np.float32] | npt.NDArray[np.uint16]
+"""Stored rows as scans take them: float32, or each row's unit vector in float16 as its bit
+patterns (uint16; the columns' ``vector_dtype="float16"``), whose relevance is its dot product
+with the unit query."""
+
 def row_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """Euclidean norm of every row (computed once when rows are written)."""
 
@@ -14,12 +19,12 @@ def vector_norm(vector: npt.NDArray[np.float32]) -> float:
     """Euclidean norm of one vector, summed in float64 (`row_norms` uses the same sum)."""
 
 def relevance(
-    matrix: npt.NDArray[np.float32], norms: npt.NDArray[np.float32], queries: npt.NDArray[np.float32]
+    matrix: Rows, norms: npt.NDArray[np.float32], queries: npt.NDArray[np.float32]
 ) -> npt.NDArray[np.float32]:
     """max(0, max over query rows of cos(query, row)) for every stored row; GIL released."""
 
 def relevance_of_rows(
-    matrix: npt.NDArray[np.float32],
+    matrix: Rows,
     norms: npt.NDArray[np.float32],
     queries: npt.NDArray[np.float32],
     rows: npt.NDArray[np.uint32],
@@ -28,7 +33,7 @@ def relevance_of_rows(
     GIL released."""
 
 def top_relevance(
-    matrix: npt.NDArray[np.float32],
+    matrix: Rows,
     norms: npt.NDArray[np.float32],
     queries: npt.NDArray[np.float32],
     k: int,
@@ -123,7 +128,7 @@ class UsageColumns:
     def __len__(self) -> int: ...
 
 def scan_default(
-    matrix: npt.NDArray[np.float32],
+    matrix: Rows,
     norms: npt.NDArray[np.float32],
     queries: npt.NDArray[np.float32],
     usage: UsageColumns,
@@ -168,7 +173,7 @@ def merge_usage_order(
     the end dropped. One pass instead of a full sort; GIL released."""
 
 def certified_walk(
-    matrix: npt.NDArray[np.float32],
+    matrix: Rows,
     norms: npt.NDArray[np.float32],
     queries: npt.NDArray[np.float32],
     usage: UsageColumns,

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from ..context.protocol import KvTxn
 from ..engine.checks import check_id
 from ..engine.derived import DerivedColumns
+from ..engine.rows import VectorDtype, check_vector_dtype
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..graph.changeset import Changeset, check_changeset, normalised_links
 from ..graph.model import (
@@ -53,9 +54,11 @@ T = TypeVar("T")
 class InMemory(DerivedBackend):
     """The full `GraphBackend`, `EntryBackend` and `ContextBackend` contracts in process memory (thread-safe)."""
 
-    def __init__(self, *, ann: AnnConfig | None = DEFAULT_ANN) -> None:
+    def __init__(self, *, ann: AnnConfig | None = DEFAULT_ANN, vector_dtype: VectorDtype = "float32") -> None:
         """`ann`: when a type outgrows `ann.min_nodes`, non-exact queries draw
-        candidates from an HNSW index (see `hippograph.ann`); None disables it."""
+        candidates from an HNSW index (see `hippograph.ann`); None disables it.
+        `vector_dtype`: the precision scans read the vectors in (`hippograph.engine.rows`)."""
+        dtype = check_vector_dtype(vector_dtype)
         self._lock = RWLock()
         self._nodes: dict[str, Node] = {}
         self._links: dict[str, dict[EdgeType, set[str]]] = {}
@@ -63,7 +66,7 @@ class InMemory(DerivedBackend):
         self._assembled: dict[str, Node] = {}
         """Nodes read since their last change, with their links (read-only: every reader gets the same)."""
         self._records: dict[str, IngestionRecord] = {}
-        self._derived: DerivedColumns[NodeType] = DerivedColumns(NodeType, ann, self._lock)
+        self._derived: DerivedColumns[NodeType] = DerivedColumns(NodeType, ann, self._lock, vector_dtype=dtype)
         self._dim: int | None = None
         self._entries = MemoryEntries()
         self._context = MemoryContext()

@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from .files import fsync_dir, read_sidecar
 from .mapped_ids import MappedIds, encode_ids
+from .rows import VectorDtype
 
 __all__ = ["COLUMNS_FORMAT", "SAVE_MIN_ROWS", "Saved", "SavedType", "read", "save", "verify"]
 
@@ -100,8 +101,11 @@ def _private(path: Path) -> Any:
     return os.fdopen(fd, "wb")
 
 
-def save(types: Mapping[str, SavedType], directory: Path, seq: int, dim: int) -> None:
-    """Writes `types` as the set reflecting store change `seq` and names it in the sidecar."""
+def save(
+    types: Mapping[str, SavedType], directory: Path, seq: int, dim: int, vector_dtype: VectorDtype = "float32"
+) -> None:
+    """Writes `types` as the set reflecting store change `seq` and names it in the sidecar, with
+    the precision of its vectors (``float16``: the unit rows in ``half``, a matrix of width 0)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     token = f"{seq:016x}-{secrets.token_hex(6)}"
     target = directory / token
@@ -125,6 +129,7 @@ def save(types: Mapping[str, SavedType], directory: Path, seq: int, dim: int) ->
             "format": COLUMNS_FORMAT,
             "seq": seq,
             "dim": dim,
+            "vector_dtype": vector_dtype,
             "set": token,
             "types": {name: len(saved.ids) for name, saved in types.items()},
             "files": files,
@@ -161,7 +166,7 @@ def saved_seq(directory: Path) -> int | None:
     return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
-def _valid(doc: dict[str, Any], dim: int, latest: int, kinds: set[str]) -> bool:
+def _valid(doc: dict[str, Any], dim: int, latest: int, kinds: set[str], vector_dtype: VectorDtype) -> bool:
     def count(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -171,6 +176,7 @@ def _valid(doc: dict[str, Any], dim: int, latest: int, kinds: set[str]) -> bool:
         and count(doc.get("seq"))
         and doc["seq"] <= latest
         and doc.get("dim") == dim
+        and doc.get("vector_dtype", "float32") == vector_dtype  # sets saved before the option hold float32
         and isinstance(doc.get("set"), str)
         and "/" not in doc["set"]
         and not doc["set"].startswith(".")
@@ -184,13 +190,15 @@ def _valid(doc: dict[str, Any], dim: int, latest: int, kinds: set[str]) -> bool:
     )
 
 
-def read(directory: Path, latest: int, dim: int, kinds: set[str]) -> Saved | None:
+def read(
+    directory: Path, latest: int, dim: int, kinds: set[str], vector_dtype: VectorDtype = "float32"
+) -> Saved | None:
     """The current set if its sidecar and every file pass the checks that cost no hashing (the
-    saved change at most `latest`, the dimension `dim`, known types, sizes, shapes, dtypes, id
+    saved change at most `latest`, the dimension `dim` and `vector_dtype`, known types, sizes, shapes, dtypes, id
     offsets in order and within the bytes; that the ids are distinct is checked when the caller
     first maps ids to rows); None otherwise. Hashes are left to `verify`."""
     doc = read_sidecar(directory / SIDECAR)
-    if doc is None or not _valid(doc, dim, latest, kinds):
+    if doc is None or not _valid(doc, dim, latest, kinds, vector_dtype):
         return None
     where = directory / doc["set"]
     stated = {where / name: (int(v["bytes"]), str(v["sha256"])) for name, v in doc["files"].items()}
@@ -208,7 +216,7 @@ def read(directory: Path, latest: int, dim: int, kinds: set[str]) -> Saved | Non
                 if path not in stated:
                     return None
                 arr = np.load(path, mmap_mode="c")  # numpy refuses pickled objects by default
-                width = {"matrix": dim, "half": dim}.get(column)
+                width = {"matrix": 0 if vector_dtype == "float16" else dim, "half": dim}.get(column)
                 shape_ok = arr.ndim == (1 if width is None else 2) and (width is None or arr.shape[1] == width)
                 length_ok = arr.shape[0] >= rows if roomy else arr.shape[0] == rows
                 if arr.dtype != np.dtype(dtype) or not shape_ok or not length_ok:

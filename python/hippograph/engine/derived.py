@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .checks import Embedding
 from .columns import SharedLock, TypeColumns, Usage
+from .rows import VectorDtype
 from .vector_index import AnnConfig
 
 __all__ = ["DerivedColumns", "ReadWriteLock", "Row", "retire", "stop_background_builds"]
@@ -41,9 +42,12 @@ class DerivedColumns(Generic[K]):
         ann: AnnConfig | None,
         lock: ReadWriteLock,
         load_saved: Callable[[TypeColumns, threading.Event], bool] | None = None,
+        vector_dtype: VectorDtype = "float32",
     ) -> None:
         self.kinds = tuple(kinds)
         self.ann = ann
+        self.vector_dtype: VectorDtype = vector_dtype
+        """The precision of every kind's scanned vectors (`hippograph.engine.rows`)."""
         self.lock = lock
         self._load_saved = load_saved
         self.columns: dict[K, TypeColumns] = self._fresh()
@@ -51,7 +55,7 @@ class DerivedColumns(Generic[K]):
         """Builder threads of columns a `replace` retired, joined on close."""
 
     def _fresh(self) -> dict[K, TypeColumns]:
-        return {kind: TypeColumns(self.ann, self.lock, self._load_saved) for kind in self.kinds}
+        return {kind: TypeColumns(self.ann, self.lock, self._load_saved, self.vector_dtype) for kind in self.kinds}
 
     def put(self, item_id: str, kind: K, embedding: Embedding | None, usage: Usage | None) -> None:
         """The item's current row (moved out of another kind's columns if its kind changed)."""

@@ -20,7 +20,7 @@ from .. import _core
 from ..errors import ConfigError
 from .shadow import Shadow
 
-__all__ = ["VECTOR_DTYPES", "RowVectors", "VectorDtype", "check_vector_dtype"]
+__all__ = ["VECTOR_DTYPES", "RowVectors", "VectorDtype", "check_vector_dtype", "saved_row_holds"]
 
 VectorDtype = Literal["float32", "float16"]
 VECTOR_DTYPES: tuple[VectorDtype, ...] = ("float32", "float16")
@@ -35,6 +35,20 @@ def check_vector_dtype(value: object) -> VectorDtype:
     if value == "float16":
         return "float16"
     raise ConfigError(f"vector_dtype must be 'float32' or 'float16', got {value!r}")
+
+
+def _encoded(embedding: F32) -> npt.NDArray[np.uint16]:
+    """`embedding`'s unit vector in f16 bit patterns (a zero vector: zeros)."""
+    half, _ = _core.shadow_rows(np.ascontiguousarray(embedding[None, :], np.float32))
+    row: npt.NDArray[np.uint16] = half[0]
+    return row
+
+
+def saved_row_holds(arrays: dict[str, npt.NDArray[Any]], r: int, embedding: F32) -> bool:
+    """Saved row `r` (`RowVectors.saved`'s arrays, either precision) holds `embedding`."""
+    if arrays["matrix"].shape[1] == 0 and len(embedding):  # float16: the unit row is the stored value
+        return bool(np.array_equal(arrays["half"][r], _encoded(embedding)))
+    return bool(np.array_equal(arrays["matrix"][r], embedding))
 
 
 class RowVectors:
@@ -77,14 +91,12 @@ class RowVectors:
         """Row `r` already holds `embedding` (as this storage keeps it)."""
         if not self.half:
             return bool(np.array_equal(self._mat[r], embedding))
-        half, _ = _core.shadow_rows(np.ascontiguousarray(embedding[None, :], np.float32))
-        return bool(self._norms[r]) and bool(np.array_equal(self.shadow.half[r], half[0]))
+        return bool(self._norms[r]) and bool(np.array_equal(self.shadow.half[r], _encoded(embedding)))
 
     def put(self, r: int, embedding: F32, norm: float, live: int) -> None:
         """Row `r` holds `embedding` (of norm `norm`); `live`: the rows in use."""
         if self.half:
-            half, _ = _core.shadow_rows(np.ascontiguousarray(embedding[None, :], np.float32))
-            self.shadow.half[r], self.shadow.residual[r] = half[0], 0.0
+            self.shadow.half[r], self.shadow.residual[r] = _encoded(embedding), 0.0
             self._norms[r] = 1.0 if norm > 0 else 0.0
             return
         self._mat[r] = embedding

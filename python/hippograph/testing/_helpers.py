@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..errors import StorageError
 from ..graph.changeset import Changeset
@@ -73,6 +73,10 @@ def _meta(hours_ago: float = 0.0, count: int = 0, rewards: tuple[float, ...] = (
 
 class SuiteMixin:
     """The base of every mixin of tests that `BackendConformance` assembles."""
+
+    #: How far the backend's scores may lie from the same math in float32: a backend whose scans
+    #: read vectors in half precision (``vector_dtype="float16"``) sets 1e-3.
+    score_tolerance: ClassVar[float] = 1e-6
 
     if TYPE_CHECKING:
 

@@ -1207,6 +1207,58 @@ mod tests {
     }
 
     #[test]
+    fn half_rows_scan_as_their_decoded_unit_rows_and_near_the_f32_rows() {
+        let dim = 37;
+        let n = 2 * SCAN_BLOCK + 5;
+        let mut data: Vec<f32> = (0..n * dim).map(|i| ((i * 7919 % 211) as f32) / 13.0 - 8.0).collect();
+        data[5 * dim..6 * dim].iter_mut().for_each(|x| *x = 0.0);
+        let norms = row_norms(&data, dim);
+        let (half, _) = crate::shadow::encode_rows(&data, dim);
+        let decoded: Vec<f32> = half.iter().map(|&h| half::f16::from_bits(h).to_f32()).collect();
+        let unit_norms: Vec<f32> = norms.iter().map(|&x| if x > 0.0 { 1.0 } else { 0.0 }).collect();
+        let queries: Vec<f32> = (0..2 * dim).map(|i| ((i * 31 % 17) as f32) - 8.0).collect();
+        let halved = Stored::half(&half, &unit_norms, dim);
+        let got = relevance(halved, &queries).unwrap();
+        let as_f32 = relevance(stored(&decoded, &unit_norms, dim), &queries).unwrap();
+        let exact = relevance(stored(&data, &norms, dim), &queries).unwrap();
+        for i in 0..n {
+            assert!((got[i] - as_f32[i]).abs() <= 1e-6, "row {i}: {} vs decoded {}", got[i], as_f32[i]);
+            assert!((got[i] - exact[i]).abs() <= 1e-3, "row {i}: {} vs f32 {}", got[i], exact[i]);
+        }
+        assert_eq!(got[5], 0.0);
+        let listed: Vec<u32> = (0..n as u32).step_by(3).collect();
+        let some = relevance_of_rows(halved, &queries, &listed).unwrap();
+        assert!(listed.iter().zip(&some).all(|(&r, &s)| s == got[r as usize]));
+        let (has, zeros) = no_meta(n);
+        let meta = MetaColumns {
+            has_meta: &has,
+            timestamp: &zeros,
+            access_count: &zeros,
+            reward_count: &zeros,
+            cumulative_reward: &zeros,
+        };
+        let request = |stored| ScanRequest {
+            stored,
+            queries: &queries,
+            meta,
+            rank: None,
+            now: 0.0,
+            params: ValueParams::default(),
+            threshold: 0.0,
+            gate: Gate::Score,
+            top_k: 30,
+        };
+        let from_half = scan_default(&request(halved)).unwrap();
+        let from_decoded = scan_default(&request(stored(&decoded, &unit_norms, dim))).unwrap();
+        assert_eq!(from_half.len(), 30);
+        for (a, b) in from_half.iter().zip(&from_decoded) {
+            assert!((a.1 - b.1).abs() <= 1e-6, "{a:?} vs {b:?}");
+        }
+        let short = Stored::half(&half[dim..], &unit_norms, dim);
+        assert!(relevance(short, &queries).is_err());
+    }
+
+    #[test]
     fn scan_default_combines_the_steps() {
         let data = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0];
         let norms = row_norms(&data, 2);

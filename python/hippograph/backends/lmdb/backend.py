@@ -24,6 +24,7 @@ import lmdb
 
 from ...context.protocol import KvTxn
 from ...engine.checks import check_id
+from ...engine.rows import VectorDtype, check_vector_dtype
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import HippographError, StorageError, ValidationError
 from ...graph import codec
@@ -78,6 +79,7 @@ class LMDB(DerivedBackend):
         map_size: int = DEFAULT_MAP_SIZE,
         readonly: bool = False,
         ann: AnnConfig | None = DEFAULT_ANN,
+        vector_dtype: VectorDtype = "float32",
     ) -> None:
         if durability not in ("sync", "fast"):
             raise ValidationError(f"durability must be 'sync' or 'fast', got {durability!r}")
@@ -91,8 +93,9 @@ class LMDB(DerivedBackend):
         self._readonly = readonly
         self._pid = os.getpid()
         self._cache_lock = RWLock()
+        dtype = check_vector_dtype(vector_dtype)
         self._cache = self._derived = _Cache(
-            ann, self.path / "ann", self._cache_lock, self._read, self.path / "columns"
+            ann, self.path / "ann", self._cache_lock, self._read, self.path / "columns", dtype
         )
         self._write_lock = threading.Lock()
         # lock.mdb alone is what a kill during the very first open leaves behind: a new store.

@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-import numpy as np
-
 from ...engine import column_files, vector_files
 from ...engine.columns import TypeColumns
 from ...engine.derived import DerivedColumns
+from ...engine.rows import VectorDtype, saved_row_holds
 from ...engine.vector_index import AnnConfig
 from ...errors import HippographError
 from ...graph import codec
@@ -65,10 +64,16 @@ class _Cache(DerivedColumns[NodeType]):
     """
 
     def __init__(
-        self, ann: AnnConfig | None, ann_dir: Path | None, lock: RWLock, read: _Reader, columns_dir: Path | None = None
+        self,
+        ann: AnnConfig | None,
+        ann_dir: Path | None,
+        lock: RWLock,
+        read: _Reader,
+        columns_dir: Path | None = None,
+        vector_dtype: VectorDtype = "float32",
     ) -> None:
         self._read = read
-        super().__init__(NodeType, ann, lock, self.adopt_in_background)
+        super().__init__(NodeType, ann, lock, self.adopt_in_background, vector_dtype)
         self.seq = -1
         self.ann_dir = ann_dir if ann is not None else None
         self.columns_dir = columns_dir
@@ -183,7 +188,8 @@ class _Cache(DerivedColumns[NodeType]):
         then replays the log and verifies the hashes in the background."""
         assert self.columns_dir is not None
         target, dim = t.seq(), t.dim()
-        saved = column_files.read(self.columns_dir, target, dim or 0, {nt.value for nt in NodeType})
+        kinds = {nt.value for nt in NodeType}
+        saved = column_files.read(self.columns_dir, target, dim or 0, kinds, self.vector_dtype)
         if saved is None or not saved.types:
             return False
         changed = set() if saved.seq == target else self._changed_since(t, saved.seq, target)
@@ -218,7 +224,7 @@ class _Cache(DerivedColumns[NodeType]):
                 if emb is None:
                     if norm != 0.0:
                         return False
-                elif not np.array_equal(codec.decode_embedding(emb, t.dim()), rows.arrays["matrix"][r]):
+                elif not saved_row_holds(rows.arrays, r, codec.decode_embedding(emb, t.dim())):
                     return False
         return True
 
@@ -252,7 +258,7 @@ class _Cache(DerivedColumns[NodeType]):
             return False
         dim = dims.pop() if dims else 0
         types = {nt.value: c.saved(max(1024, len(c) // 8), dim) for nt, c in self.columns.items() if len(c)}
-        column_files.save(types, self.columns_dir, self.seq, dim)
+        column_files.save(types, self.columns_dir, self.seq, dim, self.vector_dtype)
         self.columns_seq = self.seq
         return True
 

@@ -24,6 +24,7 @@ import psycopg_pool
 
 from ...context.protocol import KvTxn
 from ...engine.checks import Progress, check_id, check_progress
+from ...engine.rows import VectorDtype, check_vector_dtype
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import ConfigError, StorageError
 from ...graph import codec
@@ -117,6 +118,7 @@ class Postgres(DerivedBackend):
         connect_kwargs: Mapping[str, Any] | None = None,
         search: str = "client",
         server_ef_search: int = 40,
+        vector_dtype: VectorDtype = "float32",
     ) -> None:
         self.dsn = _resolve_dsn(dsn)
         self.repo = _check_repo(repo)
@@ -144,7 +146,7 @@ class Postgres(DerivedBackend):
         self._sql = _sql_map(self.schema)
         self._pid = os.getpid()
         self._cache_lock = RWLock()
-        self._cache = self._derived = _Cache(ann, self._gap_timeout, self._cache_lock)
+        self._cache = self._derived = _Cache(ann, self._gap_timeout, self._cache_lock, check_vector_dtype(vector_dtype))
         self._trim_lock = threading.Lock()
         self._where = _where(self.dsn)
         kwargs: dict[str, Any] = {

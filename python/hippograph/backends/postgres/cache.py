@@ -13,6 +13,7 @@ import time
 from ...engine.checks import Embedding
 from ...engine.columns import Usage
 from ...engine.derived import DerivedColumns
+from ...engine.rows import VectorDtype
 from ...engine.vector_index import AnnConfig
 from ...graph import codec
 from ...graph.model import NodeType
@@ -34,8 +35,10 @@ class _Cache(DerivedColumns[NodeType]):
     (a lost connection, say) is simply redone by the next one.
     """
 
-    def __init__(self, ann: AnnConfig | None, gap_timeout: float, lock: RWLock) -> None:
-        super().__init__(NodeType, ann, lock)
+    def __init__(
+        self, ann: AnnConfig | None, gap_timeout: float, lock: RWLock, vector_dtype: VectorDtype = "float32"
+    ) -> None:
+        super().__init__(NodeType, ann, lock, vector_dtype=vector_dtype)
         self.gap_timeout = gap_timeout
         self.ready = False
         self.incarnation: object = None
