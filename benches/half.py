@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchdata import NOW, SCANNED, TOP_K, graph_changesets, make_dataset, query_only, query_sets
 from store import write_section
 
-import hippograph as hg
 from hippograph import _core
 from hippograph.backends import InMemory
 from hippograph.graph.value import resolve_config

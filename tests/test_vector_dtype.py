@@ -4,8 +4,10 @@ float32 columns, and never mapped by a store opened with the other precision."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +21,9 @@ from hippograph.engine import column_files
 from hippograph.errors import ConfigError
 from hippograph.graph.model import NodeType
 from hippograph.testing.graphs import make_node, random_graph
+from pg_server import pg_dsn, pg_store
+
+__all__ = ["pg_dsn", "pg_store"]  # fixtures
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 TOL = 1e-3
@@ -119,6 +124,23 @@ def test_half_candidates_from_the_vector_index() -> None:
         approx = {n.id for n, _ in b.find_candidates([NodeType.SEMANTIC], q, [], None, now=NOW)}
         hits, found = hits + len(exact & approx), found + len(exact)
     assert found and hits / found >= 0.95
+
+
+def test_postgres_client_columns_in_half_precision(pg_store: Callable[..., Any]) -> None:
+    """PostgreSQL's client-side columns follow the option: the same answers as float32 within rounding."""
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((200, 16)).astype(np.float32)
+    accesses = rng.integers(0, 20, 200).tolist()
+    half = pg_store(vector_dtype="float16")
+    _load(half, vectors, accesses)
+    full = InMemory(ann=None)
+    _load(full, vectors, accesses)
+    columns = half._cache.columns[NodeType.SEMANTIC]
+    queries = rng.standard_normal((2, 16)).astype(np.float32)
+    reference = dict(_all(full, queries, 200))
+    got = _all(half, queries, 20)
+    assert columns.vector_dtype == "float16" and columns._vectors._mat.size == 0
+    assert len(got) == 20 and all(abs(s - reference[i]) <= TOL for i, s in got)
 
 
 @pytest.fixture
