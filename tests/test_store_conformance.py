@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
 from hippograph.backends import LMDB, InMemory
 from hippograph.testing import PersistentStoreConformance, StoreConformance
@@ -21,3 +22,12 @@ class TestLMDBStore(PersistentStoreConformance):
 class TestLMDBFastStore(StoreConformance):
     def make_backend(self, path: Path) -> LMDB:
         return LMDB(path / "store", durability="fast")
+
+
+class TestLMDBHalfStore(PersistentStoreConformance):
+    """Scans over half-precision vectors: every contract holds."""
+
+    store_options: ClassVar[dict[str, Any]] = {"vector_dtype": "float16"}
+
+    def make_backend(self, path: Path) -> LMDB:
+        return LMDB(path / "store")

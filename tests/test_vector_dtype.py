@@ -202,3 +202,29 @@ def test_an_unknown_vector_dtype_is_refused(tmp_path: Path, bad: object) -> None
         InMemory(vector_dtype=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="vector_dtype"):
         Postgres("postgresql://127.0.0.1:1/none", vector_dtype=bad)  # type: ignore[arg-type]
+
+
+def test_a_store_index_in_half_precision() -> None:
+    """The scoped store's index keeps the f16 unit vectors only and ranks as the float32 one does."""
+    rng = np.random.default_rng(8)
+    table = {f"t{i}": rng.standard_normal(12).astype(np.float32) for i in range(80)}
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return np.stack([table[t] for t in texts])
+
+    full = hg.Store(InMemory(), embed=embed, ann=None)
+    half = hg.Store(InMemory(), embed=embed, ann=None, vector_dtype="float16")
+    for s in (full, half):
+        for i in range(79):
+            s.put(("u",), f"k{i}", f"t{i}")
+    assert half._index.vectors._mat.size == 0
+    want = [(h.entry.key, h.score) for h in full.search(("u",), vector=table["t79"], limit=10)]
+    got = [(h.entry.key, h.score) for h in half.search(("u",), vector=table["t79"], limit=10)]
+    assert [k for k, _ in got] == [k for k, _ in want]
+    assert all(abs(a[1] - b[1]) <= TOL for a, b in zip(got, want, strict=True))
+
+
+def test_open_store_refuses_an_unknown_vector_dtype(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="vector_dtype"):
+        hg.open_store("s", path=tmp_path / "s", vector_dtype="bfloat16")  # type: ignore[arg-type]
+    assert not (tmp_path / "s").exists()

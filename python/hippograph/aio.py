@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Executor
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, Protocol, Self, TypeVar
 
+from .engine.rows import VectorDtype
 from .engine.vector_index import DEFAULT_ANN, AnnConfig
 from .graph.protocol import GraphBackend
 from .graph.repo import Repo
@@ -179,10 +180,19 @@ async def open_store(
     embed: Embedder | None = None,
     durability: Literal["sync", "fast"] = "sync",
     ann: AnnConfig | None = DEFAULT_ANN,
+    vector_dtype: VectorDtype = "float32",
     executor: Executor | None = None,
 ) -> AsyncStore:
     """`hippograph.open_store` off the event loop (opening may read the whole store)."""
     store = await _call(
-        executor, _open_store, name, path=path, backend=backend, embed=embed, durability=durability, ann=ann
+        executor,
+        _open_store,
+        name,
+        path=path,
+        backend=backend,
+        embed=embed,
+        durability=durability,
+        ann=ann,
+        vector_dtype=vector_dtype,
     )
     return AsyncStore(store, executor=executor)

@@ -26,7 +26,7 @@ from .. import _core
 from ..engine.checks import Progress, vector_norm
 from ..engine.columns import TypeColumns
 from ..engine.query import ScanParams, calibrate, scan
-from ..engine.shadow import Shadow
+from ..engine.rows import RowVectors, VectorDtype
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError
 from .codec import ref_bytes
@@ -66,10 +66,10 @@ class EntryIndex:
     vectors of active entries also in `columns`, whose HNSW index (`hippograph.engine`) answers
     unrestricted vector searches once the store outgrows `AnnConfig.min_nodes`."""
 
-    def __init__(self, ann: AnnConfig | None = DEFAULT_ANN) -> None:
+    def __init__(self, ann: AnnConfig | None = DEFAULT_ANN, vector_dtype: VectorDtype = "float32") -> None:
         self.lock = threading.RLock()
         self.ann = ann
-        self.columns = TypeColumns(ann, _Held(self.lock))
+        self.columns = TypeColumns(ann, _Held(self.lock), vector_dtype=vector_dtype)
         self.expiring = 0
         """Active entries with an expiry: an unrestricted search asks the vector index for as many more."""
         self.seq = -1
@@ -86,11 +86,10 @@ class EntryIndex:
         self._under: dict[Scope, list[Scope]] = {}
         """Per subtree asked for, the scopes in it: kept until a scope is added or emptied."""
         self.dim: int | None = None
-        self.matrix = np.zeros((0, 0), np.float32)
-        self.norms = np.zeros(0, np.float32)
-        self.shadow = Shadow()
-        """Per slot, the unit vector in f16 and its bound: an exact scan reads these, then only the
-        rows near its k-th best in `matrix`."""
+        self.vectors = RowVectors(vector_dtype)
+        """Per slot, the vector and its norm (`hippograph.engine.rows`): in float32 with the unit
+        vector in f16 and its bound beside it, which an exact scan reads first, then only the rows
+        near its k-th best in f32; or the f16 unit vectors alone."""
         self.active = np.zeros(0, bool)
         self.expires = np.zeros(0, np.float64)
         self.lexical = _core.LexicalIndex()
@@ -125,7 +124,7 @@ class EntryIndex:
                     self.set(e)
                     if progress is not None and (done % _PROGRESS_STEP == 0 or done == len(everything)):
                         progress("index entries", done, len(everything))
-                self.shadow.encode_all(self.matrix[: len(self.entries)])
+                self.vectors.settle(len(self.entries))
             else:
                 for ref, got in changed:
                     if got is None:
@@ -150,7 +149,7 @@ class EntryIndex:
 
     def _reset(self) -> None:
         self.close()
-        self.__init__(self.ann)  # type: ignore[misc]
+        self.__init__(self.ann, self.vectors.dtype)  # type: ignore[misc]
 
     def close(self) -> None:
         for thread in self.columns.close_background_builds():
@@ -161,12 +160,7 @@ class EntryIndex:
         if need <= cap:
             return
         new = max(need, 2 * cap, 64)
-        dim = self.dim or 0
-        matrix = np.zeros((new, dim), np.float32)
-        matrix[:cap] = self.matrix
-        self.matrix = matrix
-        self.shadow.resize(new, dim)
-        self.norms = np.concatenate([self.norms, np.zeros(new - cap, np.float32)])
+        self.vectors.grow(new)
         self.active = np.concatenate([self.active, np.zeros(new - cap, bool)])
         self.expires = np.concatenate([self.expires, np.zeros(new - cap, np.float64)])
 
@@ -214,23 +208,17 @@ class EntryIndex:
         else:
             if self.dim is None:
                 self.dim = len(e.embedding)
-                self.matrix = np.zeros((len(self.active), self.dim), np.float32)
-                self.shadow.resize(len(self.active), self.dim)
+                self.vectors.set_dim(self.dim)
             if len(e.embedding) != self.dim:  # the store refuses this before writing; another writer did not
                 raise ConfigError(f"entry {e.key!r:.80} has dimension {len(e.embedding)}; the store's is {self.dim}")
-            self.matrix[slot] = e.embedding
-            self.norms[slot] = norm = vector_norm(e.embedding)
-            self.shadow.mark(slot)
+            norm = vector_norm(e.embedding)
+            self.vectors.put(slot, e.embedding, norm, len(self.entries))
         self._unsynced[self.refs[slot].decode()] = slot if e.status == "active" and norm > 0 else None
         self.lexical.set(slot, e.text)
 
     def _clear_vector(self, slot: int) -> None:
-        """Slot `slot` holds no vector: zero in the matrix, its norm and its shadow, so that every
-        scan, the shadow's bounds included, scores it 0."""
-        self.norms[slot] = 0.0
-        if self.dim is not None:
-            self.matrix[slot] = 0.0
-            self.shadow.clear(slot)
+        """Slot `slot` holds no vector: every scan, the shadow's bounds included, scores it 0."""
+        self.vectors.clear(slot)
 
     @staticmethod
     def _hides(e: Entry | None) -> bool:
@@ -350,13 +338,12 @@ class EntryIndex:
         # read where they are) through their shadow, then in f32 only those that may reach the
         # best k, and keeps the best k with their ties: the exact answer, no numpy pass over n.
         n = len(self.entries)
-        self.shadow.settle(self.matrix[:n])
-        half, residual = self.shadow.arrays(n)
-        if allowed is None:
-            rows, sims = _core.top_relevance_shadowed(self.matrix[:n], self.norms[:n], half, residual, query, k)
+        matrix, shadow = self.vectors.scanned(n)
+        norms = self.vectors.norms(n)
+        if shadow is None:  # float16: the rows are the unit vectors
+            rows, sims = _core.top_relevance(matrix, norms, query, k, allowed)
         else:
-            rows, sims = _core.top_relevance_shadowed(self.matrix[:n], self.norms[:n], half, residual, query, k,
-                                                      allowed)  # fmt: skip
+            rows, sims = _core.top_relevance_shadowed(matrix, norms, *shadow, query, k, allowed)
         return self._cut(rows.tolist(), sims.tolist(), k)
 
     def _scanned(self, vector: npt.NDArray[np.float32], depth: int, now: datetime) -> Ranked | None:
@@ -394,7 +381,7 @@ class EntryIndex:
             if slot is None:
                 self.columns.remove(rid)
             else:
-                self.columns.upsert(rid, self.matrix[slot], None, float(self.norms[slot]))
+                self.columns.upsert(rid, self.vectors.vectors(len(self.entries), [slot])[0], None)
         return self.columns
 
     def _cut(self, slots: list[int], scores: list[float], k: int) -> Ranked:
@@ -431,7 +418,7 @@ class EntryIndex:
             "entries": live,
             "scopes": len(self.scopes),
             "dim": self.dim,
-            "embedded": int((self.norms[: len(self.entries)] > 0).sum()),
+            "embedded": int((self.vectors.norms(len(self.entries)) > 0).sum()),
             "indexed_words_avg": round(self.lexical.average_length(), 2),
             "change_counter": self.seq,
         }

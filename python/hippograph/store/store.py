@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from ..engine.checks import Progress, as_datetime, as_embedding, check_progress, check_text, finite_float, utcnow
 from ..engine.paths import check_repo_name, store_path
+from ..engine.rows import VectorDtype, check_vector_dtype
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, NotFoundError, StorageError, ValidationError
 from .filters import compile_filter
@@ -123,8 +124,11 @@ class Store:
         embed: Embedder | None = None,
         ann: AnnConfig | None = DEFAULT_ANN,
         owns_backend: bool = False,
+        vector_dtype: VectorDtype = "float32",
     ) -> None:
-        """`ann`: the vector index of unrestricted vector searches (None: always the exact scan)."""
+        """`ann`: the vector index of unrestricted vector searches (None: always the exact scan).
+        `vector_dtype`: the precision the index's scans read the vectors in (`hippograph.engine.rows`)."""
+        dtype = check_vector_dtype(vector_dtype)
         for name in ("entry_write", "entry_read"):
             if not callable(getattr(backend, name, None)):
                 raise ConfigError(f"{type(backend).__name__} does not hold entries (no {name})")
@@ -135,7 +139,7 @@ class Store:
         self._owns = owns_backend
         if ann is not None and not isinstance(ann, AnnConfig):
             raise ConfigError(f"ann must be an AnnConfig or None, got {type(ann).__name__}")
-        self._index = EntryIndex(ann)
+        self._index = EntryIndex(ann, dtype)
         self._counted: _CountedWrite | None = None
         if isinstance(backend, CountsWrites):
             self._counted = backend.entry_write_counted
@@ -649,6 +653,7 @@ def open_store(
     embed: Embedder | None = None,
     durability: Literal["sync", "fast"] = "sync",
     ann: AnnConfig | None = DEFAULT_ANN,
+    vector_dtype: VectorDtype = "float32",
 ) -> Store:
     """Opens (creating if needed) the store `name`: LMDB in `path`, or ``./.hippograph/<name>``; or
     any `EntryBackend` passed as `backend`. The directory may hold a graph repo as well."""
@@ -656,7 +661,9 @@ def open_store(
     if backend is not None and path is not None:
         raise ValidationError("pass either path or backend, not both")
     if backend is not None:
-        return Store(backend, embed=embed, ann=ann)
+        return Store(backend, embed=embed, ann=ann, vector_dtype=vector_dtype)
+    check_vector_dtype(vector_dtype)  # before the store's directory is made
     from ..backends.lmdb import LMDB
 
-    return Store(LMDB(store_path(name, path), durability=durability), embed=embed, ann=ann, owns_backend=True)
+    backend = LMDB(store_path(name, path), durability=durability)
+    return Store(backend, embed=embed, ann=ann, owns_backend=True, vector_dtype=vector_dtype)

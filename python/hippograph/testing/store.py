@@ -49,6 +49,8 @@ class StoreConformance:
     """The scoped store's behaviour on one backend. Subclass it as ``Test<Name>``."""
 
     reopen: ClassVar[bool] = False
+    #: Keyword arguments of every `Store` the tests open (``{"vector_dtype": "float16"}``, say).
+    store_options: ClassVar[dict[str, Any]] = {}
 
     def make_backend(self, path: Path) -> EntryBackend:
         raise NotImplementedError(f"{type(self).__name__} must implement make_backend(path)")
@@ -59,12 +61,12 @@ class StoreConformance:
 
     @pytest.fixture
     def store(self, backend: EntryBackend) -> Store:
-        return Store(backend, embed=fake_embed)
+        return Store(backend, embed=fake_embed, **self.store_options)
 
     @pytest.fixture
     def other(self, backend: EntryBackend) -> Store:
         """A second handle on the same backend: it sees only what the backend kept."""
-        return Store(backend, embed=fake_embed)
+        return Store(backend, embed=fake_embed, **self.store_options)
 
     # -- entries --------------------------------------------------------------------------------
 
@@ -332,12 +334,12 @@ class PersistentStoreConformance(StoreConformance):
 
     def test_entries_survive_reopening(self, tmp_path: Path) -> None:
         first = self.make_backend(tmp_path)
-        s = Store(first, embed=fake_embed)
+        s = Store(first, embed=fake_embed, **self.store_options)
         s.put(("u",), "a", "peanut allergy", pending=True)
         s.put(("u",), "b", "flight hotel")
         s.forget(("gone",))
         getattr(first, "close", lambda: None)()
-        again = Store(self.make_backend(tmp_path), embed=fake_embed)
+        again = Store(self.make_backend(tmp_path), embed=fake_embed, **self.store_options)
         try:
             assert again.get(("u",), "a", include_pending=True) is not None
             assert next(h.entry.key for h in again.search(("u",), text="hotel")) == "b"
