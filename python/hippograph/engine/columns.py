@@ -216,8 +216,8 @@ class TypeColumns:
         if embedding is None:
             self._vectors.clear(r)
         elif not unchanged:
-            # the caller's norm: the same value
-            self._vectors.put(r, embedding, vector_norm(embedding) if norm is None else norm, len(self.ids))
+            norm = vector_norm(embedding) if norm is None else norm  # the caller's: the same value
+            self._vectors.put(r, embedding, norm, len(self.ids))
         if not unchanged:
             self._note_change(node_id)
             self._leave_region(r)
@@ -226,7 +226,7 @@ class TypeColumns:
                 if embedding is None or self._vectors.empty(r):
                     ann.unstage(node_id)
                 elif self._lock is None:  # no upkeep thread without the owner's lock: insert now
-                    ann.add_many([node_id], embedding[None, :], np.array([r], np.int64))
+                    ann.add_many([node_id], self.vectors([r]), np.array([r], np.int64))  # as stored
                 else:
                     ann.stage(node_id)
                     self._wake_worker()
