@@ -25,7 +25,7 @@ from .. import _core
 from ..errors import StorageError, ValidationError
 from . import regions as regions_
 from . import shutdown, vector_index
-from .checks import Embedding, vector_norm
+from .checks import Embedding
 from .column_files import SavedType
 from .index_build import build_rows_index, catch_up
 from .mapped_ids import MappedIds, snapshot
@@ -204,9 +204,7 @@ class TypeColumns:
         if embedding is not None:
             self._ensure_dim(embedding.shape[0])
         r = self.row.get(node_id)
-        unchanged = r is not None and (
-            self._vectors.same(r, embedding) if embedding is not None else self._vectors.empty(r)
-        )
+        held = r is not None
         if r is None:
             r = len(self.ids)
             self._grow(r + 1)
@@ -214,11 +212,11 @@ class TypeColumns:
             self.ids.append(node_id)
             self.row[node_id] = r
         if embedding is None:
+            changed = not (held and self._vectors.empty(r))
             self._vectors.clear(r)
-        elif not unchanged:
-            norm = vector_norm(embedding) if norm is None else norm  # the caller's: the same value
-            self._vectors.put(r, embedding, norm, len(self.ids))
-        if not unchanged:
+        else:  # the caller's norm, when given, is the same value
+            changed = self._vectors.put(r, embedding, len(self.ids), held=held, norm=norm)
+        if changed:
             self._note_change(node_id)
             self._leave_region(r)
             ann = self.ann

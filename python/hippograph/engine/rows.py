@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ConfigError
+from .checks import vector_norm
 from .shadow import Shadow
 
 __all__ = ["VECTOR_DTYPES", "RowVectors", "VectorDtype", "check_vector_dtype", "saved_row_holds"]
@@ -87,22 +88,24 @@ class RowVectors:
             self._mat = np.zeros((self.capacity, dim), np.float32)
         self.shadow.resize(self.capacity, dim)
 
-    def same(self, r: int, embedding: F32) -> bool:
-        """Row `r` already holds `embedding` (as this storage keeps it)."""
-        if not self.half:
-            return bool(np.array_equal(self._mat[r], embedding))
-        return bool(self._norms[r]) and bool(np.array_equal(self.shadow.half[r], _encoded(embedding)))
-
-    def put(self, r: int, embedding: F32, norm: float, live: int) -> None:
-        """Row `r` holds `embedding` (of norm `norm`); `live`: the rows in use."""
+    def put(self, r: int, embedding: F32, live: int, *, held: bool = False, norm: float | None = None) -> bool:
+        """Row `r` holds `embedding` (of norm `norm`, computed when not given); `live`: the rows in
+        use. `held`: the row held a vector or none before, and False is returned, with nothing
+        written, when that was `embedding` already (as this storage keeps it)."""
         if self.half:
-            self.shadow.half[r], self.shadow.residual[r] = _encoded(embedding), 0.0
-            self._norms[r] = 1.0 if norm > 0 else 0.0
-            return
+            encoded = _encoded(embedding)
+            if held and self._norms[r] and np.array_equal(self.shadow.half[r], encoded):
+                return False
+            self.shadow.half[r], self.shadow.residual[r] = encoded, 0.0
+            self._norms[r] = 1.0 if (vector_norm(embedding) if norm is None else norm) > 0 else 0.0
+            return True
+        if held and np.array_equal(self._mat[r], embedding):
+            return False
         self._mat[r] = embedding
-        self._norms[r] = norm
+        self._norms[r] = vector_norm(embedding) if norm is None else norm
         self.shadow.mark(r)
         self.shadow.settle(self._mat[:live])
+        return True
 
     def clear(self, r: int) -> None:
         """Row `r` holds no vector: every scan scores it 0."""

@@ -212,7 +212,7 @@ class EntryIndex:
             if len(e.embedding) != self.dim:  # the store refuses this before writing; another writer did not
                 raise ConfigError(f"entry {e.key!r:.80} has dimension {len(e.embedding)}; the store's is {self.dim}")
             norm = vector_norm(e.embedding)
-            self.vectors.put(slot, e.embedding, norm, len(self.entries))
+            self.vectors.put(slot, e.embedding, len(self.entries), norm=norm)
         self._unsynced[self.refs[slot].decode()] = slot if e.status == "active" and norm > 0 else None
         self.lexical.set(slot, e.text)
 
