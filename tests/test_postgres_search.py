@@ -3,6 +3,7 @@ in-process path, vectors kept in step by every writer, and a client that holds n
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
@@ -17,10 +18,11 @@ from pg_server import _offers_pgvector, pg_dsn, pgvector_dsn, require_psycopg
 require_psycopg()
 
 import hippograph as hg  # noqa: E402
-from hippograph.backends.postgres import Postgres, drop_repo  # noqa: E402
+from hippograph.backends.postgres import Postgres, drop_repo, vectors  # noqa: E402
 from hippograph.engine.checks import utcnow  # noqa: E402
 from hippograph.errors import ConfigError  # noqa: E402
 from hippograph.graph.changeset import Changeset  # noqa: E402
+from hippograph.graph.value import DEFAULT_LAMBDA  # noqa: E402
 
 __all__ = ["pg_dsn", "pgvector_dsn"]
 
@@ -243,7 +245,7 @@ def test_drop_repo_drops_its_indexes(pgvector_dsn: str, schema: str) -> None:
     server.close()
     count = f"SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema}' AND indexname LIKE 'hg_hnsw_%'"
     with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
-        assert conn.execute(count).fetchone() == (3,)
+        assert conn.execute(count).fetchone() == (6,)  # cosine and value-weighted, per type
         assert drop_repo(pgvector_dsn, repo="r", schema=schema)
         assert conn.execute(count).fetchone() == (0,)
 
@@ -349,3 +351,124 @@ def test_a_writer_of_the_previous_release_is_refused_where_vectors_are_kept(pgve
             )
         assert caught.value.sqlstate == "HG002"
         assert conn.execute(f'SELECT count(*) FROM "{schema}".nodes').fetchone() == (0,)
+
+
+def expected_weight(meta: hg.NodeMetadata) -> float:
+    """The default value function's factor at `vectors.VALUE_REFERENCE`, as the server computes it."""
+    ref = meta.created_at if meta.last_accessed_at is None else meta.last_accessed_at
+    hours = (ref.timestamp() - vectors.VALUE_REFERENCE) / 3600
+    usage = max(0.3, meta.access_count / (meta.access_count + 5))
+    reward = 1.0 if meta.reward_count == 0 else 1 / (1 + math.exp(-meta.cumulative_reward / meta.reward_count))
+    return math.exp(DEFAULT_LAMBDA * hours) * usage * reward
+
+
+def weighted_rows(dsn: str, schema: str) -> dict[str, tuple[str, np.ndarray | None]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(f'SELECT id, type, val::real[] FROM "{schema}".valued WHERE repo = %s', ("r",)).fetchall()
+    return {bytes(k).decode(): (t, None if v is None else np.asarray(v, np.float32)) for k, t, v in rows}
+
+
+def test_weighted_vectors_follow_every_write(pgvector_dsn: str, schema: str) -> None:
+    """Each embedded node's unit vector times its default-value weight; NULL without metadata."""
+    b = open_(pgvector_dsn, schema, search="server")
+    try:
+        rng = np.random.default_rng(21)
+        vecs = rng.standard_normal((4, DIM)).astype(np.float32)
+        old = NOW - timedelta(days=400)
+        meta = {
+            "a": hg.NodeMetadata(created_at=old),
+            "b": hg.NodeMetadata(created_at=old, access_count=7, last_accessed_at=NOW, cumulative_reward=1.5, reward_count=2),
+        }
+        b.apply_changeset(
+            Changeset(
+                additions=[
+                    hg.Semantic(id="a", embedding=vecs[0], proposition="p", confidence=1.0),
+                    hg.Semantic(id="b", embedding=vecs[1], proposition="p", confidence=1.0),
+                    hg.Tag(id="c", embedding=vecs[2], label="no metadata"),
+                    hg.Tag(id="d", label="no vector"),
+                ],
+                metadata=meta,
+            )
+        )
+
+        def check(expected: dict[str, tuple[str, np.ndarray, hg.NodeMetadata | None]]) -> None:
+            got = weighted_rows(pgvector_dsn, schema)
+            assert got.keys() == expected.keys()
+            for node_id, (node_type, vec, m) in expected.items():
+                assert got[node_id][0] == node_type
+                if m is None:
+                    assert got[node_id][1] is None
+                else:
+                    want = vec / np.linalg.norm(vec) * expected_weight(m)
+                    np.testing.assert_allclose(got[node_id][1], want, rtol=1e-5)
+
+        check({"a": ("semantic", vecs[0], meta["a"]), "b": ("semantic", vecs[1], meta["b"]), "c": ("tag", vecs[2], None)})
+        used = hg.NodeMetadata(created_at=old, access_count=3, last_accessed_at=NOW)
+        b.update_metadata({"a": used, "c": meta["a"]})
+        check({"a": ("semantic", vecs[0], used), "b": ("semantic", vecs[1], meta["b"]), "c": ("tag", vecs[2], meta["a"])})
+        b.delete_metadata(["b"])
+        b.apply_changeset(Changeset(additions=[hg.Tag(id="a", embedding=vecs[3], label="moved")]))
+        check({"a": ("tag", vecs[3], used), "b": ("semantic", vecs[1], None), "c": ("tag", vecs[2], meta["a"])})
+        b.apply_changeset(Changeset(additions=[hg.Tag(id="c", label="vector dropped")]))
+        b.delete_nodes(["b"])
+        check({"a": ("tag", vecs[3], used)})
+    finally:
+        b.close()
+
+
+def test_weighted_pools_hold_the_nodes_usage_lifts(pgvector_dsn: str, schema: str) -> None:
+    """Where every node is alike in similarity and usage decides, the value-weighted index hands out
+    the best-scored nodes at a pool depth of top_k; the cosine index's nearest nodes would not."""
+    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    try:
+        rng = np.random.default_rng(22)
+        centre = rng.standard_normal(DIM).astype(np.float32)
+        vecs = centre + 0.3 * rng.standard_normal((2000, DIM)).astype(np.float32)
+        nodes = [hg.Semantic(id=f"s{i:04d}", embedding=v, proposition="p", confidence=1.0) for i, v in enumerate(vecs)]
+        meta = {
+            n.id: hg.NodeMetadata(
+                created_at=NOW - timedelta(days=float(rng.uniform(0, 720))), access_count=int(rng.integers(0, 30))
+            )
+            for n in nodes
+        }
+        client.apply_changeset(Changeset(additions=nodes, metadata=meta))
+        server.build_vector_index()
+        stats = server.vector_index_stats()["semantic"]
+        assert stats["available"] and stats["depth"] == 20, stats  # the calibration's first depth: top_k
+        found = wanted = 0
+        for _ in range(20):
+            q = (centre + 0.3 * rng.standard_normal(DIM)).astype(np.float32)
+            truth = dict(answers(client, q, [])[:20])
+            got = [(i, s) for i, s in answers(server, q, [], exact=False) if i.startswith("s")]
+            assert all(s == truth[i] for i, s in got if i in truth)
+            found += len({i for i, _ in got} & truth.keys())
+            wanted += len(truth)
+        assert found / wanted >= 0.95
+    finally:
+        server.close()
+        client.close()
+
+
+def test_a_schema_enabled_by_an_earlier_release_gains_its_weighted_vectors(pgvector_dsn: str, schema: str) -> None:
+    b = open_(pgvector_dsn, schema, search="server")
+    b.apply_changeset(graph(23, 120))
+    b.close()
+    before = weighted_rows(pgvector_dsn, schema)
+    assert len(before) > 100
+    with psycopg.connect(pgvector_dsn, autocommit=True) as conn:  # as the earlier release left it
+        s = f'"{schema}"'
+        conn.execute(f"DROP TABLE {s}.valued")
+        conn.execute(f"DROP FUNCTION {s}.hg_valued_of_vector() CASCADE")
+        conn.execute(f"DROP FUNCTION {s}.hg_valued_of_usage() CASCADE")
+        conn.execute(f"DROP FUNCTION {s}.hg_valued, {s}.hg_weight")
+    b = open_(pgvector_dsn, schema, search="server")
+    try:
+        after = weighted_rows(pgvector_dsn, schema)
+        assert after.keys() == before.keys()
+        for node_id, (node_type, vec) in before.items():
+            assert after[node_id][0] == node_type
+            assert (vec is None) == (after[node_id][1] is None)
+            if vec is not None:
+                np.testing.assert_array_equal(after[node_id][1], vec)
+    finally:
+        b.close()

@@ -16,6 +16,7 @@ from psycopg import sql
 
 from ...engine.query import F32, ScanParams
 from ...graph.model import NodeType
+from . import vectors as server_vectors
 from .arrays import Float4Array
 from .tx import _Tx
 
@@ -51,10 +52,14 @@ class Ranked:
         self.schema = schema
         self.repo = repo
         self.ext = ext
-        self._statements: dict[tuple[NodeType, int, int, bool, str], sql.Composed] = {}
+        self.weighted: set[NodeType] = set()
+        """Types whose value-weighted vectors have an inner-product index (set by `ServerSearch.prepare`)."""
+        self._statements: dict[tuple[NodeType, int, int, bool, bool, str], sql.Composed] = {}
 
-    def _statement(self, node_type: NodeType, dim: int, vectors: int, pooled: bool, gate: str) -> sql.Composed:
-        key = (node_type, dim, vectors, pooled, gate)
+    def _statement(
+        self, node_type: NodeType, dim: int, vectors: int, pooled: bool, weighted: bool, gate: str
+    ) -> sql.Composed:
+        key = (node_type, dim, vectors, pooled, weighted, gate)
         got = self._statements.get(key)
         if got is not None:
             return got
@@ -67,7 +72,21 @@ class Ranked:
             for i in range(vectors)
         ]
         where = sql.SQL("v.repo = {repo} AND v.type = {kind}").format(repo=repo, kind=kind)
-        if pooled:
+        if pooled and weighted:
+            # Per query vector, the rows of best weighted inner product (the best default scores),
+            # and the rows without metadata (no weight: scored by relevance alone) most similar.
+            lists = [
+                sql.SQL(
+                    "(SELECT w.id FROM {s}.valued w WHERE w.repo = {repo} AND w.type = {kind} "
+                    "ORDER BY (w.val::{e}.vector({d})) OPERATOR({e}.<#>) ({q}::{e}.vector({d})) LIMIT %(depth)s) "
+                    "UNION (SELECT w.id FROM {s}.valued w JOIN {s}.vectors u ON u.repo = w.repo AND u.id = w.id "
+                    "WHERE w.repo = {repo} AND w.type = {kind} AND w.val IS NULL "
+                    "ORDER BY u.vec OPERATOR({e}.<=>) {q}::{e}.vector LIMIT %(depth)s)"
+                ).format(s=s, repo=repo, kind=kind, e=e, d=d, q=sql.Placeholder(f"q{i}"))
+                for i in range(vectors)
+            ]
+            where = sql.SQL("{where} AND v.id IN ({lists})").format(where=where, lists=sql.SQL(" UNION ").join(lists))
+        elif pooled:
             lists = [
                 sql.SQL(
                     "(SELECT v.id FROM {s}.vectors v WHERE {where} "
@@ -114,7 +133,10 @@ class Ranked:
         <= 0: the rows scoring above zero), best first; from every row (`depth` None) or from each
         query vector's `depth` nearest rows in the HNSW index."""
         gate = "zero" if params.threshold <= 0.0 else params.gate
-        statement = self._statement(node_type, dim, len(live), depth is not None, gate)
+        weighted = node_type in self.weighted and server_vectors.weighted_alike(
+            params.lam, params.k, params.base_floor, params.beta
+        )
+        statement = self._statement(node_type, dim, len(live), depth is not None, weighted, gate)
         values: dict[str, Any] = {
             "lam": params.lam,
             "k": params.k,

@@ -93,12 +93,15 @@ class ServerSearch:
             wanted = set(NodeType if types is None else types)
             large = [t for t, c in counts.items() if c > ann.min_nodes and t in wanted]
             names = {vectors.index_name(self.repo, t, dim): t for t in large}
+            names.update({vectors.value_index_name(self.repo, t, dim): t for t in large})
             made = vectors.ensure_indexes(
-                conn, self.schema, self.ext, self.repo, dim, names.values(), ann.M, ann.ef_construction, stop
+                conn, self.schema, self.ext, self.repo, dim, large, ann.M, ann.ef_construction, stop
             )
-            built = [names[n] for n in made]
+            built = list(dict.fromkeys(names[n] for n in made))
         valid = vectors.existing_indexes(conn, self.schema, self.repo)
         indexed = {t for t in NodeType if valid.get(vectors.index_name(self.repo, t, dim))}
+        # Pools of the default value function come from the value-weighted index where it serves.
+        self.ranked.weighted = {t for t in indexed if valid.get(vectors.value_index_name(self.repo, t, dim))}
         measured = depth.stored(conn, self.schema, self.repo, dim)
         tx = _Tx(conn, self.repo, {})
 

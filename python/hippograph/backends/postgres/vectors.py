@@ -24,10 +24,11 @@ from psycopg import sql
 from ...errors import ConfigError
 from ...graph import codec
 from ...graph.model import NodeType
+from ...graph.value import DEFAULT_PARAMS
 from .arrays import Float4Array, register
 from .tx import Conn, _rollback
 
-__all__ = ["MAX_INDEXED_DIM", "MIN_VERSION", "enable", "ensure_indexes", "index_name"]
+__all__ = ["MAX_INDEXED_DIM", "MIN_VERSION", "enable", "ensure_indexes", "index_name", "value_index_name"]
 
 MIN_VERSION = (0, 8)
 """The least pgvector version: iterative index scans came with 0.8."""
@@ -80,7 +81,7 @@ def enable(conn: Conn, schema: str) -> str:
     assert ext is not None
     quoted = sql.Identifier(schema)
     for attempt in range(1, _ENABLE_ATTEMPTS + 1):
-        if _table_exists(conn, schema):
+        if _table_exists(conn, schema) and _table_exists(conn, schema, "valued"):
             return ext
         try:
             _enable_once(conn, quoted, sql.Identifier(ext), schema)
@@ -122,6 +123,9 @@ def _enable_once(conn: Conn, quoted: sql.Identifier, ext: sql.Identifier, schema
                 for statement in _ENABLE:
                     conn.execute(sql.SQL(statement).format(s=quoted, e=ext))
                 _backfill(conn, schema)
+            if not _table_exists(conn, schema, "valued"):  # a schema enabled by an earlier release
+                for statement in _VALUED:
+                    conn.execute(sql.SQL(statement).format(s=quoted, e=ext, **_WEIGHT_PARAMS))
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
@@ -142,13 +146,97 @@ function's inputs, NULL without metadata, written by `write_graph` in the same r
 record): ``{s}.vectors`` (each embedded node's type and vector) and the calibrations."""
 
 
+VALUE_REFERENCE = 1_767_225_600.0
+"""The reference time of the value-weighted vectors (2026-01-01 UTC, in seconds): a weight is
+the default value function's factor at this time, so weights of rows written years apart stay
+within single precision."""
+VALUE_CLAMP = 60.0
+"""A weight's natural logarithm is clamped to within this: about 21 years either side of
+`VALUE_REFERENCE` at the default 90-day half-life. Rows beyond share the clamped weight (their
+order among themselves then ignores their age), which the calibration's recall measures."""
+
+_WEIGHTED = {name: float(DEFAULT_PARAMS[NodeType.SEMANTIC][name]) for name in ("lambda", "k", "base_floor", "beta")}
+"""The value function parameters the weights are computed with: the defaults every type shares."""
+_WEIGHT_PARAMS = {
+    "lam": sql.Literal(_WEIGHTED["lambda"]),
+    "k": sql.Literal(_WEIGHTED["k"]),
+    "floor": sql.Literal(_WEIGHTED["base_floor"]),
+    "beta": sql.Literal(_WEIGHTED["beta"]),
+    "ref": sql.Literal(VALUE_REFERENCE),
+    "clamp": sql.Literal(VALUE_CLAMP),
+}
+
+
+def weighted_alike(lam: float, k: float, base_floor: float, beta: float) -> bool:
+    """Whether a type's value function parameters are those the weights were computed with (only
+    then does the inner-product index order rows by their score)."""
+    return (lam, k, base_floor, beta) == tuple(_WEIGHTED[n] for n in ("lambda", "k", "base_floor", "beta"))
+
+_VALUED = (
+    "CREATE TABLE {s}.valued (repo text NOT NULL, id bytea NOT NULL, type text NOT NULL, val {e}.vector, "
+    "PRIMARY KEY (repo, id), FOREIGN KEY (repo, id) REFERENCES {s}.vectors (repo, id) ON DELETE CASCADE)",
+    "CREATE INDEX valued_unweighted ON {s}.valued (repo, type) WHERE val IS NULL",
+    "CREATE FUNCTION {s}.hg_weight(p_ts float8, p_accesses float8, p_reward_count float8, p_reward_sum float8) "
+    "RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT CASE WHEN p_ts IS NULL THEN NULL ELSE "
+    "exp(least({clamp}, greatest(-{clamp}, {lam} * (p_ts - {ref}) / 3600 "
+    "+ ln(greatest({floor}, CASE WHEN p_accesses + {k} > 0 THEN p_accesses / (p_accesses + {k}) ELSE 0 END)) "
+    "- CASE WHEN p_reward_count > 0 THEN greatest(r.t, 0) + ln(1 + exp(greatest(-700, -abs(r.t)))) ELSE 0 END))) "
+    "END FROM (SELECT CASE WHEN p_reward_count > 0 THEN -{beta} * p_reward_sum / p_reward_count END AS t) r $fn$",
+    "CREATE FUNCTION {s}.hg_valued(p_vec {e}.vector, p_weight float8) RETURNS {e}.vector "
+    "LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT CASE WHEN p_weight IS NULL THEN NULL ELSE "
+    "(SELECT array_agg(u.x * p_weight ORDER BY u.o) FROM unnest({e}.l2_normalize(p_vec)::real[]) "
+    "WITH ORDINALITY AS u(x, o))::{e}.vector END $fn$",
+    """CREATE FUNCTION {s}.hg_valued_of_vector() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO {s}.valued (repo, id, type, val)
+    SELECT NEW.repo, NEW.id, NEW.type, {s}.hg_valued(NEW.vec, (SELECT {s}.hg_weight(m.ts, m.accesses,
+        m.reward_count, m.reward_sum) FROM {s}.metadata m WHERE m.repo = NEW.repo AND m.id = NEW.id))
+    ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, val = EXCLUDED.val;
+    RETURN NULL;
+END
+$fn$""",
+    "CREATE TRIGGER hg_valued_vector AFTER INSERT ON {s}.vectors FOR EACH ROW "
+    "EXECUTE FUNCTION {s}.hg_valued_of_vector()",
+    "CREATE TRIGGER hg_valued_vector_change AFTER UPDATE ON {s}.vectors FOR EACH ROW "
+    "WHEN (OLD.vec IS DISTINCT FROM NEW.vec OR OLD.type IS DISTINCT FROM NEW.type) "
+    "EXECUTE FUNCTION {s}.hg_valued_of_vector()",
+    """CREATE FUNCTION {s}.hg_valued_of_usage() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        UPDATE {s}.valued SET val = NULL WHERE repo = OLD.repo AND id = OLD.id AND val IS NOT NULL;
+    ELSE
+        UPDATE {s}.valued w SET val = {s}.hg_valued(v.vec, {s}.hg_weight(NEW.ts, NEW.accesses,
+            NEW.reward_count, NEW.reward_sum))
+        FROM {s}.vectors v WHERE w.repo = NEW.repo AND w.id = NEW.id AND v.repo = NEW.repo AND v.id = NEW.id;
+    END IF;
+    RETURN NULL;
+END
+$fn$""",
+    "CREATE TRIGGER hg_valued_usage AFTER INSERT OR DELETE ON {s}.metadata FOR EACH ROW "
+    "EXECUTE FUNCTION {s}.hg_valued_of_usage()",
+    "CREATE TRIGGER hg_valued_usage_change AFTER UPDATE ON {s}.metadata FOR EACH ROW "
+    "WHEN (OLD.ts IS DISTINCT FROM NEW.ts OR OLD.accesses IS DISTINCT FROM NEW.accesses "
+    "OR OLD.reward_count IS DISTINCT FROM NEW.reward_count OR OLD.reward_sum IS DISTINCT FROM NEW.reward_sum) "
+    "EXECUTE FUNCTION {s}.hg_valued_of_usage()",
+    "INSERT INTO {s}.valued (repo, id, type, val) SELECT v.repo, v.id, v.type, "
+    "{s}.hg_valued(v.vec, {s}.hg_weight(m.ts, m.accesses, m.reward_count, m.reward_sum)) "
+    "FROM {s}.vectors v LEFT JOIN {s}.metadata m ON m.repo = v.repo AND m.id = v.id",
+)
+"""The value-weighted vectors: ``{s}.valued`` holds, per embedded node, its unit vector times its
+weight under the default value function (decay from `VALUE_REFERENCE`, usage and reward), NULL
+without metadata. The inner product of a unit query with it is the node's default score up to a
+factor every row shares at a given time, so an inner-product HNSW index over it hands out the
+best-scored rows first. Triggers on ``{s}.vectors`` and ``{s}.metadata`` keep it in step with
+every writer, whichever release; the last statement fills it from what is stored."""
+
+
 def kept(conn: Conn, schema: str) -> bool:
     """Whether `schema` keeps server-side vectors (its writers must send them)."""
     return _table_exists(conn, schema)
 
 
-def _table_exists(conn: Conn, schema: str) -> bool:
-    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".vectors',)).fetchone()
+def _table_exists(conn: Conn, schema: str, table: str = "vectors") -> bool:
+    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{table}',)).fetchone()
     return row is not None and row[0] is not None
 
 
@@ -197,6 +285,11 @@ def index_name(repo: str, node_type: NodeType, dim: int) -> str:
     return f"hg_hnsw_{digest}_{node_type.value}_{dim}"
 
 
+def value_index_name(repo: str, node_type: NodeType, dim: int) -> str:
+    """The name of one (repo, type, dimension)'s inner-product index over its value-weighted vectors."""
+    return index_name(repo, node_type, dim) + "_v"
+
+
 def repo_index_prefix(repo: str) -> str:
     return index_name(repo, NodeType.SEMANTIC, 1).rsplit("_", 2)[0] + "_"
 
@@ -223,7 +316,8 @@ def ensure_indexes(
     ef_construction: int,
     stop: threading.Event | None = None,
 ) -> list[str]:
-    """Builds the missing HNSW indexes of `types` (``CREATE INDEX CONCURRENTLY``: writers go on);
+    """Builds the missing HNSW indexes of `types`, over the vectors (cosine) and over the
+    value-weighted vectors (inner product) (``CREATE INDEX CONCURRENTLY``: writers go on);
     returns the names built. `conn` is in autocommit. A session advisory lock per index keeps two
     processes from building the same one; an invalid index nobody is building is rebuilt."""
     if dim > MAX_INDEXED_DIM:
@@ -231,46 +325,52 @@ def ensure_indexes(
     have = existing_indexes(conn, schema, repo)
     built = []
     for node_type in types:
-        name = index_name(repo, node_type, dim)
-        if have.get(name) is True or (stop is not None and stop.is_set()):
-            continue
-        lock = int.from_bytes(hashlib.sha256(f"{schema}.{name}".encode()).digest()[:8], "big", signed=True)
-        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
-        if got is None or not got[0]:
-            continue  # another process is building it
-        have = existing_indexes(conn, schema, repo)  # again, under the lock: it may have just been built
-        if have.get(name) is True:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
-            continue
-        timeout = conn.execute("SHOW statement_timeout").fetchone()
-        conn.execute("SET statement_timeout = 0")  # a build takes minutes per million rows
-        try:
-            if name in have:  # left invalid by a build that died
+        for name, table, column, ops in (
+            (index_name(repo, node_type, dim), "vectors", "vec", "vector_cosine_ops"),
+            (value_index_name(repo, node_type, dim), "valued", "val", "vector_ip_ops"),
+        ):
+            if have.get(name) is True or (stop is not None and stop.is_set()):
+                continue
+            lock = int.from_bytes(hashlib.sha256(f"{schema}.{name}".encode()).digest()[:8], "big", signed=True)
+            got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
+            if got is None or not got[0]:
+                continue  # another process is building it
+            have = existing_indexes(conn, schema, repo)  # again, under the lock: it may have just been built
+            if have.get(name) is True:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+                continue
+            timeout = conn.execute("SHOW statement_timeout").fetchone()
+            conn.execute("SET statement_timeout = 0")  # a build takes minutes per million rows
+            try:
+                if name in have:  # left invalid by a build that died
+                    conn.execute(
+                        sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(
+                            sql.Identifier(schema), sql.Identifier(name)
+                        )
+                    )
                 conn.execute(
-                    sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(
-                        sql.Identifier(schema), sql.Identifier(name)
+                    sql.SQL(
+                        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {s}.{table} USING hnsw "
+                        "(({column}::{e}.vector({dim})) {e}.{ops}) WITH (m = {m}, ef_construction = {efc}) "
+                        "WHERE repo = {repo} AND type = {type}"
+                    ).format(
+                        name=sql.Identifier(name),
+                        s=sql.Identifier(schema),
+                        table=sql.Identifier(table),
+                        column=sql.Identifier(column),
+                        e=sql.Identifier(ext),
+                        ops=sql.Identifier(ops),
+                        dim=sql.Literal(dim),
+                        m=sql.Literal(m),
+                        efc=sql.Literal(ef_construction),
+                        repo=sql.Literal(repo),
+                        type=sql.Literal(node_type.value),
                     )
                 )
-            conn.execute(
-                sql.SQL(
-                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {s}.vectors USING hnsw "
-                    "((vec::{e}.vector({dim})) {e}.vector_cosine_ops) WITH (m = {m}, ef_construction = {efc}) "
-                    "WHERE repo = {repo} AND type = {type}"
-                ).format(
-                    name=sql.Identifier(name),
-                    s=sql.Identifier(schema),
-                    e=sql.Identifier(ext),
-                    dim=sql.Literal(dim),
-                    m=sql.Literal(m),
-                    efc=sql.Literal(ef_construction),
-                    repo=sql.Literal(repo),
-                    type=sql.Literal(node_type.value),
-                )
-            )
-            built.append(name)
-        finally:
-            conn.execute("SELECT set_config('statement_timeout', %s, false)", (timeout[0] if timeout else "0",))
-            conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+                built.append(name)
+            finally:
+                conn.execute("SELECT set_config('statement_timeout', %s, false)", (timeout[0] if timeout else "0",))
+                conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
     return built
 
 
