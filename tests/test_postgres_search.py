@@ -377,7 +377,9 @@ def test_weighted_vectors_follow_every_write(pgvector_dsn: str, schema: str) -> 
         old = NOW - timedelta(days=400)
         meta = {
             "a": hg.NodeMetadata(created_at=old),
-            "b": hg.NodeMetadata(created_at=old, access_count=7, last_accessed_at=NOW, cumulative_reward=1.5, reward_count=2),
+            "b": hg.NodeMetadata(
+                created_at=old, access_count=7, last_accessed_at=NOW, cumulative_reward=1.5, reward_count=2
+            ),
         }
         b.apply_changeset(
             Changeset(
@@ -402,10 +404,14 @@ def test_weighted_vectors_follow_every_write(pgvector_dsn: str, schema: str) -> 
                     want = vec / np.linalg.norm(vec) * expected_weight(m)
                     np.testing.assert_allclose(got[node_id][1], want, rtol=1e-5)
 
-        check({"a": ("semantic", vecs[0], meta["a"]), "b": ("semantic", vecs[1], meta["b"]), "c": ("tag", vecs[2], None)})
+        check(
+            {"a": ("semantic", vecs[0], meta["a"]), "b": ("semantic", vecs[1], meta["b"]), "c": ("tag", vecs[2], None)}
+        )
         used = hg.NodeMetadata(created_at=old, access_count=3, last_accessed_at=NOW)
         b.update_metadata({"a": used, "c": meta["a"]})
-        check({"a": ("semantic", vecs[0], used), "b": ("semantic", vecs[1], meta["b"]), "c": ("tag", vecs[2], meta["a"])})
+        check(
+            {"a": ("semantic", vecs[0], used), "b": ("semantic", vecs[1], meta["b"]), "c": ("tag", vecs[2], meta["a"])}
+        )
         b.delete_metadata(["b"])
         b.apply_changeset(Changeset(additions=[hg.Tag(id="a", embedding=vecs[3], label="moved")]))
         check({"a": ("tag", vecs[3], used), "b": ("semantic", vecs[1], None), "c": ("tag", vecs[2], meta["a"])})
