@@ -15,10 +15,10 @@ from typing import Any
 from psycopg import sql
 
 from ...engine.query import F32, ScanParams
-from ...graph.model import NodeType
+from ...graph.model import Node, NodeType
 from . import vectors as server_vectors
 from .arrays import Float4Array
-from .tx import _Tx
+from .tx import _decode_node, _id, _links, _Tx
 
 __all__ = ["Ranked", "RankedRow", "margin"]
 
@@ -30,8 +30,9 @@ def margin(dim: int) -> float:
     return max(1e-5, 4.0 * dim * 2.0**-24)
 
 
-RankedRow = tuple[bytes, float, bytes, bytes | None, float]
-"""(key, the server's score, embedding, metadata record, the best similarity of any row ranked)."""
+RankedRow = tuple[bytes, float, bytes, bytes | None, float, Node | None]
+"""(key, the server's score, embedding, metadata record, the best similarity of any row ranked, the
+node with its links as the same snapshot holds it)."""
 
 _VALUE = (
     "CASE WHEN x.ts IS NULL THEN x.r WHEN x.r <= 0 OR greatest(%(floor)s, x.freq) <= 0 THEN 0 ELSE "
@@ -54,11 +55,9 @@ class Ranked:
         self.ext = ext
         self.weighted: set[NodeType] = set()
         """Types whose value-weighted vectors have an inner-product index (set by `ServerSearch.prepare`)."""
-        self._statements: dict[tuple[NodeType, int, int, bool, bool, str], sql.Composed] = {}
+        self._statements: dict[tuple[NodeType, int, int, bool, bool, str], bytes] = {}
 
-    def _statement(
-        self, node_type: NodeType, dim: int, vectors: int, pooled: bool, weighted: bool, gate: str
-    ) -> sql.Composed:
+    def _statement(self, node_type: NodeType, dim: int, vectors: int, pooled: bool, weighted: bool, gate: str) -> bytes:
         key = (node_type, dim, vectors, pooled, weighted, gate)
         got = self._statements.get(key)
         if got is not None:
@@ -104,18 +103,22 @@ class Ranked:
         # one level, the lookups (and a window over every row) ran for each row the scan passed.
         # The best similarity of any row ranked serves the pooled path only (a pool's rows, not the type's).
         top = "max(y.r) OVER ()" if pooled else "0::float8"
-        got = sql.SQL(
+        composed = sql.SQL(
             "SELECT b.id, b.score, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = {repo} AND e.id = b.id), "
-            "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = b.id), b.top FROM ("
+            "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = b.id), b.top, "
+            "n.record, l.edges, l.targets FROM ("
             "SELECT y.id, y.score, " + top + " AS top "
             "FROM (SELECT x.id, x.r, " + _VALUE + " AS score FROM ("
             "SELECT v.id, m.ts, m.reward_count, greatest(0, {sims}) AS r, "
             "CASE WHEN m.accesses + %(k)s > 0 THEN m.accesses / (m.accesses + %(k)s) ELSE 0 END AS freq, "
             "CASE WHEN m.reward_count > 0 THEN -%(beta)s * m.reward_sum / m.reward_count END AS t "
             "FROM {s}.vectors v LEFT JOIN {s}.metadata m ON m.repo = v.repo AND m.id = v.id WHERE {where}) x) y "
-            "WHERE " + passes + " ORDER BY y.score DESC, y.id LIMIT %(limit)s) b ORDER BY b.score DESC, b.id"
+            "WHERE " + passes + " ORDER BY y.score DESC, y.id LIMIT %(limit)s) b "
+            "LEFT JOIN {s}.nodes n ON n.repo = {repo} AND n.id = b.id "
+            "LEFT JOIN LATERAL (SELECT array_agg(x.edge) AS edges, array_agg(x.b) AS targets FROM {s}.links x "
+            "WHERE x.repo = {repo} AND x.a = b.id) l ON true ORDER BY b.score DESC, b.id"
         ).format(s=s, repo=repo, sims=sql.SQL(", ").join(sims), where=where)
-        self._statements[key] = got
+        got = self._statements[key] = composed.as_bytes(None)  # rendered once: it holds only literals
         return got
 
     def rows(
@@ -154,8 +157,15 @@ class Ranked:
             # plan of a prepared statement, the vectors' cast to `vector` ran again for every row.
             cur.execute(statement, values, prepare=depth is not None)
             return [
-                (bytes(k), float(score), bytes(v), None if m is None else bytes(m), float(top))
-                for k, score, v, m, top in cur
+                (
+                    bytes(k),
+                    float(score),
+                    bytes(v),
+                    None if m is None else bytes(m),
+                    float(top),
+                    None if record is None else _decode_node(_id(k), record, v, _links(edges, targets)),
+                )
+                for k, score, v, m, top, record, edges, targets in cur
             ]
 
     def nearest(self, tx: _Tx, node_type: NodeType, dim: int, v: F32, k: int) -> list[list[float]]:

@@ -62,7 +62,7 @@ class ServerSearch:
         self.recall: dict[NodeType, float] = {}
         """Per indexed type, the mean recall@k its calibration measured."""
         self.ranked = Ranked(schema, repo, ext)
-        self._statements: dict[tuple[NodeType, int, int, bool], sql.Composed] = {}
+        self._statements: dict[tuple[NodeType, int, int, bool], bytes] = {}
 
     def prepare(
         self,
@@ -142,7 +142,7 @@ class ServerSearch:
             for t in NodeType
         }
 
-    def _pool_sql(self, node_type: NodeType, dim: int, lists: int, exact: bool) -> sql.Composed:
+    def _pool_sql(self, node_type: NodeType, dim: int, lists: int, exact: bool) -> bytes:
         got = self._statements.get((node_type, dim, lists, exact))
         if got is not None:
             return got
@@ -165,11 +165,11 @@ class ServerSearch:
                     type=sql.Literal(node_type.value),
                 )
             )
-        got = sql.SQL(
+        composed = sql.SQL(
             "SELECT x.i, x.id, x.d, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = {repo} AND e.id = x.id), "
             "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = x.id) FROM ({lists}) x"
         ).format(s=s, repo=sql.Literal(self.repo), lists=sql.SQL(" UNION ALL ").join(parts))
-        self._statements[(node_type, dim, lists, exact)] = got
+        got = self._statements[(node_type, dim, lists, exact)] = composed.as_bytes(None)
         return got
 
     def _pool(self, tx: _Tx, node_type: NodeType, dim: int, queries: F32, n: int, exact: bool) -> Pool:
@@ -203,13 +203,14 @@ class ServerSearch:
         live = queries[np.einsum("ij,ij->i", queries, queries) > 0] if dim else queries[:0]
         out: list[tuple[Node, float]] = []
         seen: set[str] = set()
+        known: dict[str, Node] = {}  # nodes the ranking statements returned with their rows
         for at, node_type in enumerate(wanted, 1):
             tp = cfg.params[node_type]
             if tp.top_k == 0:
                 continue
             if cfg.is_default:
                 scored: list[tuple[str, float]] | None = self._ranked(
-                    tx, node_type, dim or 0, queries, live, tp, when, exact
+                    tx, node_type, dim or 0, queries, live, tp, when, exact, known=known
                 )
             elif bounded:
                 scored = self._certified(tx, node_type, dim or 0, queries, live, tp, cfg, when, exact)
@@ -218,8 +219,8 @@ class ServerSearch:
             if scored is None:
                 scored = self._every_row(tx, node_type, queries, tp, cfg, when)
             picked = [(i, s) for i, s in scored if i not in seen]
-            loaded = tx.nodes([i for i, _ in picked])
-            hits = [(got[0], s) for i, s in picked if (got := loaded.get(i)) is not None]
+            fetched = {i: node for i, (node, _) in tx.nodes([i for i, _ in picked if i not in known]).items()}
+            hits = [(node, s) for i, s in picked if (node := known.get(i, fetched.get(i))) is not None]
             out += hits
             if at < len(wanted):  # a type listed twice answers its nodes once
                 seen.update(node.id for node, _ in hits)
@@ -236,10 +237,12 @@ class ServerSearch:
         when: datetime,
         exact: bool,
         depth: int | None = None,
+        known: dict[str, Node] | None = None,
     ) -> list[tuple[str, float]]:
         """The default value function's answer: from the HNSW pools reranked by the server when the
         type has a calibrated depth (and the pools fill top_k), else from the server's exact ranking,
-        certified against the client's scores (see `ranked`)."""
+        certified against the client's scores (see `ranked`). `known` gains the nodes the ranking
+        statements returned (the answer's, so that they need no second statement)."""
         measuring = depth is not None
         depth = depth if measuring else (None if exact else self.depth.get(node_type))
         zero_passes = tp.threshold <= 0.0
@@ -249,8 +252,14 @@ class ServerSearch:
             # zero scores (the client's, exactly) are filled in by id below.
             return [(i, s) for i, s in hits if s > 0.0] if zero_passes else hits
 
+        def ranked(limit: int, depth: int | None) -> list[RankedRow]:
+            rows = self.ranked.rows(tx, node_type, dim, live, tp, when.timestamp(), limit, depth)
+            if known is not None:
+                known.update((_id(row[0]), row[5]) for row in rows if row[5] is not None)
+            return rows
+
         if depth is not None and len(live):
-            rows = self.ranked.rows(tx, node_type, dim, live, tp, when.timestamp(), tp.top_k + _SPARE, depth)
+            rows = ranked(tp.top_k + _SPARE, depth)
             hits = passing(self._rescored(rows, queries, tp, when))
             # Where calibration measured (a depth given by the caller is being measured: no floor yet).
             near = bool(rows) and (measuring or rows[0][4] >= self.floor.get(node_type, 1.0))
@@ -258,7 +267,7 @@ class ServerSearch:
                 return hits
         limit = tp.top_k + _SPARE
         while True:
-            rows = self.ranked.rows(tx, node_type, dim, live, tp, when.timestamp(), limit, None) if len(live) else []
+            rows = ranked(limit, None) if len(live) else []
             hits = passing(self._rescored(rows, queries, tp, when))
             if len(rows) < limit:  # every row the server's gate passes is here
                 break
@@ -272,7 +281,7 @@ class ServerSearch:
     def _rescored(self, rows: list[RankedRow], queries: F32, tp: TypeParams, when: datetime) -> list[tuple[str, float]]:
         """The rows' best by the in-process scan (the same scores as the client path)."""
         columns = TypeColumns()
-        for key, _, vec, meta, _ in rows:
+        for key, _, vec, meta, _, _ in rows:
             columns.upsert(_id(key), codec.decode_embedding(vec), None if meta is None else codec.usage_of_meta(meta))
         return scan(columns, queries, tp, when.timestamp(), None)
 

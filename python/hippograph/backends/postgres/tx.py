@@ -115,11 +115,8 @@ class _Tx:
             rows = self.all("nodes_with_meta" if with_meta else "nodes_by_id", (self.repo, keys))
         for row in rows:
             node_id = _id(row[0])
-            links: dict[EdgeType, set[str]] = {}
-            for edge, b in zip(row[-2] or (), row[-1] or (), strict=True):
-                links.setdefault(EdgeType(edge), set()).add(_id(b))
             out[node_id] = (
-                _decode_node(node_id, row[1], row[2], links),
+                _decode_node(node_id, row[1], row[2], _links(row[-2], row[-1])),
                 codec.decode_meta(bytes(row[3])) if with_meta and row[3] is not None else None,
             )
         return out
@@ -130,6 +127,14 @@ def _has_rows(cur: psycopg.Cursor[Row]) -> bool:
     every column first, a read's largest fixed cost after the round trip)."""
     result = cur.pgresult
     return result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
+
+
+def _links(edges: Sequence[str] | None, targets: Sequence[bytes] | None) -> dict[EdgeType, set[str]]:
+    """A node's links from the arrays a statement aggregated (NULL: none)."""
+    links: dict[EdgeType, set[str]] = {}
+    for edge, b in zip(edges or (), targets or (), strict=True):
+        links.setdefault(EdgeType(edge), set()).add(_id(b))
+    return links
 
 
 def _decode_node(node_id: str, record: bytes, vec: bytes | None, links: Mapping[EdgeType, set[str]]) -> Node:

@@ -172,6 +172,7 @@ def weighted_alike(lam: float, k: float, base_floor: float, beta: float) -> bool
     then does the inner-product index order rows by their score)."""
     return (lam, k, base_floor, beta) == tuple(_WEIGHTED[n] for n in ("lambda", "k", "base_floor", "beta"))
 
+
 _VALUED = (
     "CREATE TABLE {s}.valued (repo text NOT NULL, id bytea NOT NULL, type text NOT NULL, val {e}.vector, "
     "PRIMARY KEY (repo, id), FOREIGN KEY (repo, id) REFERENCES {s}.vectors (repo, id) ON DELETE CASCADE)",
