@@ -309,10 +309,19 @@ def test_verify_checks_the_server_side_vectors(pgvector_dsn: str, schema: str) -
             conn.execute(f"DELETE FROM {table} WHERE id = %s", (b"s0001",))
             conn.execute(f"UPDATE {table} SET type = 'tag' WHERE id = %s", (b"s0002",))
             conn.execute(f"UPDATE {table} SET vec = array_fill(0.5::real, ARRAY[{DIM}]) WHERE id = %s", (b"s0004",))
+            valued = f'"{schema}".valued'
+            conn.execute(f"DELETE FROM {valued} WHERE id = %s", (b"s0005",))
+            conn.execute(f"UPDATE {valued} SET val = NULL WHERE id = %s", (b"s0008",))  # s0008 has usage
+            conn.execute(f'ALTER TABLE "{schema}".metadata DISABLE TRIGGER USER')  # the usage alone changes
+            conn.execute(f'UPDATE "{schema}".metadata SET accesses = accesses + 1 WHERE id = %s', (b"s0016",))
         assert sorted(server.verify_storage()[0]) == [
             "embedding of 's0001' has no server-side vector",
             "server-side vector of 's0002' is filed as 'tag', the node is 'semantic'",
             "server-side vector of 's0004' differs from its embedding",
+            "server-side vector of 's0005' has no value-weighted vector",
+            "usage columns of 's0016' disagree with its metadata",
+            "value-weighted vector of 's0008' disagrees with its vector and usage",
+            "value-weighted vector of 's0016' disagrees with its vector and usage",
         ]
     finally:
         server.close()

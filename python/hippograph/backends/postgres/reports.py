@@ -38,8 +38,8 @@ def _counts(tx: _Tx) -> dict[str, Any]:
 
 def _vector_problems(tx: _Tx, embeddings: dict[bytes, bytes], types: dict[bytes, str]) -> list[str]:
     """Where the schema keeps vectors in the server: each embedding has its vector, equal to it and
-    filed under its node's type, no other vector exists, and each metadata row's usage columns say
-    what its record says."""
+    filed under its node's type, no other vector exists, each metadata row's usage columns say
+    what its record says, and each vector's value-weighted copy is what its usage makes it."""
     problems: list[str] = []
     held = {bytes(k): (t, v) for k, t, v in tx.all("repo_vectors", (tx.repo,))}
     for key in sorted(embeddings.keys() | held.keys()):
@@ -63,6 +63,14 @@ def _vector_problems(tx: _Tx, embeddings: dict[bytes, bytes], types: dict[bytes,
             continue  # reported with the record
         if tuple(usage) != want:
             problems.append(f"usage columns of {bytes(key).decode('utf-8', 'replace')!r} disagree with its metadata")
+    if (tx.one("has_weights") or (False,))[0]:
+        for key, missing in tx.all("repo_weight_problems", (tx.repo,)):
+            shown = bytes(key).decode("utf-8", "replace")
+            problems.append(
+                f"server-side vector of {shown!r} has no value-weighted vector"
+                if missing
+                else f"value-weighted vector of {shown!r} disagrees with its vector and usage"
+            )
     return problems
 
 

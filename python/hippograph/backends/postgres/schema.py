@@ -374,6 +374,13 @@ _SQL: Final[dict[str, str]] = {
     "repo_embeddings": "SELECT id, vec FROM {s}.embeddings WHERE repo = %b",
     "repo_metadata": "SELECT id, record FROM {s}.metadata WHERE repo = %b",
     "repo_vectors": "SELECT id, type, vec::real[] FROM {s}.vectors WHERE repo = %b",
+    "has_weights": "SELECT to_regclass('{s}.valued') IS NOT NULL",
+    "repo_weight_problems": (
+        "SELECT v.id, w.id IS NULL FROM {s}.vectors v LEFT JOIN {s}.valued w ON w.repo = v.repo AND w.id = v.id "
+        "LEFT JOIN {s}.metadata m ON m.repo = v.repo AND m.id = v.id WHERE v.repo = %b AND (w.id IS NULL "
+        "OR w.type IS DISTINCT FROM v.type "
+        "OR w.val IS DISTINCT FROM {s}.hg_valued(v.vec, {s}.hg_weight(m.ts, m.accesses, m.reward_count, m.reward_sum)))"
+    ),
     "repo_meta_usage": "SELECT id, record, ts, accesses, reward_count, reward_sum FROM {s}.metadata WHERE repo = %b",
     "repo_links": "SELECT a, edge, b FROM {s}.links WHERE repo = %b",
     "repo_records": "SELECT source_id, record FROM {s}.ingestion WHERE repo = %b",
