@@ -72,18 +72,30 @@ class Ranked:
         ]
         where = sql.SQL("v.repo = {repo} AND v.type = {kind}").format(repo=repo, kind=kind)
         if pooled and weighted:
-            # Per query vector, the rows of best weighted inner product (the best default scores),
-            # and the rows without metadata (no weight: scored by relevance alone) most similar.
+            # Per query vector, the rows of best weighted inner product (the best default scores);
+            # and the rows without metadata (no weight: scored by relevance alone), most similar to
+            # any query vector, found by scanning them (`ServerSearch.prepare`: they are few).
             lists = [
                 sql.SQL(
                     "(SELECT w.id FROM {s}.valued w WHERE w.repo = {repo} AND w.type = {kind} "
-                    "ORDER BY (w.val::{e}.vector({d})) OPERATOR({e}.<#>) ({q}::{e}.vector({d})) LIMIT %(depth)s) "
-                    "UNION (SELECT w.id FROM {s}.valued w JOIN {s}.vectors u ON u.repo = w.repo AND u.id = w.id "
-                    "WHERE w.repo = {repo} AND w.type = {kind} AND w.val IS NULL "
-                    "ORDER BY u.vec OPERATOR({e}.<=>) {q}::{e}.vector LIMIT %(depth)s)"
+                    "ORDER BY (w.val::{e}.vector({d})) OPERATOR({e}.<#>) ({q}::{e}.vector({d})) LIMIT %(depth)s)"
                 ).format(s=s, repo=repo, kind=kind, e=e, d=d, q=sql.Placeholder(f"q{i}"))
                 for i in range(vectors)
             ]
+            lists.append(
+                sql.SQL(
+                    "(SELECT w.id FROM {s}.valued w JOIN {s}.vectors u ON u.repo = w.repo AND u.id = w.id "
+                    "WHERE w.repo = {repo} AND w.type = {kind} AND w.val IS NULL ORDER BY least({near}) LIMIT %(depth)s)"
+                ).format(
+                    s=s,
+                    repo=repo,
+                    kind=kind,
+                    near=sql.SQL(", ").join(
+                        sql.SQL("u.vec OPERATOR({e}.<=>) {q}::{e}.vector").format(e=e, q=sql.Placeholder(f"q{i}"))
+                        for i in range(vectors)
+                    ),
+                )
+            )
             where = sql.SQL("{where} AND v.id IN ({lists})").format(where=where, lists=sql.SQL(" UNION ").join(lists))
         elif pooled:
             lists = [

@@ -38,6 +38,9 @@ __all__ = ["ServerSearch"]
 _ANN_MOST = 1000
 """The deepest pool drawn from an HNSW index per query vector; deeper, the exact scan answers
 (pgvector's iterative scans stop at ``hnsw.max_scan_tuples`` and its cost grows with depth)."""
+_UNWEIGHTED_MOST = 256
+"""A type draws its default-value pools from the value-weighted index only while at most this many
+of its rows have no weight (no metadata): every pool scans those exactly."""
 _SPARE = 8
 """Rows fetched beyond top_k, so that rows the server and the client score a hair apart still
 land on the right side of the cut."""
@@ -100,8 +103,14 @@ class ServerSearch:
             built = list(dict.fromkeys(names[n] for n in made))
         valid = vectors.existing_indexes(conn, self.schema, self.repo)
         indexed = {t for t in NodeType if valid.get(vectors.index_name(self.repo, t, dim))}
-        # Pools of the default value function come from the value-weighted index where it serves.
-        self.ranked.weighted = {t for t in indexed if valid.get(vectors.value_index_name(self.repo, t, dim))}
+        # Pools of the default value function come from the value-weighted index where it serves and
+        # the rows without a weight (no metadata), scanned exactly with each pool, are few.
+        self.ranked.weighted = {
+            t
+            for t in indexed
+            if valid.get(vectors.value_index_name(self.repo, t, dim))
+            and vectors.unweighted(conn, self.schema, self.repo, t, _UNWEIGHTED_MOST + 1) <= _UNWEIGHTED_MOST
+        }
         measured = depth.stored(conn, self.schema, self.repo, dim)
         tx = _Tx(conn, self.repo, {})
 

@@ -231,6 +231,17 @@ best-scored rows first. Triggers on ``{s}.vectors`` and ``{s}.metadata`` keep it
 every writer, whichever release; the last statement fills it from what is stored."""
 
 
+def unweighted(conn: Conn, schema: str, repo: str, node_type: NodeType, most: int) -> int:
+    """How many of the type's vectors have no weight (their node has no metadata), counted up to `most`."""
+    row = conn.execute(
+        sql.SQL(
+            "SELECT count(*) FROM (SELECT 1 FROM {s}.valued WHERE repo = %s AND type = %s AND val IS NULL LIMIT %s) x"
+        ).format(s=sql.Identifier(schema)),
+        (repo, node_type.value, most),
+    ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def kept(conn: Conn, schema: str) -> bool:
     """Whether `schema` keeps server-side vectors (its writers must send them)."""
     return _table_exists(conn, schema)
