@@ -85,7 +85,8 @@ class Ranked:
             lists.append(
                 sql.SQL(
                     "(SELECT w.id FROM {s}.valued w JOIN {s}.vectors u ON u.repo = w.repo AND u.id = w.id "
-                    "WHERE w.repo = {repo} AND w.type = {kind} AND w.val IS NULL ORDER BY least({near}) LIMIT %(depth)s)"
+                    "WHERE w.repo = {repo} AND w.type = {kind} AND w.val IS NULL "
+                    "ORDER BY least({near}) LIMIT %(depth)s)"
                 ).format(
                     s=s,
                     repo=repo,
