@@ -196,6 +196,38 @@ per record, as `codec.usage_of_meta` reads them) on its metadata row. A caller
 that sends neither while the table exists is refused with SQLSTATE HG002 and retries with them, so
 no writer can leave a vector or its usage out, whenever the table was created."""
 
+def _rewritten(text: str, *edits: tuple[str, str]) -> str:
+    """`text` with each (old, new) replaced, every old required to be there."""
+    for old, new in edits:
+        if old not in text:
+            raise AssertionError(f"not in the statement: {old!r}")
+        text = text.replace(old, new)
+    return text
+
+
+_WRITE_GRAPH_6: Final = _rewritten(
+    _WRITE_GRAPH_5,
+    ("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"),
+    (
+        "WHERE EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.a)\n"
+        "        AND EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.b)",
+        "WHERE (SELECT true FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.a)\n"
+        "        AND (SELECT true FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.b)",
+    ),
+    (
+        "SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim]\n"
+        "            FROM unnest(p_emb_keys) WITH ORDINALITY AS x(id, o)\n"
+        "            JOIN {s}.nodes n ON n.repo = p_repo AND n.id = x.id",
+        "SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim]\n"
+        "            FROM unnest(p_emb_keys) WITH ORDINALITY AS x(id, o)\n"
+        "            JOIN unnest(p_node_keys, p_types) AS n(id, type) ON n.id = x.id",
+    ),
+)
+"""`write_graph` as migration 6 redefines it: the same steps, planned as key lookups at any size.
+Each end of a link is checked by a scalar subquery, which the planner cannot turn into a join (an
+`EXISTS` became a hash join over a sequential scan of the repo's nodes once the statement's generic
+plan was cached); a vector takes its type from the write's own arrays rather than from `nodes`."""
+
 _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (
         1,
@@ -314,6 +346,11 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "p_node_keys, p_types, p_records, p_created, p_emb_keys, p_vecs, p_bare, p_link_a, p_link_edge, "
             "p_link_b, p_meta_keys, p_meta_records, p_touched, NULL::real[], NULL::float8[]) $fn$",
         ),
+    ),
+    (
+        6,
+        "write_graph checks link ends by key lookups",
+        (_WRITE_GRAPH_6,),
     ),
 )
 
