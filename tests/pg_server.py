@@ -134,6 +134,10 @@ class ThrowawayCluster:
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", log, "-w", "-t", "60", "-o", options, "start")
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
+    def socket_dsn(self) -> str:
+        """The started cluster over its Unix-domain socket (in the data directory) instead of TCP."""
+        return f"postgresql://postgres@/postgres?host={self.data}&port={self.port}"
+
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             subprocess.run(

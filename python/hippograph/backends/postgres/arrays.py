@@ -1,9 +1,11 @@
-"""`Float4Array`: float32 values sent to PostgreSQL as a binary ``real[]`` (no text formatting, no
-per-value Python objects), for the server-side vectors (`vectors`, `write_graph`)."""
+"""Arrays sent to PostgreSQL in binary, encoded here at once rather than element by element by
+psycopg's list dumper: `Float4Array` (float32 values as ``real[]``, for the server-side vectors)
+and `ByteaArray` / `TextArray` (the keys, records and names of a `write_graph` call)."""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +14,7 @@ from psycopg import Connection
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
-__all__ = ["Float4Array", "register"]
+__all__ = ["ByteaArray", "Float4Array", "TextArray", "register"]
 
 
 class Float4Array:
@@ -37,6 +39,58 @@ class _Float4ArrayDumper(Dumper):
         return struct.pack(">iiIii", 1, 0, 700, n, 1) + cells.tobytes()
 
 
+class ByteaArray:
+    """Byte strings sent as a PostgreSQL ``bytea[]``."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Sequence[bytes]) -> None:
+        self.items = items
+
+
+class TextArray:
+    """Strings sent as a PostgreSQL ``text[]``."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Sequence[str]) -> None:
+        self.items = [s.encode("utf-8") for s in items]
+
+
+def _array(items: Sequence[bytes], element_oid: int) -> bytes:
+    """A one-dimensional array of non-NULL values in PostgreSQL's binary format."""
+    if not items:
+        return _HEAD.pack(0, 0, element_oid)
+    parts = [_HEAD.pack(1, 0, element_oid), _DIM.pack(len(items), 1)]
+    for item in items:
+        parts.append(_SIZE.pack(len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+class _ByteaArrayDumper(Dumper):
+    format = Format.BINARY
+    oid = 1001  # bytea[]
+
+    def dump(self, obj: ByteaArray) -> bytes:
+        return _array(obj.items, 17)
+
+
+class _TextArrayDumper(Dumper):
+    format = Format.BINARY
+    oid = 1009  # text[]
+
+    def dump(self, obj: TextArray) -> bytes:
+        return _array(obj.items, 25)
+
+
+_HEAD = struct.Struct(">iiI")
+_DIM = struct.Struct(">ii")
+_SIZE = struct.Struct(">i")
+
+
 def register(conn: Connection[Any]) -> None:
-    """Lets `conn` send `Float4Array` values."""
+    """Lets `conn` send the arrays of this module."""
     conn.adapters.register_dumper(Float4Array, _Float4ArrayDumper)
+    conn.adapters.register_dumper(ByteaArray, _ByteaArrayDumper)
+    conn.adapters.register_dumper(TextArray, _TextArrayDumper)

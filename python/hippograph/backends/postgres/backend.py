@@ -633,8 +633,8 @@ class Postgres(DerivedBackend):
         key = _key(check_id(source_id, "source_id"))
 
         def run(tx: _Tx) -> IngestionRecord | None:
-            row = tx.one("get_record", (tx.repo, key))
-            return None if row is None else codec.decode_record(source_id, bytes(row[0]))
+            rows = tx.fetch("get_record", (tx.repo.encode(), key))
+            return codec.decode_record(source_id, rows[0][0]) if rows and rows[0][0] is not None else None
 
         return self._read("get_ingestion", run, snapshot=False)
 

@@ -196,6 +196,7 @@ per record, as `codec.usage_of_meta` reads them) on its metadata row. A caller
 that sends neither while the table exists is refused with SQLSTATE HG002 and retries with them, so
 no writer can leave a vector or its usage out, whenever the table was created."""
 
+
 def _rewritten(text: str, *edits: tuple[str, str]) -> str:
     """`text` with each (old, new) replaced, every old required to be there."""
     for old, new in edits:

@@ -10,6 +10,7 @@ sort psycopg's errors for that loop (`_kind`) and for the migrations.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import time
 from collections import Counter
@@ -24,7 +25,8 @@ from ...errors import HippographError, StorageError
 from ...graph import codec
 from ...graph.changeset import Changeset, check_changeset, normalised_links
 from ...graph.model import EdgeType, Node, NodeMetadata
-from .arrays import Float4Array
+from . import prepared
+from .arrays import ByteaArray, Float4Array, TextArray
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -92,6 +94,10 @@ class _Tx:
             cur.execute(self.sql[name], params)
             return cur.rowcount
 
+    def fetch(self, name: str, params: Sequence[bytes]) -> list[list[bytes | None]]:
+        """Statement `name` as a key lookup (`prepared.fetch`): parameters and columns as raw bytes."""
+        return prepared.fetch(self.conn, _STATEMENT_PREFIX + name.encode(), _native(self.sql[name]), params)
+
     def many(self, name: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             with self.conn.cursor(binary=True) as cur:
@@ -100,8 +106,8 @@ class _Tx:
     # -- shared reads ------------------------------------------------------------------
 
     def dim(self) -> int | None:
-        row = self.one("dim", (self.repo,))
-        return None if row is None or row[0] is None else int(row[0])
+        rows = self.fetch("dim", (self.repo.encode(),))
+        return int.from_bytes(rows[0][0], "big", signed=True) if rows and rows[0][0] is not None else None
 
     def nodes(self, ids: Iterable[str], *, with_meta: bool = False) -> dict[str, tuple[Node, NodeMetadata | None]]:
         """The nodes (with their current links, and metadata when asked) among `ids`, in one statement."""
@@ -110,9 +116,14 @@ class _Tx:
             return {}
         out: dict[str, tuple[Node, NodeMetadata | None]] = {}
         if len(keys) == 1 and not with_meta:  # a key lookup the planner never turns into a range scan
-            rows = self.all("node_by_id", (self.repo, keys[0]))
-        else:
-            rows = self.all("nodes_with_meta" if with_meta else "nodes_by_id", (self.repo, keys))
+            for key, record, vec, edges, targets in self.fetch("node_by_id", (self.repo.encode(), keys[0])):
+                assert key is not None and record is not None  # primary key and NOT NULL columns
+                node_id = _id(key)
+                names = [bytes(e or b"").decode() for e in prepared.array_items(edges)]
+                ends = [bytes(t or b"") for t in prepared.array_items(targets)]
+                out[node_id] = (_decode_node(node_id, record, vec, _links(names, ends)), None)
+            return out
+        rows = self.all("nodes_with_meta" if with_meta else "nodes_by_id", (self.repo, keys))
         for row in rows:
             node_id = _id(row[0])
             out[node_id] = (
@@ -120,6 +131,15 @@ class _Tx:
                 codec.decode_meta(bytes(row[3])) if with_meta and row[3] is not None else None,
             )
         return out
+
+
+_STATEMENT_PREFIX = b"hg_"
+"""Names of the statements `_Tx.fetch` prepares (psycopg's own are ``_pg3_``...)."""
+
+
+@functools.cache
+def _native(query: str) -> bytes:
+    return prepared.native(query)
 
 
 def _has_rows(cur: psycopg.Cursor[Row]) -> bool:
@@ -171,19 +191,19 @@ class _Write:
             tx.repo,
             *(claim if claim is not None else (None, None, None, None)),
             dim,
-            [k for k, _ in nodes],
-            [n.node_type.value for _, n in nodes],
-            [codec.encode_node(n) for _, n in nodes],
+            ByteaArray([k for k, _ in nodes]),
+            TextArray([n.node_type.value for _, n in nodes]),
+            ByteaArray([codec.encode_node(n) for _, n in nodes]),
             [n.created_at for _, n in nodes],
-            [k for k, _ in embedded],
-            [codec.encode_embedding(e) for _, e in embedded],
-            [k for k, n in nodes if n.embedding is None],
-            [_key(r[0]) for r in links],
-            [r[1] for r in links],
-            [_key(r[2]) for r in links],
-            [k for k, _ in meta],
-            [data for _, data in meta],
-            sorted(_key(i) for i in touched) if logs else [],
+            ByteaArray([k for k, _ in embedded]),
+            ByteaArray([codec.encode_embedding(e) for _, e in embedded]),
+            ByteaArray([k for k, n in nodes if n.embedding is None]),
+            ByteaArray([_key(r[0]) for r in links]),
+            TextArray([r[1] for r in links]),
+            ByteaArray([_key(r[2]) for r in links]),
+            ByteaArray([k for k, _ in meta]),
+            ByteaArray([data for _, data in meta]),
+            ByteaArray(sorted(_key(i) for i in touched) if logs else []),
             Float4Array(np.concatenate([e for _, e in embedded])) if embedded and tx.shared.vectors else None,
             [u for _, data in meta for u in codec.usage_of_meta(data)] if meta and tx.shared.vectors else None,
         )

@@ -1,0 +1,118 @@
+"""Key lookups through libpq's prepared statements (`backends.postgres.prepared`): the placeholder
+conversion, the binary array reader against psycopg's own encoder, statements a session lost or a
+table change outdated, and errors raised as a cursor would raise them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pg_server import pg_dsn, require_psycopg
+
+require_psycopg()
+
+import psycopg  # noqa: E402
+from psycopg.adapt import PyFormat, Transformer  # noqa: E402
+
+import hippograph as hg  # noqa: E402
+from hippograph.backends.postgres import Postgres, drop_repo  # noqa: E402
+from hippograph.backends.postgres.prepared import array_items, fetch, native  # noqa: E402
+from hippograph.testing.graphs import make_node, vec  # noqa: E402
+
+__all__ = ["pg_dsn"]
+
+
+def _binary(value: list[Any]) -> bytes:
+    """`value` as psycopg sends an array parameter in binary."""
+    return bytes(Transformer().get_dumper(value, PyFormat.BINARY).dump(value))
+
+
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=30))
+def test_bytea_arrays_read_back(items: list[bytes]) -> None:
+    assert array_items(_binary(items)) == items
+
+
+@given(st.lists(st.text(max_size=20).filter(lambda s: "\x00" not in s), min_size=1, max_size=30))
+def test_text_arrays_read_back(items: list[str]) -> None:
+    assert [bytes(b or b"").decode() for b in array_items(_binary(items))] == items
+
+
+def test_null_elements_and_missing_arrays() -> None:
+    assert array_items(_binary([b"a", None, b""])) == [b"a", None, b""]
+    assert array_items(None) == []
+
+
+def test_arrays_as_the_server_sends_them(conn: psycopg.Connection[Any]) -> None:
+    query = (
+        b"SELECT ARRAY[]::bytea[], ARRAY['\\x00ff'::bytea, NULL], ARRAY['a', 'b\xc3\xa9']::text[], "
+        b"NULL::text[] WHERE $1::text IS NOT NULL"
+    )
+    ((empty, pair, texts, missing),) = fetch(conn, b"hg_arrays", query, [b"x"])
+    assert array_items(empty) == [] and array_items(pair) == [b"\x00\xff", None]
+    assert array_items(texts) == [b"a", "bé".encode()] and array_items(missing) == []
+
+
+def test_placeholders_are_numbered_for_the_server() -> None:
+    assert native("SELECT a FROM t WHERE x = %b AND y = ANY(%b) AND z LIKE 'a%%'") == (
+        b"SELECT a FROM t WHERE x = $1 AND y = ANY($2) AND z LIKE 'a%'"
+    )
+    for query in ("SELECT %s", "SELECT %(name)b", "SELECT %t"):
+        with pytest.raises(ValueError, match="only %b placeholders"):
+            native(query)
+
+
+@pytest.fixture
+def conn(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        yield c
+
+
+def test_a_lost_or_outdated_statement_is_prepared_again(conn: psycopg.Connection[Any]) -> None:
+    table = f"hg_prepared_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"CREATE TEMP TABLE {table} (k bytea PRIMARY KEY, v text)")
+    conn.execute(f"INSERT INTO {table} VALUES ('\\x01', 'one')")
+    query = native(f"SELECT * FROM {table} WHERE k = %b")
+    assert fetch(conn, b"hg_probe", query, [b"\x01"]) == [[b"\x01", b"one"]]
+    conn.execute("DEALLOCATE ALL")  # what a session reset does
+    assert fetch(conn, b"hg_probe", query, [b"\x01"]) == [[b"\x01", b"one"]]
+    conn.execute(f"ALTER TABLE {table} ADD COLUMN w integer DEFAULT 7")  # the cached plan's row type changes
+    assert fetch(conn, b"hg_probe", query, [b"\x01"]) == [[b"\x01", b"one", (7).to_bytes(4, "big")]]
+    assert fetch(conn, b"hg_probe", query, [b"\x02"]) == []
+
+
+def test_errors_are_psycopg_errors_with_their_sqlstate(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        fetch(conn, b"hg_missing", b"SELECT 1 FROM hg_no_such_table WHERE x = $1", [b"x"])
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        conn.execute("SET statement_timeout = '50ms'")
+        fetch(conn, b"hg_sleep", b"SELECT pg_sleep(1) WHERE $1::text IS NOT NULL", [b"x"])
+
+
+def test_get_node_survives_a_session_reset(pg_dsn: str) -> None:
+    """`DISCARD ALL` on every pooled connection drops the prepared lookups; the next reads prepare
+    them again and answer as before."""
+    repo = f"test-{uuid.uuid4().hex}"
+    name = f"hg-{uuid.uuid4().hex[:8]}"
+    backend = Postgres(pg_dsn, repo=repo, application_name=name, min_connections=2, pool_size=2)
+    try:
+        node = make_node(hg.NodeType.SEMANTIC, "a", vec(1, 0, 0, 0))
+        backend.apply_changeset(
+            hg.Changeset().add_nodes([node, make_node(hg.NodeType.SEMANTIC, "b")]).add_link("a", "b", "sibling")
+        )
+        first = backend.get_node("a")
+        assert first is not None and first.linked_ids() == {"b"}
+        for _ in range(2):
+            with backend._runner.pool.connection() as pooled:
+                pooled.execute("DISCARD ALL")
+        again = backend.get_node("a")
+        assert again is not None and again.linked_ids() == {"b"} and again.fields_dict() == first.fields_dict()
+        assert again.embedding is not None and again.embedding.tolist() == [1.0, 0.0, 0.0, 0.0]
+        assert backend.get_node("missing") is None
+    finally:
+        backend.close()
+        drop_repo(pg_dsn, repo=repo)
