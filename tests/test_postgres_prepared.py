@@ -85,6 +85,16 @@ def test_a_lost_or_outdated_statement_is_prepared_again(conn: psycopg.Connection
     assert fetch(conn, b"hg_probe", query, [b"\x02"]) == []
 
 
+def test_without_prepared_statements_the_lookup_is_sent_unnamed(conn: psycopg.Connection[Any]) -> None:
+    """Behind a transaction-mode pooler (``prepare_threshold=None``) nothing is prepared by name."""
+    conn.prepare_threshold = None
+    query = b"SELECT $1::bytea, 'x'::text"
+    assert fetch(conn, b"hg_unnamed", query, [b"\x05"]) == [[b"\x05", b"x"]]
+    assert conn.execute("SELECT count(*) FROM pg_prepared_statements WHERE name = 'hg_unnamed'").fetchone() == (0,)
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        fetch(conn, b"hg_unnamed", b"SELECT 1 FROM hg_no_such_table WHERE x = $1", [b"x"])
+
+
 def test_errors_are_psycopg_errors_with_their_sqlstate(conn: psycopg.Connection[Any]) -> None:
     with pytest.raises(psycopg.errors.UndefinedTable):
         fetch(conn, b"hg_missing", b"SELECT 1 FROM hg_no_such_table WHERE x = $1", [b"x"])

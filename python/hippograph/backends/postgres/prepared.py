@@ -2,10 +2,11 @@
 
 A single-row read is one round trip, yet the cursor layer (adapting each parameter, loading each
 column, its own statement cache) costs a third as much again. A statement run here is prepared once
-per connection under its own name, its parameters are sent as they are (text as UTF-8, bytea as
-bytes) and its columns come back as bytes: the caller decodes what it reads (`array_items` for
-arrays). The call blocks in libpq with the GIL released; ``statement_timeout`` bounds it as it
-bounds every statement.
+per connection under its own name (or sent unnamed with its parameters where the connection's
+``prepare_threshold`` is None, as behind a transaction-mode pooler). Its parameters are sent as they
+are (text as UTF-8, bytea as bytes) and its columns come back as bytes: the caller decodes what it
+reads (`array_items` for arrays). The call blocks in libpq with the GIL released;
+``statement_timeout`` bounds it as it bounds every statement.
 """
 
 from __future__ import annotations
@@ -56,14 +57,19 @@ def fetch(
     """The rows of statement `name` (`query`, prepared on `conn` the first time) for `params`, in
     autocommit or inside the connection's open transaction. Raises psycopg's errors, as a cursor would."""
     pgconn = conn.pgconn
+    formats = [1] * len(params)
+    if conn.prepare_threshold is None:  # prepared statements turned off (a transaction-mode pooler): unnamed
+        result = pgconn.exec_params(query, params, param_formats=formats, result_format=1)
+        _check(conn, result)
+        return _rows(result)
     prepared = _PREPARED.setdefault(conn, set())
     for attempt in (1, 2):
         if name not in prepared:
             _check(conn, pgconn.prepare(name, query))
             prepared.add(name)
-        result = pgconn.exec_prepared(name, params, param_formats=[1] * len(params), result_format=1)
+        result = pgconn.exec_prepared(name, params, param_formats=formats, result_format=1)
         if result.status == pq.ExecStatus.TUPLES_OK:
-            return [[result.get_value(r, c) for c in range(result.nfields)] for r in range(result.ntuples)]
+            return _rows(result)
         state = result.error_field(pq.DiagnosticField.SQLSTATE)
         if attempt == 1 and state is not None and state.decode() in _STALE:
             prepared.discard(name)
@@ -72,6 +78,10 @@ def fetch(
             continue
         _check(conn, result)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _rows(result: pq.abc.PGresult) -> list[list[bytes | None]]:
+    return [[result.get_value(r, c) for c in range(result.nfields)] for r in range(result.ntuples)]
 
 
 def _check(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> None:
