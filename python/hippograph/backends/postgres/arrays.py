@@ -14,7 +14,7 @@ from psycopg import Connection
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
-__all__ = ["ByteaArray", "Float4Array", "TextArray", "register"]
+__all__ = ["ByteaArray", "Float4Array", "TextArray", "bytea_array", "register"]
 
 
 class Float4Array:
@@ -68,12 +68,17 @@ def _array(items: Sequence[bytes], element_oid: int) -> bytes:
     return b"".join(parts)
 
 
+def bytea_array(items: Sequence[bytes]) -> bytes:
+    """`items` as a binary ``bytea[]`` value, for a parameter sent as raw bytes (`prepared.fetch`)."""
+    return _array(items, 17)
+
+
 class _ByteaArrayDumper(Dumper):
     format = Format.BINARY
     oid = 1001  # bytea[]
 
     def dump(self, obj: ByteaArray) -> bytes:
-        return _array(obj.items, 17)
+        return bytea_array(obj.items)
 
 
 class _TextArrayDumper(Dumper):

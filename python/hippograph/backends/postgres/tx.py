@@ -26,7 +26,7 @@ from ...graph import codec
 from ...graph.changeset import Changeset, check_changeset, normalised_links
 from ...graph.model import EdgeType, Node, NodeMetadata
 from . import prepared
-from .arrays import ByteaArray, Float4Array, TextArray
+from .arrays import ByteaArray, Float4Array, TextArray, bytea_array
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -115,20 +115,21 @@ class _Tx:
         if not keys:
             return {}
         out: dict[str, tuple[Node, NodeMetadata | None]] = {}
+        repo = self.repo.encode()
         if len(keys) == 1 and not with_meta:  # a key lookup the planner never turns into a range scan
-            for key, record, vec, edges, targets in self.fetch("node_by_id", (self.repo.encode(), keys[0])):
-                assert key is not None and record is not None  # primary key and NOT NULL columns
-                node_id = _id(key)
-                names = [bytes(e or b"").decode() for e in prepared.array_items(edges)]
-                ends = [bytes(t or b"") for t in prepared.array_items(targets)]
-                out[node_id] = (_decode_node(node_id, record, vec, _links(names, ends)), None)
-            return out
-        rows = self.all("nodes_with_meta" if with_meta else "nodes_by_id", (self.repo, keys))
+            rows = self.fetch("node_by_id", (repo, keys[0]))
+        else:
+            rows = self.fetch("nodes_with_meta" if with_meta else "nodes_by_id", (repo, bytea_array(keys)))
         for row in rows:
-            node_id = _id(row[0])
+            key, record, vec, edges, targets = row[0], row[1], row[2], row[-2], row[-1]
+            assert key is not None and record is not None  # primary key and NOT NULL columns
+            node_id = _id(key)
+            names = [bytes(e or b"").decode() for e in prepared.array_items(edges)]
+            ends = [bytes(t or b"") for t in prepared.array_items(targets)]
+            meta = row[3] if with_meta else None
             out[node_id] = (
-                _decode_node(node_id, row[1], row[2], _links(row[-2], row[-1])),
-                codec.decode_meta(bytes(row[3])) if with_meta and row[3] is not None else None,
+                _decode_node(node_id, record, vec, _links(names, ends)),
+                None if meta is None else codec.decode_meta(meta),
             )
         return out
 
