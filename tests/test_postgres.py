@@ -31,7 +31,7 @@ require_psycopg()
 import psycopg  # noqa: E402
 
 import hippograph as hg  # noqa: E402
-from hippograph.backends.postgres import DSN_ENV, SCHEMA_VERSION, Postgres, drop_repo  # noqa: E402
+from hippograph.backends.postgres import DSN_ENV, SCHEMA_VERSION, Postgres, drop_repo, prepared  # noqa: E402
 from hippograph.errors import ConfigError, StorageError, ValidationError  # noqa: E402
 from hippograph.graph import codec  # noqa: E402
 from hippograph.testing.conformance import KEEP_ALL  # noqa: E402
@@ -653,17 +653,16 @@ def test_a_statement_timeout_is_a_storage_error_and_writes_nothing(
 @pytest.fixture
 def commit_answer_lost(monkeypatch: pytest.MonkeyPatch) -> None:
     """The next COMMIT is executed, then its answer is 'lost' (as if the connection died right after)."""
-    real = psycopg.Connection.execute
+    real = prepared.command
     armed = [True]
 
-    def execute(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        result = real(self, query, *args, **kwargs)
-        if query == "COMMIT" and armed[0]:
+    def command(conn: psycopg.Connection[Any], text: bytes) -> None:
+        real(conn, text)
+        if text == b"COMMIT" and armed[0]:
             armed[0] = False
             raise psycopg.OperationalError("server closed the connection unexpectedly (simulated)")
-        return result
 
-    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    monkeypatch.setattr(prepared, "command", command)
 
 
 def test_commit_ingestion_resolves_a_lost_commit_answer(

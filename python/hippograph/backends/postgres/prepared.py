@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import errors, pq
 
-__all__ = ["array_items", "fetch", "native"]
+__all__ = ["array_items", "command", "fetch", "native"]
 
 _PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]] = weakref.WeakKeyDictionary()
 """The names prepared on each open connection (a replaced connection starts with none)."""
@@ -78,6 +78,11 @@ def fetch(
             continue
         _check(conn, result)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def command(conn: psycopg.Connection[Any], text: bytes) -> None:
+    """Runs `text` (statements without parameters: BEGIN, COMMIT, ROLLBACK) as one simple query."""
+    _check(conn, conn.pgconn.exec_(text))
 
 
 def _rows(result: pq.abc.PGresult) -> list[list[bytes | None]]:

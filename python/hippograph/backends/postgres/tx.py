@@ -305,9 +305,9 @@ class _Runner:
                     transactional = (write and not single) or (snapshot and not write)
                     committing = write and single  # the write statement commits as it returns
                     if transactional and write:
-                        conn.execute(self.write_begin)
+                        prepared.command(conn, self.write_begin.encode())
                     elif transactional:
-                        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                        prepared.command(conn, b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     try:
                         result = fn(_Tx(conn, self.repo, self.sql, self.shared))
                     except BaseException:
@@ -316,7 +316,7 @@ class _Runner:
                         raise
                     if transactional:
                         committing = True
-                        conn.execute("COMMIT")
+                        prepared.command(conn, b"COMMIT")
                 return result
             except HippographError:
                 raise
@@ -366,7 +366,7 @@ class _Runner:
 
 def _rollback(conn: Conn) -> None:
     with contextlib.suppress(psycopg.Error):  # a lost connection is rolled back by the server
-        conn.execute("ROLLBACK")
+        prepared.command(conn, b"ROLLBACK")
 
 
 def _kind(exc: psycopg.Error, write: bool) -> str:
