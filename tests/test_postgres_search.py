@@ -452,6 +452,7 @@ def test_weighted_pools_hold_the_nodes_usage_lifts(pgvector_dsn: str, schema: st
         server.build_vector_index()
         stats = server.vector_index_stats()["semantic"]
         assert stats["available"] and stats["depth"] == 20, stats  # the calibration's first depth: top_k
+        assert stats["pools"] == "value-weighted" and 0.0 < stats["floor"] <= 1.0, stats
         found = wanted = 0
         for _ in range(20):
             q = (centre + 0.3 * rng.standard_normal(DIM)).astype(np.float32)

@@ -139,7 +139,8 @@ class ServerSearch:
         return built
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """`vector_index_stats` of a server-side search: per type, whether its HNSW index serves."""
+        """`vector_index_stats` of a server-side search: per type, whether its HNSW index serves, how
+        deep its pools draw, from which index, and the least similarity calibration sampled."""
         return {
             t.value: {
                 "available": t in self.depth,
@@ -147,6 +148,11 @@ class ServerSearch:
                 "index": t in self.indexed,
                 "depth": self.depth.get(t, 0),
                 "recall": self.recall.get(t),
+                # Where the default value function's pools come from (None: no index of the type).
+                "pools": ("value-weighted" if t in self.ranked.weighted else "similarity")
+                if t in self.indexed
+                else None,
+                "floor": self.floor.get(t),
             }
             for t in NodeType
         }
