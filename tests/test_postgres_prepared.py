@@ -95,6 +95,35 @@ def test_without_prepared_statements_the_lookup_is_sent_unnamed(conn: psycopg.Co
         fetch(conn, b"hg_unnamed", b"SELECT 1 FROM hg_no_such_table WHERE x = $1", [b"x"])
 
 
+BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_a_transaction_opens_with_its_first_statement(conn: psycopg.Connection[Any], named: bool) -> None:
+    """`begin` travels with the statement (one pipeline): the transaction is open afterwards, and
+    a statement lost meanwhile is prepared again inside a fresh one."""
+    if not named:
+        conn.prepare_threshold = None
+    idle, open_ = psycopg.pq.TransactionStatus.IDLE, psycopg.pq.TransactionStatus.INTRANS
+    query = b"SELECT current_setting('transaction_isolation'), $1::bytea"
+    assert fetch(conn, b"hg_begun", query, [b"\x01"], BEGIN_READ) == [[b"repeatable read", b"\x01"]]
+    assert conn.pgconn.transaction_status == open_
+    conn.execute("COMMIT")
+    conn.execute("DEALLOCATE ALL")
+    assert fetch(conn, b"hg_begun", query, [b"\x02"], BEGIN_READ) == [[b"repeatable read", b"\x02"]]
+    assert conn.pgconn.transaction_status == open_
+    conn.execute("ROLLBACK")
+    assert conn.pgconn.transaction_status == idle
+
+
+def test_a_failing_first_statement_leaves_its_transaction_to_roll_back(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        fetch(conn, b"hg_div", b"SELECT 1 / $1::int4", [(0).to_bytes(4, "big")], BEGIN_READ)
+    assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR
+    conn.execute("ROLLBACK")
+    assert fetch(conn, b"hg_div", b"SELECT 1 / $1::int4", [(1).to_bytes(4, "big")]) == [[(1).to_bytes(4, "big")]]
+
+
 def test_errors_are_psycopg_errors_with_their_sqlstate(conn: psycopg.Connection[Any]) -> None:
     with pytest.raises(psycopg.errors.UndefinedTable):
         fetch(conn, b"hg_missing", b"SELECT 1 FROM hg_no_such_table WHERE x = $1", [b"x"])

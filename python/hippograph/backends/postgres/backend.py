@@ -492,8 +492,10 @@ class Postgres(DerivedBackend):
 
     def _refreshed(self, tx: _Tx) -> int | None:
         """Brings the cache up to the transaction's snapshot; returns the repo's dimension."""
-        state = tx.one("state", (tx.repo,))
-        floor, dim, created = (0, None, None) if state is None else state
+        rows = tx.fetch("state", (tx.repo.encode(),))  # the read's first statement: its BEGIN goes along
+        seq, stored_dim, created = rows[0] if rows else (None, None, None)
+        floor = 0 if seq is None else int.from_bytes(seq, "big", signed=True)
+        dim = None if stored_dim is None else int.from_bytes(stored_dim, "big", signed=True)
         with self._cache_lock.write():
             self._cache.refresh(tx, int(floor), created)
         return None if dim is None else int(dim)

@@ -12,6 +12,7 @@ reads (`array_items` for arrays). The call blocks in libpq with the GIL released
 from __future__ import annotations
 
 import re
+import select
 import struct
 import weakref
 from collections.abc import Sequence
@@ -52,32 +53,78 @@ def native(query: str) -> bytes:
 
 
 def fetch(
-    conn: psycopg.Connection[Any], name: bytes, query: bytes, params: Sequence[bytes]
+    conn: psycopg.Connection[Any],
+    name: bytes,
+    query: bytes,
+    params: Sequence[bytes],
+    begin: bytes | None = None,
 ) -> list[list[bytes | None]]:
     """The rows of statement `name` (`query`, prepared on `conn` the first time) for `params`, in
-    autocommit or inside the connection's open transaction. Raises psycopg's errors, as a cursor would."""
+    autocommit or inside the connection's open transaction; with `begin`, that transaction's first
+    statement (``BEGIN ...``) goes in the same round trip, pipelined. Raises psycopg's errors, as a
+    cursor would."""
     pgconn = conn.pgconn
     formats = [1] * len(params)
-    if conn.prepare_threshold is None:  # prepared statements turned off (a transaction-mode pooler): unnamed
-        result = pgconn.exec_params(query, params, param_formats=formats, result_format=1)
-        _check(conn, result)
-        return _rows(result)
+    unnamed = conn.prepare_threshold is None  # prepared statements turned off (a transaction-mode pooler)
     prepared = _PREPARED.setdefault(conn, set())
     for attempt in (1, 2):
-        if name not in prepared:
+        if not unnamed and name not in prepared:
             _check(conn, pgconn.prepare(name, query))
             prepared.add(name)
-        result = pgconn.exec_prepared(name, params, param_formats=formats, result_format=1)
+        if begin is not None:
+            opened, result = _pipelined(conn, begin, name, query, params, unnamed)
+            _check(conn, opened)
+        elif unnamed:
+            result = pgconn.exec_params(query, params, param_formats=formats, result_format=1)
+        else:
+            result = pgconn.exec_prepared(name, params, param_formats=formats, result_format=1)
         if result.status == pq.ExecStatus.TUPLES_OK:
             return _rows(result)
         state = result.error_field(pq.DiagnosticField.SQLSTATE)
-        if attempt == 1 and state is not None and state.decode() in _STALE:
+        if attempt == 1 and not unnamed and state is not None and state.decode() in _STALE:
             prepared.discard(name)
+            if begin is not None:  # the transaction it opened failed with the statement: start again
+                _check(conn, pgconn.exec_(b"ROLLBACK"))
             if state.decode() == "0A000":
                 _check(conn, pgconn.exec_(b"DEALLOCATE " + name))
             continue
         _check(conn, result)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _pipelined(
+    conn: psycopg.Connection[Any], begin: bytes, name: bytes, query: bytes, params: Sequence[bytes], unnamed: bool
+) -> tuple[pq.abc.PGresult, pq.abc.PGresult]:
+    """`begin` and the statement sent together (libpq's pipeline mode): their two results."""
+    pgconn = conn.pgconn
+    formats = [1] * len(params)
+    results: list[pq.abc.PGresult] = []
+    pgconn.enter_pipeline_mode()
+    try:
+        pgconn.send_query_params(begin, None)
+        if unnamed:
+            pgconn.send_query_params(query, params, param_formats=formats, result_format=1)
+        else:
+            pgconn.send_query_prepared(name, params, param_formats=formats, result_format=1)
+        pgconn.pipeline_sync()
+        while pgconn.flush():
+            select.select([], [pgconn.socket], [])
+        while True:
+            result = pgconn.get_result()
+            if result is None:
+                if pgconn.status != pq.ConnStatus.OK:
+                    break
+                continue
+            if result.status == pq.ExecStatus.PIPELINE_SYNC:
+                break
+            if len(results) < 2:
+                results.append(result)
+    finally:
+        if pgconn.status == pq.ConnStatus.OK:
+            pgconn.exit_pipeline_mode()
+    if len(results) < 2:
+        raise psycopg.OperationalError(pgconn.get_error_message().strip() or "the connection to the server was lost")
+    return results[0], results[1]
 
 
 def command(conn: psycopg.Connection[Any], text: bytes) -> None:

@@ -73,11 +73,26 @@ class Shared:
 class _Tx:
     """One transaction's connection, with the repo's statements at hand."""
 
-    def __init__(self, conn: Conn, repo: str, sql: Mapping[str, str], shared: Shared | None = None) -> None:
-        self.conn = conn
+    def __init__(
+        self, conn: Conn, repo: str, sql: Mapping[str, str], shared: Shared | None = None, begin: bytes | None = None
+    ) -> None:
+        self._conn = conn
         self.repo = repo
         self.sql = sql
         self.shared = shared or Shared()
+        self._begin = begin
+        """The transaction's BEGIN, not sent yet: it goes with the first statement (`fetch` pipelines
+        the two), or alone before anything else uses the connection."""
+        self.began = begin is None
+
+    @property
+    def conn(self) -> Conn:
+        """The connection, inside the transaction."""
+        if self._begin is not None:
+            begin, self._begin = self._begin, None
+            prepared.command(self._conn, begin)
+            self.began = True
+        return self._conn
 
     def all(self, name: str, params: Sequence[Any] = ()) -> list[Row]:
         with self.conn.cursor(binary=True) as cur:
@@ -96,7 +111,9 @@ class _Tx:
 
     def fetch(self, name: str, params: Sequence[bytes]) -> list[list[bytes | None]]:
         """Statement `name` as a key lookup (`prepared.fetch`): parameters and columns as raw bytes."""
-        return prepared.fetch(self.conn, _STATEMENT_PREFIX + name.encode(), _native(self.sql[name]), params)
+        begin, self._begin = self._begin, None
+        self.began = True  # whatever the statement does, its BEGIN was sent
+        return prepared.fetch(self._conn, _STATEMENT_PREFIX + name.encode(), _native(self.sql[name]), params, begin)
 
     def many(self, name: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
@@ -133,6 +150,8 @@ class _Tx:
             )
         return out
 
+
+_READ_BEGIN = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 _STATEMENT_PREFIX = b"hg_"
 """Names of the statements `_Tx.fetch` prepares (psycopg's own are ``_pg3_``...)."""
@@ -306,15 +325,17 @@ class _Runner:
                     committing = write and single  # the write statement commits as it returns
                     if transactional and write:
                         prepared.command(conn, self.write_begin.encode())
-                    elif transactional:
-                        prepared.command(conn, b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    # A read's BEGIN goes with its first statement (`_Tx.fetch`), one round trip fewer.
+                    tx = _Tx(
+                        conn, self.repo, self.sql, self.shared, _READ_BEGIN if transactional and not write else None
+                    )
                     try:
-                        result = fn(_Tx(conn, self.repo, self.sql, self.shared))
+                        result = fn(tx)
                     except BaseException:
-                        if transactional:
+                        if transactional and tx.began:
                             _rollback(conn)
                         raise
-                    if transactional:
+                    if transactional and tx.began:
                         committing = True
                         prepared.command(conn, b"COMMIT")
                 return result
