@@ -21,7 +21,7 @@ from psycopg.adapt import PyFormat, Transformer  # noqa: E402
 
 import hippograph as hg  # noqa: E402
 from hippograph.backends.postgres import Postgres, drop_repo  # noqa: E402
-from hippograph.backends.postgres.prepared import array_items, fetch, native  # noqa: E402
+from hippograph.backends.postgres.prepared import array_items, fetch, integer, native  # noqa: E402
 from hippograph.testing.graphs import make_node, vec  # noqa: E402
 
 __all__ = ["pg_dsn"]
@@ -40,6 +40,12 @@ def test_bytea_arrays_read_back(items: list[bytes]) -> None:
 @given(st.lists(st.text(max_size=20).filter(lambda s: "\x00" not in s), min_size=1, max_size=30))
 def test_text_arrays_read_back(items: list[str]) -> None:
     assert [bytes(b or b"").decode() for b in array_items(_binary(items))] == items
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_integers_read_back(value: int) -> None:
+    assert integer(value.to_bytes(8, "big", signed=True)) == value
+    assert integer(None) is None
 
 
 def test_null_elements_and_missing_arrays() -> None:

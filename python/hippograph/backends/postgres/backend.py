@@ -53,7 +53,7 @@ from .._base import (
     check_record,
     commit_each_source_once,
 )
-from . import vectors
+from . import prepared, vectors
 from .arrays import register as register_arrays
 from .builder import IndexBuilder, connector
 from .cache import _Cache
@@ -493,12 +493,10 @@ class Postgres(DerivedBackend):
     def _refreshed(self, tx: _Tx) -> int | None:
         """Brings the cache up to the transaction's snapshot; returns the repo's dimension."""
         rows = tx.fetch("state", (tx.repo.encode(),))  # the read's first statement: its BEGIN goes along
-        seq, stored_dim, created = rows[0] if rows else (None, None, None)
-        floor = 0 if seq is None else int.from_bytes(seq, "big", signed=True)
-        dim = None if stored_dim is None else int.from_bytes(stored_dim, "big", signed=True)
+        seq, dim, created = rows[0] if rows else (None, None, None)
         with self._cache_lock.write():
-            self._cache.refresh(tx, int(floor), created)
-        return None if dim is None else int(dim)
+            self._cache.refresh(tx, prepared.integer(seq) or 0, created)
+        return prepared.integer(dim)
 
     def _prepare_server_search(self, kwargs: Mapping[str, Any], configure: Callable[[Conn], None]) -> None:
         """Notes the repo's HNSW indexes and builds (and calibrates) the ones it lacks: at once when

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import errors, pq
 
-__all__ = ["array_items", "command", "fetch", "native"]
+__all__ = ["array_items", "command", "fetch", "integer", "native"]
 
 _PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]] = weakref.WeakKeyDictionary()
 """The names prepared on each open connection (a replaced connection starts with none)."""
@@ -142,6 +142,11 @@ def _check(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> None:
         raise psycopg.OperationalError(message or "the connection to the server was lost")
     if result.status == pq.ExecStatus.FATAL_ERROR:
         raise errors.error_from_result(result, encoding=conn.info.encoding)
+
+
+def integer(value: bytes | None) -> int | None:
+    """An integer column (``int2``, ``int4``, ``int8``) in binary format (NULL: None)."""
+    return None if value is None else int.from_bytes(value, "big", signed=True)
 
 
 def array_items(value: bytes | None) -> list[bytes | None]:

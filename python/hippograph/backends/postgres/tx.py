@@ -124,7 +124,7 @@ class _Tx:
 
     def dim(self) -> int | None:
         rows = self.fetch("dim", (self.repo.encode(),))
-        return int.from_bytes(rows[0][0], "big", signed=True) if rows and rows[0][0] is not None else None
+        return prepared.integer(rows[0][0]) if rows else None
 
     def nodes(self, ids: Iterable[str], *, with_meta: bool = False) -> dict[str, tuple[Node, NodeMetadata | None]]:
         """The nodes (with their current links, and metadata when asked) among `ids`, in one statement."""
