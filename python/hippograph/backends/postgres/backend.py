@@ -158,7 +158,12 @@ class Postgres(DerivedBackend):
         settings = []
         if stmt is not None:
             settings.append(f"SET statement_timeout = '{math.ceil(stmt * 1000)}ms'")
-        write_begin = f"BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{math.ceil(self._gap_timeout * 500)}ms'"
+        # READ COMMITTED whatever the server's default: a node's deleter then sees, in `drop_links`, the
+        # links committed while it waited for the node's row (docs/postgres.md, Transactions).
+        write_begin = (
+            "BEGIN ISOLATION LEVEL READ COMMITTED; "
+            f"SET LOCAL idle_in_transaction_session_timeout = '{math.ceil(self._gap_timeout * 500)}ms'"
+        )
 
         if search == "server":
             settings += [f"SET hnsw.ef_search = {self._ef_search}", "SET hnsw.iterative_scan = relaxed_order"]
@@ -653,8 +658,8 @@ class Postgres(DerivedBackend):
 
     def verify_storage(self) -> tuple[list[str], int]:
         """Storage-level checks for `Repo.verify`: every record decodes, every
-        embedding has the recorded dimension and every link has its mirror.
-        (Foreign keys already rule out embeddings and links of missing nodes.)
+        embedding has the recorded dimension and belongs to a node, and every link has its mirror and
+        starts at a node (so, with its mirror, ends at one).
         Returns (problems, ingestion records checked).
         """
         self._guard("verify")

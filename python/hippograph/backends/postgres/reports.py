@@ -91,8 +91,12 @@ def _problems(tx: _Tx) -> tuple[list[str], int]:
             problems.append(f"node {shown!r}: {exc}")
         if vec is not None and (dim is None or len(vec) != 4 * dim):
             problems.append(f"embedding of {shown!r} has {len(vec)} bytes, dim {dim}")
+    keys = {bytes(k) for k, _, _ in nodes}
+    problems += [f"embedding of {k.decode('utf-8', 'replace')!r}, a node not stored" for k in vecs if k not in keys]
     links = {(bytes(a), e, bytes(b)) for a, e, b in tx.all("repo_links", (tx.repo,))}
     for a, e, b in sorted(links):
+        if a not in keys:
+            problems.append(f"{e} link {a.decode('utf-8', 'replace')!r} -> {b.decode('utf-8', 'replace')!r}: no node")
         if (b, e, a) not in links:
             problems.append(
                 f"{e} link {a.decode('utf-8', 'replace')!r} -> {b.decode('utf-8', 'replace')!r} has no mirror"

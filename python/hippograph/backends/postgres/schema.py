@@ -18,6 +18,7 @@ import psycopg.errors
 from ...errors import ConfigError, StorageError
 from . import vectors
 from .config import _check_repo, _resolve_dsn
+from .functions import _NODE_ROWS, _WRITE_GRAPH, _WRITE_GRAPH_5, _WRITE_GRAPH_6, _WRITE_GRAPH_7
 from .statistics import TABLES
 from .tx import _CONFLICT_STATES, _RACE_STATES, Conn, _rollback
 
@@ -26,208 +27,6 @@ __all__ = ["SCHEMA_VERSION", "drop_repo"]
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MIGRATION_ATTEMPTS = 20
 
-# `{s}` is the quoted schema name (validated against _SCHEMA_NAME before use).
-
-_WRITE_GRAPH: Final = """CREATE FUNCTION {s}.write_graph(
-    p_repo text, p_claim_key bytea, p_claim_record bytea, p_token bytea, p_stored_at timestamptz,
-    p_dim integer,
-    p_node_keys bytea[], p_types text[], p_records bytea[], p_created timestamptz[],
-    p_emb_keys bytea[], p_vecs bytea[], p_bare bytea[],
-    p_link_a bytea[], p_link_edge text[], p_link_b bytea[],
-    p_meta_keys bytea[], p_meta_records bytea[], p_touched bytea[],
-    OUT claimed boolean, OUT stored_dim integer, OUT seq bigint
-) LANGUAGE plpgsql AS $fn$
-BEGIN
-    claimed := true;
-    IF p_claim_key IS NOT NULL THEN
-        INSERT INTO {s}.ingestion (repo, source_id, record, token, stored_at)
-        VALUES (p_repo, p_claim_key, p_claim_record, p_token, p_stored_at)
-        ON CONFLICT (repo, source_id) DO NOTHING;
-        IF NOT FOUND THEN
-            claimed := false;
-            RETURN;
-        END IF;
-    END IF;
-    SELECT r.dim INTO stored_dim FROM {s}.repos r WHERE r.repo = p_repo;
-    IF p_dim IS NOT NULL THEN
-        IF stored_dim IS NULL THEN
-            INSERT INTO {s}.repos (repo, dim) VALUES (p_repo, p_dim) ON CONFLICT (repo)
-            DO UPDATE SET dim = COALESCE({s}.repos.dim, EXCLUDED.dim) RETURNING dim INTO stored_dim;
-        END IF;
-        IF stored_dim <> p_dim THEN
-            RAISE EXCEPTION 'the store holds dimension %', stored_dim
-                USING ERRCODE = 'HG001', DETAIL = stored_dim::text;
-        END IF;
-    END IF;
-    IF cardinality(p_node_keys) > 0 THEN
-        DELETE FROM {s}.links WHERE repo = p_repo AND a = ANY(p_node_keys);
-        DELETE FROM {s}.links WHERE b = ANY(p_node_keys) AND repo = p_repo AND NOT a = ANY(p_node_keys);
-        INSERT INTO {s}.nodes (repo, id, type, record, created_at)
-        SELECT p_repo, x.id, x.type, x.record, x.created_at
-        FROM unnest(p_node_keys, p_types, p_records, p_created) AS x(id, type, record, created_at)
-        ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, record = EXCLUDED.record,
-            created_at = EXCLUDED.created_at;
-        IF cardinality(p_bare) > 0 THEN
-            DELETE FROM {s}.embeddings WHERE repo = p_repo AND id = ANY(p_bare);
-        END IF;
-        INSERT INTO {s}.embeddings (repo, id, vec)
-        SELECT p_repo, x.id, x.vec FROM unnest(p_emb_keys, p_vecs) AS x(id, vec)
-        ON CONFLICT (repo, id) DO UPDATE SET vec = EXCLUDED.vec;
-    END IF;
-    IF cardinality(p_link_a) > 0 THEN
-        INSERT INTO {s}.links (repo, a, edge, b) SELECT p_repo, x.a, x.edge, x.b
-        FROM unnest(p_link_a, p_link_edge, p_link_b) AS x(a, edge, b)
-        WHERE EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.a)
-        AND EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.b)
-        ORDER BY x.a, x.edge, x.b ON CONFLICT DO NOTHING;
-    END IF;
-    IF cardinality(p_meta_keys) > 0 THEN
-        INSERT INTO {s}.metadata (repo, id, record)
-        SELECT p_repo, x.id, x.record FROM unnest(p_meta_keys, p_meta_records) AS x(id, record)
-        ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record;
-    END IF;
-    IF cardinality(p_touched) > 0 THEN
-        INSERT INTO {s}.changes (repo, ids) VALUES (p_repo, p_touched) RETURNING changes.seq INTO seq;
-    END IF;
-END
-$fn$"""
-"""One graph write in one statement, so a call costs one round trip: the ingestion claim (none
-when `p_claim_key` is NULL; not claimed: nothing written), the dimension fixed or checked (SQLSTATE
-HG001, the stored dimension as DETAIL, when it differs), then the `apply_changeset` order: links of
-the nodes put dropped, nodes, embeddings, links whose two ends exist, metadata, and the change-log
-row naming `p_touched` (none when empty: the caller logs). Arrays are sorted by key by the caller
-(one lock order for every writer)."""
-
-_WRITE_GRAPH_5: Final = """CREATE FUNCTION {s}.write_graph(
-    p_repo text, p_claim_key bytea, p_claim_record bytea, p_token bytea, p_stored_at timestamptz,
-    p_dim integer,
-    p_node_keys bytea[], p_types text[], p_records bytea[], p_created timestamptz[],
-    p_emb_keys bytea[], p_vecs bytea[], p_bare bytea[],
-    p_link_a bytea[], p_link_edge text[], p_link_b bytea[],
-    p_meta_keys bytea[], p_meta_records bytea[], p_touched bytea[], p_flat real[], p_usage float8[],
-    OUT claimed boolean, OUT stored_dim integer, OUT seq bigint
-) LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_kept boolean;
-BEGIN
-    -- Taken as the writes below take them anyway, first: a write that waited for `vectors.enable`
-    -- (SHARE ROW EXCLUSIVE on the three) sees the table it created.
-    LOCK TABLE {s}.nodes, {s}.embeddings, {s}.metadata IN ROW EXCLUSIVE MODE;
-    v_kept := to_regclass('{s}.vectors') IS NOT NULL;
-    claimed := true;
-    IF v_kept AND ((p_flat IS NULL AND cardinality(p_emb_keys) > 0)
-                   OR (p_usage IS NULL AND cardinality(p_meta_keys) > 0)) THEN
-        RAISE EXCEPTION 'this schema keeps vectors in the server: send them' USING ERRCODE = 'HG002';
-    END IF;
-    IF p_claim_key IS NOT NULL THEN
-        INSERT INTO {s}.ingestion (repo, source_id, record, token, stored_at)
-        VALUES (p_repo, p_claim_key, p_claim_record, p_token, p_stored_at)
-        ON CONFLICT (repo, source_id) DO NOTHING;
-        IF NOT FOUND THEN
-            claimed := false;
-            RETURN;
-        END IF;
-    END IF;
-    SELECT r.dim INTO stored_dim FROM {s}.repos r WHERE r.repo = p_repo;
-    IF p_dim IS NOT NULL THEN
-        IF stored_dim IS NULL THEN
-            INSERT INTO {s}.repos (repo, dim) VALUES (p_repo, p_dim) ON CONFLICT (repo)
-            DO UPDATE SET dim = COALESCE({s}.repos.dim, EXCLUDED.dim) RETURNING dim INTO stored_dim;
-        END IF;
-        IF stored_dim <> p_dim THEN
-            RAISE EXCEPTION 'the store holds dimension %', stored_dim
-                USING ERRCODE = 'HG001', DETAIL = stored_dim::text;
-        END IF;
-    END IF;
-    IF cardinality(p_node_keys) > 0 THEN
-        DELETE FROM {s}.links WHERE repo = p_repo AND a = ANY(p_node_keys);
-        DELETE FROM {s}.links WHERE b = ANY(p_node_keys) AND repo = p_repo AND NOT a = ANY(p_node_keys);
-        INSERT INTO {s}.nodes (repo, id, type, record, created_at)
-        SELECT p_repo, x.id, x.type, x.record, x.created_at
-        FROM unnest(p_node_keys, p_types, p_records, p_created) AS x(id, type, record, created_at)
-        ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, record = EXCLUDED.record,
-            created_at = EXCLUDED.created_at;
-        IF cardinality(p_bare) > 0 THEN
-            DELETE FROM {s}.embeddings WHERE repo = p_repo AND id = ANY(p_bare);
-        END IF;
-        INSERT INTO {s}.embeddings (repo, id, vec)
-        SELECT p_repo, x.id, x.vec FROM unnest(p_emb_keys, p_vecs) AS x(id, vec)
-        ON CONFLICT (repo, id) DO UPDATE SET vec = EXCLUDED.vec;
-        IF v_kept THEN
-            IF cardinality(p_bare) > 0 THEN
-                DELETE FROM {s}.vectors WHERE repo = p_repo AND id = ANY(p_bare);
-            END IF;
-            INSERT INTO {s}.vectors (repo, id, type, vec)
-            SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim]
-            FROM unnest(p_emb_keys) WITH ORDINALITY AS x(id, o)
-            JOIN {s}.nodes n ON n.repo = p_repo AND n.id = x.id
-            ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, vec = EXCLUDED.vec;
-        END IF;
-    END IF;
-    IF cardinality(p_link_a) > 0 THEN
-        INSERT INTO {s}.links (repo, a, edge, b) SELECT p_repo, x.a, x.edge, x.b
-        FROM unnest(p_link_a, p_link_edge, p_link_b) AS x(a, edge, b)
-        WHERE EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.a)
-        AND EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.b)
-        ORDER BY x.a, x.edge, x.b ON CONFLICT DO NOTHING;
-    END IF;
-    IF cardinality(p_meta_keys) > 0 AND v_kept THEN
-        INSERT INTO {s}.metadata (repo, id, record, ts, accesses, reward_count, reward_sum)
-        SELECT p_repo, x.id, x.record, p_usage[4 * x.o - 3], p_usage[4 * x.o - 2], p_usage[4 * x.o - 1],
-            p_usage[4 * x.o]
-        FROM unnest(p_meta_keys, p_meta_records) WITH ORDINALITY AS x(id, record, o)
-        ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record, ts = EXCLUDED.ts,
-            accesses = EXCLUDED.accesses, reward_count = EXCLUDED.reward_count, reward_sum = EXCLUDED.reward_sum;
-    ELSIF cardinality(p_meta_keys) > 0 THEN
-        INSERT INTO {s}.metadata (repo, id, record)
-        SELECT p_repo, x.id, x.record FROM unnest(p_meta_keys, p_meta_records) AS x(id, record)
-        ON CONFLICT (repo, id) DO UPDATE SET record = EXCLUDED.record;
-    END IF;
-    IF cardinality(p_touched) > 0 THEN
-        INSERT INTO {s}.changes (repo, ids) VALUES (p_repo, p_touched) RETURNING changes.seq INTO seq;
-    END IF;
-END
-$fn$"""
-"""`write_graph` as migration 5 redefines it: the same steps, and where the schema keeps vectors in
-the server (``{s}.vectors``, `vectors.enable`), the embedded nodes' vectors too, taken from
-`p_flat` (all of the write's embeddings, one after another) by pgvector's cast from ``real[]``,
-and the default value function's usage columns of each metadata record written (`p_usage`: four
-per record, as `codec.usage_of_meta` reads them) on its metadata row. A caller
-that sends neither while the table exists is refused with SQLSTATE HG002 and retries with them, so
-no writer can leave a vector or its usage out, whenever the table was created."""
-
-
-def _rewritten(text: str, *edits: tuple[str, str]) -> str:
-    """`text` with each (old, new) replaced, every old required to be there."""
-    for old, new in edits:
-        if old not in text:
-            raise AssertionError(f"not in the statement: {old!r}")
-        text = text.replace(old, new)
-    return text
-
-
-_WRITE_GRAPH_6: Final = _rewritten(
-    _WRITE_GRAPH_5,
-    ("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"),
-    (
-        "WHERE EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.a)\n"
-        "        AND EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.b)",
-        "WHERE (SELECT true FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.a)\n"
-        "        AND (SELECT true FROM {s}.nodes n WHERE n.repo = p_repo AND n.id = x.b)",
-    ),
-    (
-        "SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim]\n"
-        "            FROM unnest(p_emb_keys) WITH ORDINALITY AS x(id, o)\n"
-        "            JOIN {s}.nodes n ON n.repo = p_repo AND n.id = x.id",
-        "SELECT p_repo, x.id, n.type, p_flat[(x.o - 1) * p_dim + 1 : x.o * p_dim]\n"
-        "            FROM unnest(p_emb_keys) WITH ORDINALITY AS x(id, o)\n"
-        "            JOIN unnest(p_node_keys, p_types) AS n(id, type) ON n.id = x.id",
-    ),
-)
-"""`write_graph` as migration 6 redefines it: the same steps, planned as key lookups at any size.
-Each end of a link is checked by a scalar subquery, which the planner cannot turn into a join (an
-`EXISTS` became a hash join over a sequential scan of the repo's nodes once the statement's generic
-plan was cached); a vector takes its type from the write's own arrays rather than from `nodes`."""
 
 _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (
@@ -352,6 +151,12 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         6,
         "write_graph checks link ends by key lookups",
         (_WRITE_GRAPH_6,),
+    ),
+    (
+        7,
+        "links and embeddings without foreign keys: write_graph locks the nodes they reference, a trigger "
+        "deletes them with their node",
+        (*_NODE_ROWS, _WRITE_GRAPH_7),
     ),
 )
 
@@ -485,6 +290,8 @@ _SQL: Final[dict[str, str]] = {
 }
 
 _DROP_REPO: Final = (
+    "DELETE FROM {s}.links WHERE repo = %s",  # at once, rather than by the nodes' trigger
+    "DELETE FROM {s}.embeddings WHERE repo = %s",
     "DELETE FROM {s}.nodes WHERE repo = %s",
     "DELETE FROM {s}.metadata WHERE repo = %s",
     "DELETE FROM {s}.ingestion WHERE repo = %s",
