@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,6 +23,15 @@ from psycopg.adapt import PyFormat, Transformer  # noqa: E402
 
 import hippograph as hg  # noqa: E402
 from hippograph.backends.postgres import Postgres, drop_repo  # noqa: E402
+from hippograph.backends.postgres.arrays import (  # noqa: E402
+    bytea_array,
+    float4_array,
+    float8_array,
+    int4,
+    text_array,
+    timestamptz,
+    timestamptz_array,
+)
 from hippograph.backends.postgres.prepared import array_items, fetch, integer, native  # noqa: E402
 from hippograph.testing.graphs import make_node, vec  # noqa: E402
 
@@ -40,6 +51,69 @@ def test_bytea_arrays_read_back(items: list[bytes]) -> None:
 @given(st.lists(st.text(max_size=20).filter(lambda s: "\x00" not in s), min_size=1, max_size=30))
 def test_text_arrays_read_back(items: list[str]) -> None:
     assert [bytes(b or b"").decode() for b in array_items(_binary(items))] == items
+
+
+_AWARE = st.datetimes(
+    min_value=datetime(1, 1, 2),
+    max_value=datetime(9999, 12, 30),
+    timezones=st.sampled_from([UTC, timezone(timedelta(hours=-7))]),
+)
+
+
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=30), st.lists(st.text(max_size=20), min_size=1))
+def test_byte_and_text_arrays_are_encoded_as_psycopg_encodes_them(items: list[bytes], texts: list[str]) -> None:
+    assert bytea_array(items) == _binary(items)
+    assert text_array([s.replace("\x00", "") for s in texts]) == _binary([s.replace("\x00", "") for s in texts])
+
+
+@given(st.lists(st.floats(width=64), min_size=1, max_size=30))
+def test_float8_arrays_are_encoded_as_psycopg_encodes_them(values: list[float]) -> None:
+    assert float8_array(values) == _binary(values)
+
+
+@given(st.lists(_AWARE, min_size=1, max_size=20))
+def test_times_are_encoded_as_psycopg_encodes_them(values: list[datetime]) -> None:
+    assert timestamptz_array(values) == _binary(values)
+    assert timestamptz(values[0]) == bytes(Transformer().get_dumper(values[0], PyFormat.BINARY).dump(values[0]))
+
+
+@given(st.integers(-(2**31), 2**31 - 1))
+def test_int4_reads_back(value: int) -> None:
+    assert integer(int4(value)) == value
+
+
+def test_encoded_values_as_the_server_reads_them(conn: psycopg.Connection[Any]) -> None:
+    """Empty arrays, and each encoder's values, decoded by the server itself."""
+    query = (
+        b"SELECT cardinality($1::bytea[]), cardinality($2::text[]), cardinality($3::float8[]), "
+        b"cardinality($4::timestamptz[]), cardinality($5::real[]), $6::int4"
+    )
+    empty = [
+        bytea_array([]),
+        text_array([]),
+        float8_array([]),
+        timestamptz_array([]),
+        float4_array(np.zeros(0, np.float32)),
+    ]
+    ((*counts, four),) = fetch(conn, b"hg_empty", query, [*empty, int4(-4)])
+    assert [integer(c) for c in counts] == [0] * 5 and integer(four) == -4
+    when = datetime(2026, 12, 4, 13, 40, 6, 123456, tzinfo=UTC)
+    query = (
+        b"SELECT array_to_string($1::text[], ','), array_to_string($2::float8[], ','), "
+        b"$3::timestamptz = '2026-12-04 13:40:06.123456+00', array_to_string($4::real[], ',')"
+    )
+    ((texts, floats, same, reals),) = fetch(
+        conn,
+        b"hg_values",
+        query,
+        [
+            text_array(["a", "bé"]),
+            float8_array([0.5, -2.0]),
+            timestamptz(when),
+            float4_array(np.array([1.5, 3], np.float32)),
+        ],
+    )
+    assert (texts, floats, same, reals) == (b"a,b\xc3\xa9", b"0.5,-2", b"\x01", b"1.5,3")
 
 
 @given(st.integers(-(2**63), 2**63 - 1))

@@ -1,11 +1,13 @@
-"""Arrays sent to PostgreSQL in binary, encoded here at once rather than element by element by
-psycopg's list dumper: `Float4Array` (float32 values as ``real[]``, for the server-side vectors)
-and `ByteaArray` / `TextArray` (the keys, records and names of a `write_graph` call)."""
+"""Values sent to PostgreSQL in binary, encoded here at once rather than element by element by
+psycopg's adapters: `Float4Array` (float32 values as ``real[]``, for the server-side vectors, through
+psycopg), and the raw parameters of statements run by `prepared.fetch` (`write_graph`'s keys,
+records, names, times and usage columns)."""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -14,7 +16,19 @@ from psycopg import Connection
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
-__all__ = ["ByteaArray", "Float4Array", "TextArray", "bytea_array", "register"]
+from ...engine.codec import to_us
+
+__all__ = [
+    "Float4Array",
+    "bytea_array",
+    "float4_array",
+    "float8_array",
+    "int4",
+    "register",
+    "text_array",
+    "timestamptz",
+    "timestamptz_array",
+]
 
 
 class Float4Array:
@@ -32,29 +46,28 @@ class _Float4ArrayDumper(Dumper):
     oid = 1021  # real[]
 
     def dump(self, obj: Float4Array) -> bytes:
-        n = obj.values.shape[0]
-        cells = np.empty(n, dtype=[("len", ">i4"), ("value", ">f4")])
-        cells["len"] = 4
-        cells["value"] = obj.values
-        return struct.pack(">iiIii", 1, 0, 700, n, 1) + cells.tobytes()
+        return float4_array(obj.values)
 
 
-class ByteaArray:
-    """Byte strings sent as a PostgreSQL ``bytea[]``."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items: Sequence[bytes]) -> None:
-        self.items = items
+def float4_array(values: npt.NDArray[np.float32]) -> bytes:
+    """Float32 values as a binary ``real[]`` value (one dimension)."""
+    return _fixed_array(values, ">f4", 700)
 
 
-class TextArray:
-    """Strings sent as a PostgreSQL ``text[]``."""
+def float8_array(values: Sequence[float]) -> bytes:
+    """`values` as a binary ``float8[]`` value."""
+    return _fixed_array(values, ">f8", 701)
 
-    __slots__ = ("items",)
 
-    def __init__(self, items: Sequence[str]) -> None:
-        self.items = [s.encode("utf-8") for s in items]
+def _fixed_array(values: object, dtype: str, element_oid: int) -> bytes:
+    """Numbers as a one-dimensional binary array of a fixed-size element type, in one numpy pass."""
+    flat = np.asarray(values, dtype=dtype).reshape(-1)
+    if not flat.shape[0]:
+        return _HEAD.pack(0, 0, element_oid)
+    cells = np.empty(flat.shape[0], dtype=[("len", ">i4"), ("value", dtype)])
+    cells["len"] = flat.dtype.itemsize
+    cells["value"] = flat
+    return _HEAD.pack(1, 0, element_oid) + _DIM.pack(flat.shape[0], 1) + cells.tobytes()
 
 
 def _array(items: Sequence[bytes], element_oid: int) -> bytes:
@@ -73,29 +86,34 @@ def bytea_array(items: Sequence[bytes]) -> bytes:
     return _array(items, 17)
 
 
-class _ByteaArrayDumper(Dumper):
-    format = Format.BINARY
-    oid = 1001  # bytea[]
-
-    def dump(self, obj: ByteaArray) -> bytes:
-        return bytea_array(obj.items)
+def text_array(items: Sequence[str]) -> bytes:
+    """`items` as a binary ``text[]`` value."""
+    return _array([s.encode("utf-8") for s in items], 25)
 
 
-class _TextArrayDumper(Dumper):
-    format = Format.BINARY
-    oid = 1009  # text[]
+def timestamptz(value: datetime) -> bytes:
+    """A timezone-aware datetime as a binary ``timestamptz``: microseconds since 2000-01-01 UTC."""
+    return _INT8.pack(to_us(value) - _PG_EPOCH_US)
 
-    def dump(self, obj: TextArray) -> bytes:
-        return _array(obj.items, 25)
+
+def timestamptz_array(values: Sequence[datetime]) -> bytes:
+    """`values` as a binary ``timestamptz[]`` value."""
+    return _array([timestamptz(v) for v in values], 1184)
+
+
+def int4(value: int) -> bytes:
+    return _INT4.pack(value)
 
 
 _HEAD = struct.Struct(">iiI")
 _DIM = struct.Struct(">ii")
 _SIZE = struct.Struct(">i")
+_INT4 = struct.Struct(">i")
+_INT8 = struct.Struct(">q")
+_PG_EPOCH_US = 946_684_800_000_000
+"""2000-01-01 UTC, PostgreSQL's timestamp epoch, in microseconds since the Unix epoch."""
 
 
 def register(conn: Connection[Any]) -> None:
     """Lets `conn` send the arrays of this module."""
     conn.adapters.register_dumper(Float4Array, _Float4ArrayDumper)
-    conn.adapters.register_dumper(ByteaArray, _ByteaArrayDumper)
-    conn.adapters.register_dumper(TextArray, _TextArrayDumper)

@@ -16,7 +16,7 @@ import select
 import struct
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import errors, pq
@@ -56,13 +56,13 @@ def fetch(
     conn: psycopg.Connection[Any],
     name: bytes,
     query: bytes,
-    params: Sequence[bytes],
+    params: Sequence[bytes | None],
     begin: bytes | None = None,
 ) -> list[list[bytes | None]]:
     """The rows of statement `name` (`query`, prepared on `conn` the first time) for `params`, in
     autocommit or inside the connection's open transaction; with `begin`, that transaction's first
-    statement (``BEGIN ...``) goes in the same round trip, pipelined. Raises psycopg's errors, as a
-    cursor would."""
+    statement (``BEGIN ...``) goes in the same round trip, pipelined. A None parameter is NULL. Raises
+    psycopg's errors, as a cursor would."""
     pgconn = conn.pgconn
     formats = [1] * len(params)
     unnamed = conn.prepare_threshold is None  # prepared statements turned off (a transaction-mode pooler)
@@ -77,7 +77,8 @@ def fetch(
         elif unnamed:
             result = pgconn.exec_params(query, params, param_formats=formats, result_format=1)
         else:
-            result = pgconn.exec_prepared(name, params, param_formats=formats, result_format=1)
+            # libpq sends a None as NULL, as exec_params' stub says; exec_prepared's leaves it out
+            result = pgconn.exec_prepared(name, cast("Sequence[bytes]", params), param_formats=formats, result_format=1)
         if result.status == pq.ExecStatus.TUPLES_OK:
             return _rows(result)
         state = result.error_field(pq.DiagnosticField.SQLSTATE)
@@ -93,7 +94,12 @@ def fetch(
 
 
 def _pipelined(
-    conn: psycopg.Connection[Any], begin: bytes, name: bytes, query: bytes, params: Sequence[bytes], unnamed: bool
+    conn: psycopg.Connection[Any],
+    begin: bytes,
+    name: bytes,
+    query: bytes,
+    params: Sequence[bytes | None],
+    unnamed: bool,
 ) -> tuple[pq.abc.PGresult, pq.abc.PGresult]:
     """`begin` and the statement sent together (libpq's pipeline mode): their two results."""
     pgconn = conn.pgconn

@@ -26,7 +26,7 @@ from ...graph import codec
 from ...graph.changeset import Changeset, check_changeset, normalised_links
 from ...graph.model import EdgeType, Node, NodeMetadata
 from . import prepared
-from .arrays import ByteaArray, Float4Array, TextArray, bytea_array
+from .arrays import bytea_array, float4_array, float8_array, int4, text_array, timestamptz, timestamptz_array
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -109,7 +109,7 @@ class _Tx:
             cur.execute(self.sql[name], params)
             return cur.rowcount
 
-    def fetch(self, name: str, params: Sequence[bytes]) -> list[list[bytes | None]]:
+    def fetch(self, name: str, params: Sequence[bytes | None]) -> list[list[bytes | None]]:
         """Statement `name` as a key lookup (`prepared.fetch`): parameters and columns as raw bytes."""
         begin, self._begin = self._begin, None
         self.began = True  # whatever the statement does, its BEGIN was sent
@@ -207,28 +207,34 @@ class _Write:
         logs = self.one_write and bool(touched)
         dim = int(embedded[0][1].shape[0]) if embedded else None
         tx = self.tx
-        params = (
-            tx.repo,
-            *(claim if claim is not None else (None, None, None, None)),
-            dim,
-            ByteaArray([k for k, _ in nodes]),
-            TextArray([n.node_type.value for _, n in nodes]),
-            ByteaArray([codec.encode_node(n) for _, n in nodes]),
-            [n.created_at for _, n in nodes],
-            ByteaArray([k for k, _ in embedded]),
-            ByteaArray([codec.encode_embedding(e) for _, e in embedded]),
-            ByteaArray([k for k, n in nodes if n.embedding is None]),
-            ByteaArray([_key(r[0]) for r in links]),
-            TextArray([r[1] for r in links]),
-            ByteaArray([_key(r[2]) for r in links]),
-            ByteaArray([k for k, _ in meta]),
-            ByteaArray([data for _, data in meta]),
-            ByteaArray(sorted(_key(i) for i in touched) if logs else []),
-            Float4Array(np.concatenate([e for _, e in embedded])) if embedded and tx.shared.vectors else None,
-            [u for _, data in meta for u in codec.usage_of_meta(data)] if meta and tx.shared.vectors else None,
+        claim_key, claim_record, token, stored_at = claim if claim is not None else (None, None, None, None)
+        params = (  # sent as they are, in binary (`prepared.fetch`)
+            tx.repo.encode("utf-8"),
+            claim_key,
+            claim_record,
+            token,
+            None if stored_at is None else timestamptz(stored_at),
+            None if dim is None else int4(dim),
+            bytea_array([k for k, _ in nodes]),
+            text_array([n.node_type.value for _, n in nodes]),
+            bytea_array([codec.encode_node(n) for _, n in nodes]),
+            timestamptz_array([n.created_at for _, n in nodes]),
+            bytea_array([k for k, _ in embedded]),
+            bytea_array([codec.encode_embedding(e) for _, e in embedded]),
+            bytea_array([k for k, n in nodes if n.embedding is None]),
+            bytea_array([_key(r[0]) for r in links]),
+            text_array([r[1] for r in links]),
+            bytea_array([_key(r[2]) for r in links]),
+            bytea_array([k for k, _ in meta]),
+            bytea_array([data for _, data in meta]),
+            bytea_array(sorted(_key(i) for i in touched) if logs else []),
+            float4_array(np.concatenate([e for _, e in embedded])) if embedded and tx.shared.vectors else None,
+            float8_array([u for _, data in meta for u in codec.usage_of_meta(data)])
+            if meta and tx.shared.vectors
+            else None,
         )
         try:
-            row = tx.one("write_graph", params)
+            rows = tx.fetch("write_graph", params)
         except psycopg.Error as exc:
             if exc.sqlstate == _DIMENSION_STATE and exc.diag.message_detail:
                 check_changeset(cs, int(exc.diag.message_detail))  # raises the ValidationError naming the node
@@ -236,11 +242,12 @@ class _Write:
                 tx.shared.vectors = True
                 raise _Restart from None
             raise
-        if row is None or not row[0]:
+        row = rows[0] if rows else None
+        if row is None or row[0] != b"\x01":
             return False
         self.rows.update(nodes=len(nodes), embeddings=len(embedded), links=len(links), metadata=len(meta))
         if logs:
-            self.seq, self.touched = (None if row[2] is None else int(row[2])), set()
+            self.seq, self.touched = prepared.integer(row[2]), set()
         else:
             self.touched = touched
         return True
