@@ -228,3 +228,24 @@ def test_verify_reports_links_and_embeddings_without_their_node(
     problems, _ = backend.verify_storage()
     assert any("'ghost'" in p and "no node" in p for p in problems)
     assert any("embedding of 'ghost'" in p for p in problems)
+
+
+def test_a_write_waiting_for_a_lock_leaves_other_threads_running(
+    pg_dsn: str, repo: str, admin: psycopg.Connection[Any]
+) -> None:
+    """A write whose BEGIN and first statement went together (one pipeline) and that waits for a
+    row lock waits with the interpreter lock released: this thread sees it waiting. Were the lock
+    held, this thread would run again only once the write gave up (its statement timeout)."""
+    name = f"hg-{uuid.uuid4().hex[:8]}"
+    with Postgres(pg_dsn, repo=repo, application_name=name, statement_timeout=5.0) as backend:
+        backend.apply_changeset(hg.Changeset().add_node(_sem("a")))
+        with psycopg.connect(pg_dsn) as locker:
+            locker.execute(f'SELECT 1 FROM "{SCHEMA}".nodes WHERE repo = %s AND id = %s FOR UPDATE', (repo, b"a"))
+            writing = _in_background(
+                lambda: backend.apply_changeset(hg.Changeset().add_node(_sem("a", vec(0, 1, 0, 0))))
+            )
+            _waiting(admin, backend)
+            locker.rollback()
+        writing.result(timeout=30)
+        a = backend.get_node("a")
+        assert a is not None and a.embedding is not None and a.embedding[1] == 1.0

@@ -175,7 +175,7 @@ def test_without_prepared_statements_the_lookup_is_sent_unnamed(conn: psycopg.Co
         fetch(conn, b"hg_unnamed", b"SELECT 1 FROM hg_no_such_table WHERE x = $1", [b"x"])
 
 
-BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+BEGIN_READ = (b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 
 
 @pytest.mark.parametrize("named", [True, False])
@@ -194,6 +194,17 @@ def test_a_transaction_opens_with_its_first_statement(conn: psycopg.Connection[A
     assert conn.pgconn.transaction_status == open_
     conn.execute("ROLLBACK")
     assert conn.pgconn.transaction_status == idle
+
+
+def test_a_transaction_opens_with_its_settings(conn: psycopg.Connection[Any]) -> None:
+    """Several opening statements (a write's BEGIN and SET LOCAL) go in the same pipeline, in order."""
+    begin = (b"BEGIN ISOLATION LEVEL READ COMMITTED", b"SET LOCAL idle_in_transaction_session_timeout = '1234ms'")
+    query = b"SELECT current_setting('transaction_isolation'), current_setting('idle_in_transaction_session_timeout')"
+    assert fetch(conn, b"hg_settings", query + b" WHERE $1::text IS NOT NULL", [b"x"], begin) == [
+        [b"read committed", b"1234ms"]
+    ]
+    conn.execute("ROLLBACK")
+    assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("0",)
 
 
 def test_a_failing_first_statement_leaves_its_transaction_to_roll_back(conn: psycopg.Connection[Any]) -> None:

@@ -161,8 +161,8 @@ class Postgres(DerivedBackend):
         # READ COMMITTED whatever the server's default: a node's deleter then sees, in `drop_links`, the
         # links committed while it waited for the node's row (docs/postgres.md, Transactions).
         write_begin = (
-            "BEGIN ISOLATION LEVEL READ COMMITTED; "
-            f"SET LOCAL idle_in_transaction_session_timeout = '{math.ceil(self._gap_timeout * 500)}ms'"
+            b"BEGIN ISOLATION LEVEL READ COMMITTED",
+            f"SET LOCAL idle_in_transaction_session_timeout = '{math.ceil(self._gap_timeout * 500)}ms'".encode(),
         )
 
         if search == "server":

@@ -57,12 +57,12 @@ def fetch(
     name: bytes,
     query: bytes,
     params: Sequence[bytes | None],
-    begin: bytes | None = None,
+    begin: Sequence[bytes] = (),
 ) -> list[list[bytes | None]]:
     """The rows of statement `name` (`query`, prepared on `conn` the first time) for `params`, in
     autocommit or inside the connection's open transaction; with `begin`, that transaction's first
-    statement (``BEGIN ...``) goes in the same round trip, pipelined. A None parameter is NULL. Raises
-    psycopg's errors, as a cursor would."""
+    statements (``BEGIN ...``, then any ``SET LOCAL``) go in the same round trip, pipelined. A None
+    parameter is NULL. Raises psycopg's errors, as a cursor would."""
     pgconn = conn.pgconn
     formats = [1] * len(params)
     unnamed = conn.prepare_threshold is None  # prepared statements turned off (a transaction-mode pooler)
@@ -71,9 +71,10 @@ def fetch(
         if not unnamed and name not in prepared:
             _check(conn, pgconn.prepare(name, query))
             prepared.add(name)
-        if begin is not None:
-            opened, result = _pipelined(conn, begin, name, query, params, unnamed)
-            _check(conn, opened)
+        if begin:
+            *opened, result = _pipelined(conn, begin, name, query, params, unnamed)
+            for done in opened:
+                _check(conn, done)
         elif unnamed:
             result = pgconn.exec_params(query, params, param_formats=formats, result_format=1)
         else:
@@ -84,7 +85,7 @@ def fetch(
         state = result.error_field(pq.DiagnosticField.SQLSTATE)
         if attempt == 1 and not unnamed and state is not None and state.decode() in _STALE:
             prepared.discard(name)
-            if begin is not None:  # the transaction it opened failed with the statement: start again
+            if begin:  # the transaction it opened failed with the statement: start again
                 _check(conn, pgconn.exec_(b"ROLLBACK"))
             if state.decode() == "0A000":
                 _check(conn, pgconn.exec_(b"DEALLOCATE " + name))
@@ -95,19 +96,21 @@ def fetch(
 
 def _pipelined(
     conn: psycopg.Connection[Any],
-    begin: bytes,
+    begin: Sequence[bytes],
     name: bytes,
     query: bytes,
     params: Sequence[bytes | None],
     unnamed: bool,
-) -> tuple[pq.abc.PGresult, pq.abc.PGresult]:
-    """`begin` and the statement sent together (libpq's pipeline mode): their two results."""
+) -> list[pq.abc.PGresult]:
+    """The `begin` statements and the statement sent together (libpq's pipeline mode): their results."""
     pgconn = conn.pgconn
     formats = [1] * len(params)
+    wanted = len(begin) + 1
     results: list[pq.abc.PGresult] = []
     pgconn.enter_pipeline_mode()
     try:
-        pgconn.send_query_params(begin, None)
+        for statement in begin:
+            pgconn.send_query_params(statement, None)
         if unnamed:
             pgconn.send_query_params(query, params, param_formats=formats, result_format=1)
         else:
@@ -116,6 +119,9 @@ def _pipelined(
         while pgconn.flush():
             select.select([], [pgconn.socket], [])
         while True:
+            while pgconn.is_busy():  # wait here, where the GIL is released; get_result would hold it
+                select.select([pgconn.socket], [], [])
+                pgconn.consume_input()
             result = pgconn.get_result()
             if result is None:
                 if pgconn.status != pq.ConnStatus.OK:
@@ -123,14 +129,14 @@ def _pipelined(
                 continue
             if result.status == pq.ExecStatus.PIPELINE_SYNC:
                 break
-            if len(results) < 2:
+            if len(results) < wanted:
                 results.append(result)
     finally:
         if pgconn.status == pq.ConnStatus.OK:
             pgconn.exit_pipeline_mode()
-    if len(results) < 2:
+    if len(results) < wanted:
         raise psycopg.OperationalError(pgconn.get_error_message().strip() or "the connection to the server was lost")
-    return results[0], results[1]
+    return results
 
 
 def command(conn: psycopg.Connection[Any], text: bytes) -> None:

@@ -74,23 +74,28 @@ class _Tx:
     """One transaction's connection, with the repo's statements at hand."""
 
     def __init__(
-        self, conn: Conn, repo: str, sql: Mapping[str, str], shared: Shared | None = None, begin: bytes | None = None
+        self,
+        conn: Conn,
+        repo: str,
+        sql: Mapping[str, str],
+        shared: Shared | None = None,
+        begin: Sequence[bytes] = (),
     ) -> None:
         self._conn = conn
         self.repo = repo
         self.sql = sql
         self.shared = shared or Shared()
         self._begin = begin
-        """The transaction's BEGIN, not sent yet: it goes with the first statement (`fetch` pipelines
-        the two), or alone before anything else uses the connection."""
-        self.began = begin is None
+        """The transaction's BEGIN (and its SET LOCAL), not sent yet: it goes with the first statement
+        (`fetch` pipelines them), or alone before anything else uses the connection."""
+        self.began = not begin
 
     @property
     def conn(self) -> Conn:
         """The connection, inside the transaction."""
-        if self._begin is not None:
-            begin, self._begin = self._begin, None
-            prepared.command(self._conn, begin)
+        if self._begin:
+            begin, self._begin = self._begin, ()
+            prepared.command(self._conn, b"; ".join(begin))
             self.began = True
         return self._conn
 
@@ -111,7 +116,7 @@ class _Tx:
 
     def fetch(self, name: str, params: Sequence[bytes | None]) -> list[list[bytes | None]]:
         """Statement `name` as a key lookup (`prepared.fetch`): parameters and columns as raw bytes."""
-        begin, self._begin = self._begin, None
+        begin, self._begin = self._begin, ()
         self.began = True  # whatever the statement does, its BEGIN was sent
         return prepared.fetch(self._conn, _STATEMENT_PREFIX + name.encode(), _native(self.sql[name]), params, begin)
 
@@ -151,7 +156,7 @@ class _Tx:
         return out
 
 
-_READ_BEGIN = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_READ_BEGIN = (b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 
 _STATEMENT_PREFIX = b"hg_"
 """Names of the statements `_Tx.fetch` prepares (psycopg's own are ``_pg3_``...)."""
@@ -287,7 +292,7 @@ class _Runner:
         timeout: float,
         retries: int,
         where: str,
-        write_begin: str,
+        write_begin: Sequence[bytes],
         shared: Shared | None = None,
     ) -> None:
         self.shared = shared or Shared()
@@ -330,12 +335,10 @@ class _Runner:
                 with self.pool.connection(timeout=self.timeout) as conn:
                     transactional = (write and not single) or (snapshot and not write)
                     committing = write and single  # the write statement commits as it returns
-                    if transactional and write:
-                        prepared.command(conn, self.write_begin.encode())
-                    # A read's BEGIN goes with its first statement (`_Tx.fetch`), one round trip fewer.
-                    tx = _Tx(
-                        conn, self.repo, self.sql, self.shared, _READ_BEGIN if transactional and not write else None
-                    )
+                    # The BEGIN goes with the first statement (`_Tx.fetch`), one round trip fewer. Until
+                    # COMMIT is sent nothing can have been applied, so a lost connection is retried.
+                    begin = (self.write_begin if write else _READ_BEGIN) if transactional else ()
+                    tx = _Tx(conn, self.repo, self.sql, self.shared, begin)
                     try:
                         result = fn(tx)
                     except BaseException:
