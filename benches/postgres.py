@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -104,7 +105,7 @@ def settle(backend: hg.GraphBackend) -> None:
                 conn.execute("CHECKPOINT")
 
 
-def measure(name: str, backend: hg.GraphBackend, args: argparse.Namespace) -> list[str]:
+def measure(name: str, backend: hg.GraphBackend, args: argparse.Namespace, dsn: str | None) -> tuple[str, float]:
     rng = np.random.default_rng(11)
     bulk(backend, args.n, rng)
     settle(backend)
@@ -126,10 +127,24 @@ def measure(name: str, backend: hg.GraphBackend, args: argparse.Namespace) -> li
         t0 = time.perf_counter()
         backend.get_node(f"bulk-{k * 37 % args.n:07d}")
         gets.append(time.perf_counter() - t0)
-    return [
-        f"| {name} | {len(commits) / sum(commits):,.0f} /s | {statistics.median(commits) * 1e3:.2f} ms "
-        f"| {statistics.median(scans) * 1e3:.2f} ms | {statistics.median(gets) * 1e6:.0f} µs |"
-    ]
+    trip = "" if dsn is None else f"{round_trip(dsn) * 1e6:.0f} µs"
+    commit = statistics.median(commits)
+    row = (
+        f"| {name} | {len(commits) / sum(commits):,.0f} /s | {commit * 1e3:.2f} ms "
+        f"| {statistics.median(scans) * 1e3:.2f} ms | {statistics.median(gets) * 1e6:.0f} µs | {trip} |"
+    )
+    return row, commit
+
+
+def round_trip(dsn: str) -> float:
+    """Median of 1,000 bare ``SELECT 1`` through libpq on one connection: the floor of any statement."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        times = []
+        for _ in range(1000):
+            t0 = time.perf_counter()
+            conn.pgconn.exec_(b"SELECT 1")
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def main() -> None:
@@ -157,17 +172,28 @@ def main() -> None:
             "PostgreSQL, Unix-domain socket": cluster.socket_dsn(),
         }
 
-    rows = ["| backend | commit_ingestion throughput | commit median | warm find_candidates (exact) | get_node |"]
-    rows.append("|---|---:|---:|---:|---:|")
+    rows = [
+        "| backend | commit_ingestion throughput | commit median | warm find_candidates (exact) | get_node "
+        "| round trip (`SELECT 1`) |"
+    ]
+    rows.append("|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp, LMDB(Path(tmp) / "s") as lmdb_backend:
-        rows += measure("LMDB (sync)", lmdb_backend, args)
+        row, lmdb_commit = measure("LMDB (sync)", lmdb_backend, args, None)
+        rows.append(row)
+    ratios = []
     try:
         for label, dsn in servers.items():
             with Postgres(dsn, repo=f"bench_{uuid.uuid4().hex[:8]}") as pg:
-                rows += measure(label, pg, args)
+                row, commit = measure(label, pg, args, dsn)
+                rows.append(row)
+                ratios.append(f"{label}: {commit / lmdb_commit:.2f}×")
+        with psycopg.connect(next(iter(servers.values())), autocommit=True) as conn:
+            version = conn.execute("SELECT version()").fetchone()
+        server_version = "PostgreSQL" if version is None else str(version[0]).split(" on ")[0]
     finally:
         if cluster is not None:
             cluster.stop()
+    rows += ["", f"- Commit median against LMDB `sync`'s in this run: {'; '.join(ratios)}."]
     lines = [
         HEADING,
         "",
@@ -177,7 +203,10 @@ def main() -> None:
         "round trip per statement; its cache keeps warm scans on the Rust core. `get_node` is one "
         "prepared statement run through libpq, and the commit is one statement (`write_graph`). "
         "After each bulk load the PostgreSQL tables are vacuumed and analyzed and a checkpoint is taken, "
-        "so the commits are timed in a steady state. Targets: `get_node` ≤ 150 µs, a commit ≤ 2 ms.",
+        "so the commits are timed in a steady state. The last column is the server's bare round trip, "
+        "the floor of every statement. Targets: `get_node` ≤ 150 µs, a commit ≤ 2 ms.",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {server_version}.",
         "",
         f"N = {args.n:,} episodic nodes × {DIM} + {args.commits} ingestions of 9 nodes; 5 query vectors",
         "",
