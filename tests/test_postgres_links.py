@@ -19,7 +19,7 @@ require_psycopg()
 import psycopg  # noqa: E402
 
 import hippograph as hg  # noqa: E402
-from hippograph.backends.postgres import Postgres  # noqa: E402
+from hippograph.backends.postgres import Postgres, drop_repo  # noqa: E402
 from hippograph.graph import codec  # noqa: E402
 from hippograph.testing.graphs import make_node, vec  # noqa: E402
 
@@ -249,3 +249,53 @@ def test_a_write_waiting_for_a_lock_leaves_other_threads_running(
         writing.result(timeout=30)
         a = backend.get_node("a")
         assert a is not None and a.embedding is not None and a.embedding[1] == 1.0
+
+
+def test_a_delete_outside_read_committed_is_refused(
+    backend: Postgres, admin: psycopg.Connection[Any], pg_dsn: str, repo: str
+) -> None:
+    """Under REPEATABLE READ a deleter's snapshot could miss a link committed while it waited, so
+    the trigger refuses the delete (SQLSTATE HG003) and nothing changes."""
+    backend.apply_changeset(hg.Changeset().add_nodes([_sem("a"), _sem("b")]).add_link("a", "b", "sibling"))
+    with psycopg.connect(pg_dsn) as deleter:
+        deleter.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with pytest.raises(psycopg.Error, match="READ COMMITTED") as raised:
+            deleter.execute(f'DELETE FROM "{SCHEMA}".nodes WHERE repo = %s AND id = %s', (repo, b"a"))
+        assert raised.value.sqlstate == "HG003"
+    assert _rows(admin, repo, "a") == (2, 1)
+
+
+def test_drop_repo_deletes_in_read_committed_whatever_the_default(
+    backend: Postgres, admin: psycopg.Connection[Any], pg_dsn: str, repo: str
+) -> None:
+    backend.apply_changeset(hg.Changeset().add_nodes([_sem("a"), _sem("b")]).add_link("a", "b", "sibling"))
+    strict = pg_dsn + ("&" if "?" in pg_dsn else "?") + "options=-c%20default_transaction_isolation%3Dserializable"
+    assert drop_repo(strict, repo=repo)
+    assert _rows(admin, repo, "a") == (0, 0) and _rows(admin, repo, "b") == (0, 0)
+
+
+def test_large_writes_put_and_re_put_like_small_ones(
+    backend: Postgres, admin: psycopg.Connection[Any], repo: str
+) -> None:
+    """Past 64 nodes and link rows a write runs as `write_graph_rows` (plans made for its arrays):
+    the same rows as the small path, new and re-put nodes alike, on every call of a session."""
+    ids = [f"n{i:03d}" for i in range(120)]
+    for round_ in range(7):  # past the five calls after which PL/pgSQL may cache generic plans
+        cs = hg.Changeset().add_nodes(
+            [
+                _sem(i, vec(1, round_, 0, 0)) if k % 3 else make_node(hg.NodeType.SEMANTIC, i, None)
+                for k, i in enumerate(ids)
+            ]
+        )
+        for k, i in enumerate(ids):
+            cs.add_link(i, ids[(k + 1 + round_) % len(ids)], "sibling")
+        backend.apply_changeset(cs)
+        node = backend.get_node("n001")
+        assert node is not None and node.links == {
+            hg.EdgeType.SIBLING: frozenset({ids[(2 + round_) % len(ids)], ids[(len(ids) - round_) % len(ids)]})
+        }
+        assert node.embedding is not None and node.embedding[1] == round_
+        assert backend.get_node("n000").embedding is None  # type: ignore[union-attr]
+        assert backend.verify_storage() == ([], 0)
+    links = admin.execute(f'SELECT count(*) FROM "{SCHEMA}".links WHERE repo = %s', (repo,)).fetchone()
+    assert links == (2 * len(ids),)

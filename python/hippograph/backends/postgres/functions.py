@@ -209,7 +209,7 @@ Each end of a link is checked by a scalar subquery, which the planner cannot tur
 `EXISTS` became a hash join over a sequential scan of the repo's nodes once the statement's generic
 plan was cached); a vector takes its type from the write's own arrays rather than from `nodes`."""
 
-_WRITE_GRAPH_7: Final = """CREATE OR REPLACE FUNCTION {s}.write_graph(
+_WRITE_GRAPH_TEMPLATE: Final = """CREATE OR REPLACE FUNCTION {s}.<name>(
     p_repo text, p_claim_key bytea, p_claim_record bytea, p_token bytea, p_stored_at timestamptz,
     p_dim integer,
     p_node_keys bytea[], p_types text[], p_records bytea[], p_created timestamptz[],
@@ -217,14 +217,14 @@ _WRITE_GRAPH_7: Final = """CREATE OR REPLACE FUNCTION {s}.write_graph(
     p_link_a bytea[], p_link_edge text[], p_link_b bytea[],
     p_meta_keys bytea[], p_meta_records bytea[], p_touched bytea[], p_flat real[], p_usage float8[],
     OUT claimed boolean, OUT stored_dim integer, OUT seq bigint
-) LANGUAGE plpgsql AS $fn$
+) LANGUAGE plpgsql<settings> AS $fn$
 DECLARE
     v_kept boolean;
     v_old bytea[] := '{}';
     v_out bytea[];
     v_ends bytea[] := '{}';
 BEGIN
-    -- Taken as the writes below take them anyway, first: a write that waited for `vectors.enable`
+<dispatch>    -- Taken as the writes below take them anyway, first: a write that waited for `vectors.enable`
     -- (SHARE ROW EXCLUSIVE on the three) sees the table it created.
     LOCK TABLE {s}.nodes, {s}.embeddings, {s}.metadata IN ROW EXCLUSIVE MODE;
     v_kept := to_regclass('{s}.vectors') IS NOT NULL;
@@ -266,7 +266,7 @@ BEGIN
             UPDATE {s}.nodes n SET type = x.type, record = x.record, created_at = x.created_at
             FROM unnest(p_node_keys, p_types, p_records, p_created) AS x(id, type, record, created_at)
             WHERE n.repo = p_repo AND n.id = x.id AND x.id = ANY(v_old);
-            DELETE FROM {s}.links WHERE repo = p_repo AND a = ANY(v_old);
+            WITH outgoing AS (DELETE FROM {s}.links WHERE repo = p_repo AND a = ANY(v_old))
             DELETE FROM {s}.links WHERE b = ANY(v_old) AND repo = p_repo AND NOT a = ANY(v_old);
             DELETE FROM {s}.embeddings WHERE repo = p_repo AND id = ANY(p_bare) AND id = ANY(v_old);
             INSERT INTO {s}.embeddings (repo, id, vec)
@@ -319,6 +319,27 @@ BEGIN
     END IF;
 END
 $fn$"""
+
+_LARGE_WRITE: Final = 64
+"""Nodes plus link rows above which `write_graph` runs as `write_graph_rows`."""
+
+_WRITE_GRAPH_7: Final = (
+    _WRITE_GRAPH_TEMPLATE.replace("<name>", "write_graph_rows")
+    .replace("<settings>", " SET plan_cache_mode = force_custom_plan")
+    .replace("<dispatch>", ""),
+    _WRITE_GRAPH_TEMPLATE.replace("<name>", "write_graph")
+    .replace("<settings>", "")
+    .replace(
+        "<dispatch>",
+        f"    IF cardinality(p_node_keys) + cardinality(p_link_a) > {_LARGE_WRITE} THEN\n"
+        "        SELECT w.claimed, w.stored_dim, w.seq INTO claimed, stored_dim, seq\n"
+        "        FROM {s}.write_graph_rows(p_repo, p_claim_key, p_claim_record, p_token, p_stored_at, p_dim,\n"
+        "            p_node_keys, p_types, p_records, p_created, p_emb_keys, p_vecs, p_bare, p_link_a, p_link_edge,\n"
+        "            p_link_b, p_meta_keys, p_meta_records, p_touched, p_flat, p_usage) w;\n"
+        "        RETURN;\n"
+        "    END IF;\n",
+    ),
+)
 """`write_graph` as migration 7 redefines it: the same steps, with plain inserts where nothing can
 be in the way, and links no longer checked by foreign keys (a check per row and end, and a
 speculative insertion per row, were most of an ingestion's server time).
@@ -329,14 +350,24 @@ embeddings replaced; the others are inserted, and so are their embeddings and ev
 touches a node of the write: nothing else can hold those keys (a writer inserting the same new node
 meanwhile makes this one fail with a unique violation, which is retried). A link end outside the
 write is kept only if that node exists, read with a ``KEY SHARE`` lock held to commit: its deleter
-waits, and its `drop_links` trigger then sees the new link. An ingestion, whose nodes are new and
-whose links join them, locks and drops nothing."""
+waits, and its `drop_node_rows` trigger then sees the new link. An ingestion, whose nodes are new
+and whose links join them, locks and drops nothing.
+
+A large write (more than `_LARGE_WRITE` nodes and link rows) runs the same steps as
+`write_graph_rows`, whose statements are planned for each call: a plan PL/pgSQL caches for any
+arrays tests membership in them (``= ANY``, ``<> ALL``) element by element, quadratic in the write's
+size, where a plan for the arrays at hand hashes them. Planning costs more than a small write's
+work, so small writes keep the cached plans."""
 
 _NODE_ROWS: Final = (
     """CREATE OR REPLACE FUNCTION {s}.drop_node_rows() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
     r record;
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'nodes are deleted in READ COMMITTED transactions only, this one is %',
+            current_setting('transaction_isolation') USING ERRCODE = 'HG003';
+    END IF;
     FOR r IN SELECT g.repo, array_agg(g.id) AS ids FROM gone g GROUP BY g.repo LOOP
         DELETE FROM {s}.embeddings WHERE repo = r.repo AND id = ANY(r.ids);
         DELETE FROM {s}.links WHERE repo = r.repo AND a = ANY(r.ids);
@@ -365,4 +396,5 @@ trigger, where foreign keys with ``ON DELETE CASCADE`` did (whose checks cost ev
 index probe and a trigger call per reference). The trigger's deletes are statements of their own, so
 under READ COMMITTED they see rows committed while the node's deleter waited for its lock (the
 writers of those rows hold it: `_WRITE_GRAPH_7`). Every writer, of any release, deletes nodes
-through it."""
+through it. A deleting transaction at another isolation level is refused (SQLSTATE HG003): its
+snapshot could miss a link committed while it waited, which would outlive the node."""

@@ -156,7 +156,7 @@ _MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         7,
         "links and embeddings without foreign keys: write_graph locks the nodes they reference, a trigger "
         "deletes them with their node",
-        (*_NODE_ROWS, _WRITE_GRAPH_7),
+        (*_NODE_ROWS, *_WRITE_GRAPH_7),
     ),
 )
 
@@ -421,6 +421,7 @@ def drop_repo(dsn: str | None = None, *, repo: str, schema: str = "hippograph") 
                 + (_DROP_ENTRIES if version >= _ENTRIES_SINCE else ())
                 + _DROP_REPO
             )
+            conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED  # `drop_node_rows` requires it
             with conn.transaction():
                 existed = conn.execute(
                     f"SELECT 1 FROM {quoted}.repos WHERE repo = %s",
