@@ -29,6 +29,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -341,3 +342,17 @@ class OwnRepo:
         from hippograph.backends.postgres import Postgres
 
         return Postgres(os.environ[DSN_ENV], repo=repo_for(path))
+
+
+def wait_for_lock_waiter(admin: Any, application_name: str) -> None:
+    """Returns once a connection named `application_name` waits for a lock (fails the test after
+    about 10 s): a race staged with a second connection's lock has reached its point."""
+    for _ in range(500):
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+            (application_name,),
+        ).fetchone()
+        if row is not None and row[0]:
+            return
+        time.sleep(0.02)
+    pytest.fail("the backend never waited for the lock")

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from pg_server import pg_dsn, require_psycopg
+from pg_server import pg_dsn, require_psycopg, wait_for_lock_waiter
 
 require_psycopg()
 
@@ -593,18 +593,6 @@ def test_reads_survive_terminated_connections(
     assert _hit_ids(backend) == ["a", "b"]
 
 
-def _wait_for_lock_waiter(admin: psycopg.Connection[Any], application_name: str) -> None:
-    for _ in range(200):
-        row = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
-            (application_name,),
-        ).fetchone()
-        if row is not None and row[0]:
-            return
-        time.sleep(0.02)
-    pytest.fail("the backend never waited for the lock")
-
-
 def _lock_node(conn: psycopg.Connection[Any], schema: str, repo: str, node_id: str) -> None:
     conn.execute(
         f'SELECT 1 FROM "{schema}".nodes WHERE repo = %s AND id = %s FOR UPDATE',
@@ -625,7 +613,7 @@ def test_a_write_whose_connection_dies_before_commit_is_retried_once(
         writing = ThreadPoolExecutor(1).submit(
             backend.commit_ingestion, make_record("src", node_ids=("a",)), hg.Changeset().add_node(replacement)
         )
-        _wait_for_lock_waiter(admin, name)
+        wait_for_lock_waiter(admin, name)
         assert _terminate(admin, name) >= 1
         locker.rollback()
     outcome, _ = writing.result(timeout=30)

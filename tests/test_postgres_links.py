@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pg_server import pg_dsn, require_psycopg
+from pg_server import pg_dsn, require_psycopg, wait_for_lock_waiter
 
 require_psycopg()
 
@@ -65,17 +65,7 @@ def _rows(admin: psycopg.Connection[Any], repo: str, node_id: str) -> tuple[int,
 
 
 def _waiting(admin: psycopg.Connection[Any], backend: Postgres) -> None:
-    """Returns once a connection of `backend` waits for a lock."""
-    name = backend._runner.pool.kwargs["application_name"]
-    for _ in range(500):
-        row = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
-            (name,),
-        ).fetchone()
-        if row is not None and row[0]:
-            return
-        admin.execute("SELECT pg_sleep(0.01)")
-    pytest.fail("the backend never waited for the lock")
+    wait_for_lock_waiter(admin, backend._runner.pool.kwargs["application_name"])
 
 
 def _in_background(fn: Callable[[], Any]) -> Any:
@@ -124,11 +114,13 @@ def test_a_deleter_waiting_for_a_linking_writer_deletes_the_new_link_too(
     assert backend.verify_storage() == ([], 0)
 
 
-def test_a_link_to_a_node_being_deleted_waits_and_is_left_out(
-    backend: Postgres, admin: psycopg.Connection[Any], pg_dsn: str, repo: str
+@pytest.mark.parametrize("delete_commits", [True, False])
+def test_a_link_to_a_node_being_deleted_waits_for_the_delete(
+    backend: Postgres, admin: psycopg.Connection[Any], pg_dsn: str, repo: str, delete_commits: bool
 ) -> None:
     """A write linking its new node to one another transaction is deleting waits for that
-    transaction; the node gone, the link is not written and the new node stands alone."""
+    transaction: the node gone, the link is not written and the new node stands alone; the delete
+    rolled back, the link is written both ways."""
     backend.apply_changeset(hg.Changeset().add_node(_sem("x")))
     with psycopg.connect(pg_dsn) as deleter:
         deleter.execute(f'DELETE FROM "{SCHEMA}".nodes WHERE repo = %s AND id = %s', (repo, b"x"))
@@ -136,29 +128,19 @@ def test_a_link_to_a_node_being_deleted_waits_and_is_left_out(
             lambda: backend.apply_changeset(hg.Changeset().add_node(_sem("new")).add_link("new", "x", "sibling"))
         )
         _waiting(admin, backend)
-        deleter.commit()
+        if delete_commits:
+            deleter.commit()
+        else:
+            deleter.rollback()
     writing.result(timeout=30)
-    new = backend.get_node("new")
-    assert new is not None and not new.links
-    assert backend.get_node("x") is None
-    assert _rows(admin, repo, "x") == (0, 0)
-    assert backend.verify_storage() == ([], 0)
-
-
-def test_a_link_to_a_node_whose_delete_rolls_back_is_written(
-    backend: Postgres, admin: psycopg.Connection[Any], pg_dsn: str, repo: str
-) -> None:
-    backend.apply_changeset(hg.Changeset().add_node(_sem("x")))
-    with psycopg.connect(pg_dsn) as deleter:
-        deleter.execute(f'DELETE FROM "{SCHEMA}".nodes WHERE repo = %s AND id = %s', (repo, b"x"))
-        writing = _in_background(
-            lambda: backend.apply_changeset(hg.Changeset().add_node(_sem("new")).add_link("new", "x", "sibling"))
-        )
-        _waiting(admin, backend)
-        deleter.rollback()
-    writing.result(timeout=30)
-    x = backend.get_node("x")
-    assert x is not None and x.links == {hg.EdgeType.SIBLING: frozenset({"new"})}
+    new, x = backend.get_node("new"), backend.get_node("x")
+    assert new is not None
+    if delete_commits:
+        assert not new.links and x is None
+        assert _rows(admin, repo, "x") == (0, 0)
+    else:
+        assert x is not None and x.links == {hg.EdgeType.SIBLING: frozenset({"new"})}
+        assert new.links == {hg.EdgeType.SIBLING: frozenset({"x"})}
     assert backend.verify_storage() == ([], 0)
 
 
