@@ -72,6 +72,24 @@ def _in_background(fn: Callable[[], Any]) -> Any:
     return ThreadPoolExecutor(1).submit(fn)
 
 
+def _raced(
+    admin: psycopg.Connection[Any],
+    backend: Postgres,
+    other: psycopg.Connection[Any],
+    write: Callable[[], Any],
+    commits: bool,
+) -> None:
+    """Runs `write` on `backend` until it waits for a lock `other`'s open transaction holds, then
+    ends that transaction (commit or rollback) and lets the write finish."""
+    writing = _in_background(write)
+    _waiting(admin, backend)
+    if commits:
+        other.commit()
+    else:
+        other.rollback()
+    writing.result(timeout=30)
+
+
 def test_the_schema_keeps_no_foreign_keys_to_nodes_and_deletes_follow_them(
     backend: Postgres, admin: psycopg.Connection[Any], repo: str
 ) -> None:
@@ -103,10 +121,7 @@ def test_a_deleter_waiting_for_a_linking_writer_deletes_the_new_link_too(
             f'INSERT INTO "{SCHEMA}".links (repo, a, edge, b) VALUES (%s, %s, %s, %s), (%s, %s, %s, %s)',
             (repo, b"x", "sibling", b"y", repo, b"y", "sibling", b"x"),
         )
-        deleting = _in_background(lambda: backend.delete_nodes(["x"]))
-        _waiting(admin, backend)
-        writer.commit()
-    deleting.result(timeout=30)
+        _raced(admin, backend, writer, lambda: backend.delete_nodes(["x"]), True)
     assert backend.get_node("x") is None
     assert _rows(admin, repo, "x") == (0, 0)
     y = backend.get_node("y")
@@ -124,15 +139,13 @@ def test_a_link_to_a_node_being_deleted_waits_for_the_delete(
     backend.apply_changeset(hg.Changeset().add_node(_sem("x")))
     with psycopg.connect(pg_dsn) as deleter:
         deleter.execute(f'DELETE FROM "{SCHEMA}".nodes WHERE repo = %s AND id = %s', (repo, b"x"))
-        writing = _in_background(
-            lambda: backend.apply_changeset(hg.Changeset().add_node(_sem("new")).add_link("new", "x", "sibling"))
+        _raced(
+            admin,
+            backend,
+            deleter,
+            lambda: backend.apply_changeset(hg.Changeset().add_node(_sem("new")).add_link("new", "x", "sibling")),
+            delete_commits,
         )
-        _waiting(admin, backend)
-        if delete_commits:
-            deleter.commit()
-        else:
-            deleter.rollback()
-    writing.result(timeout=30)
     new, x = backend.get_node("new"), backend.get_node("x")
     assert new is not None
     if delete_commits:
@@ -163,15 +176,13 @@ def test_a_new_node_another_writer_is_inserting_is_put_once(
             (repo, b"n", "hierarchical", b"y", repo, b"y", "hierarchical", b"n"),
         )
         mine = _sem("n")
-        writing = _in_background(
-            lambda: backend.apply_changeset(hg.Changeset().add_node(mine).add_link("n", "y", "sibling"))
+        _raced(
+            admin,
+            backend,
+            writer,
+            lambda: backend.apply_changeset(hg.Changeset().add_node(mine).add_link("n", "y", "sibling")),
+            other_commits,
         )
-        _waiting(admin, backend)
-        if other_commits:
-            writer.commit()
-        else:
-            writer.rollback()
-    writing.result(timeout=30)
     assert backend.get_node("n") == make_node(hg.NodeType.SEMANTIC, "n", E1, links={hg.EdgeType.SIBLING: {"y"}})
     assert _rows(admin, repo, "n") == (2, 1)
     assert backend.verify_storage() == ([], 0)
