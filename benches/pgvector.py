@@ -209,7 +209,8 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
             if reused
             else f"load through `apply_changeset` {load:.0f} s; "
         )
-        + "two HNSW indexes (cosine, and inner product over the value-weighted vectors; m 16, ef_construction 100)"
+        + "two HNSW indexes (cosine, m 16, ef_construction 100; inner product over the value-weighted vectors, "
+        + "m 32, ef_construction 200)"
         + ("" if reused else f" built in {build:.0f} s")
         + f", {size[0] if size else '?'} together; `server_ef_search` 40. {args.queries} queries per row, "
         "default value function (semantic: top 20); recall is against the same client's `exact=True` answer.",

@@ -137,6 +137,40 @@ def test_index_path_finds_the_exact_answer_with_exact_scores(pgvector_dsn: str, 
         client.close()
 
 
+def test_the_floor_is_measured_on_the_pools_not_on_a_nearest_row_search(
+    pgvector_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HNSW search for a sample's nearest row may miss it and hand back a row of another cluster.
+    Calibration's floor must not follow such a miss down: it is the least best similarity of the
+    samples' own pools, so queries far from every memory stay on the exact ranking."""
+    from hippograph.backends.postgres.ranked import Ranked
+
+    data = graph(3, 3000)
+    stored = np.array([n.embedding for n in data.additions if n.embedding is not None], np.float64)
+    stored /= np.linalg.norm(stored, axis=1, keepdims=True)
+    hubs = HUBS / np.linalg.norm(HUBS, axis=1, keepdims=True)
+    home = np.argmax(stored @ hubs.T, axis=1)
+
+    def missed(self: Ranked, tx: Any, node_type: hg.NodeType, dim: int, v: np.ndarray, k: int) -> list[list[float]]:
+        """Stored rows, but of the cluster least like `v`: a search stuck in the wrong region."""
+        wrong = int(np.argmin(hubs @ v))
+        return [list(row) for row in stored[home == wrong][:k]]
+
+    monkeypatch.setattr(Ranked, "nearest", missed)
+    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    try:
+        client.apply_changeset(data)
+        server.build_vector_index(["semantic"])
+        floor = server.vector_index_stats()["semantic"]["floor"]
+        for q, tags in queries(5, 10, far=True):
+            best = float(np.max(stored @ (q / np.linalg.norm(q))))  # its tag, if any, is near the data
+            assert floor > best, (floor, best)
+            assert answers(server, q, tags, exact=False) == answers(client, q, tags)
+    finally:
+        server.close()
+        client.close()
+
+
 class Confidence:
     """relevance × confidence: never above relevance, but it does not say so."""
 
@@ -491,3 +525,59 @@ def test_a_schema_enabled_by_an_earlier_release_gains_its_weighted_vectors(pgvec
                 np.testing.assert_array_equal(after[node_id][1], vec)
     finally:
         b.close()
+
+
+def index_options(dsn: str, schema: str) -> dict[str, list[str]]:
+    """The repo's HNSW indexes by name suffix (`_w`, `_v` or the type's dimension), with their options."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname LIKE 'hg_hnsw_%%semantic%%'",
+            (schema,),
+        ).fetchall()
+    return {name.rsplit("_", 1)[1]: sorted(options) for name, options in rows}
+
+
+def test_the_value_weighted_index_is_denser_and_replaces_an_earlier_releases(pgvector_dsn: str, schema: str) -> None:
+    """Its graph links twice the neighbours (an inner-product graph needs them to reach every row). A
+    repo indexed by an earlier release keeps its sparse value-weighted index serving until the denser
+    one is built, which then takes its place."""
+    ann = hg.AnnConfig(min_nodes=1, background=False, min_speedup=0.0, M=8, ef_construction=40)
+    server = open_(pgvector_dsn, schema, search="server", ann=ann)
+    try:
+        server.apply_changeset(graph(31, 300))
+        server.build_vector_index(["semantic"])
+        assert index_options(pgvector_dsn, schema) == {
+            str(DIM): ["ef_construction=40", "m=8"],
+            "w": ["ef_construction=80", "m=16"],
+        }
+        assert vectors.value_graph(64, 100) == (100, 200) and vectors.value_graph(60, 600) == (100, 1000)
+        assert vectors.value_graph(16, 20) == (32, 64)  # ef_construction at least twice m
+        # As an earlier release left it: the value-weighted index under its old name, built sparse.
+        dense = vectors.value_index_name("r", hg.NodeType.SEMANTIC, DIM)
+        sparse = vectors.sparse_value_index_name("r", hg.NodeType.SEMANTIC, DIM)
+        with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP INDEX "{schema}"."{dense}"')
+            conn.execute(
+                f'CREATE INDEX "{sparse}" ON "{schema}".valued USING hnsw ((val::vector({DIM})) vector_ip_ops) '
+                f"WITH (m = 8, ef_construction = 40) WHERE repo = 'r' AND type = 'semantic'"
+            )
+    finally:
+        server.close()
+    reader = open_(pgvector_dsn, schema, search="server", ann=None)  # builds nothing
+    try:
+        assert reader.vector_index_stats()["semantic"]["pools"] == "value-weighted"
+        assert set(index_options(pgvector_dsn, schema)) == {str(DIM), "v"}
+    finally:
+        reader.close()
+    server = open_(pgvector_dsn, schema, search="server", ann=ann)
+    try:
+        assert index_options(pgvector_dsn, schema) == {
+            str(DIM): ["ef_construction=40", "m=8"],
+            "w": ["ef_construction=80", "m=16"],
+        }
+        assert server.vector_index_stats()["semantic"]["pools"] == "value-weighted"
+        q, tags = next(queries(3, 1))
+        assert answers(server, q, tags, exact=False)
+    finally:
+        server.close()

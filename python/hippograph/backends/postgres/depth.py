@@ -9,6 +9,13 @@ reaches halfway from ``AnnConfig.target_recall`` to 1 (samples are not the queri
 keeps those at the target) at ``AnnConfig.min_speedup`` times the exact ranking's speed or
 better; none does: depth 0, the exact ranking answers. A type whose row count moved by more than
 a quarter since is measured again.
+
+The kept depth comes with a *floor*: the least similarity, over the samples, of the most similar
+row their pools ranked. A query whose pool holds no row as similar lands where no sample did (far
+from every memory), and the exact ranking answers it. It is measured on the pools themselves, as
+queries are checked against it: an HNSW search for a sample's nearest row may miss it (on 1M
+clustered rows at ``hnsw.ef_search`` 40, for a quarter of the samples near a stored vector), and a
+floor taken from such misses let far queries through.
 """
 
 from __future__ import annotations
@@ -39,12 +46,12 @@ stored vector's `_CENTRE` nearest neighbours, where similarities are alike and u
 pool must reach furthest."""
 _CENTRE = 32
 
-Answer = Callable[[NodeType, F32, TypeParams, datetime, int | None], list[tuple[str, float]]]
-"""(type, query vectors, params, now, depth: None for the exact ranking) → the type's answer."""
+Answer = Callable[[NodeType, F32, TypeParams, datetime, int | None], tuple[list[tuple[str, float]], float]]
+"""(type, query vectors, params, now, depth: None for the exact ranking) → the type's answer, and the
+best similarity of any row its pools ranked (pooled answers only)."""
 Calibrated = tuple[int, int, float, float]
 """(rows of the type when measured, depth per query vector or 0 for none, mean recall measured, the
-least similarity between a sample and its nearest stored vector: a query less similar than that to
-everything it finds lands where no sample did, and the exact ranking answers it)."""
+floor: see the module docstring; 1.0 without a depth)."""
 
 
 def stored(conn: Conn, schema: str, repo: str, dim: int) -> dict[NodeType, Calibrated]:
@@ -83,7 +90,6 @@ def calibrate(
     ).fetchall()
     rng = np.random.default_rng(count)
     queries, groups = [], []
-    floor = 1.0
     for at, (values,) in enumerate(rows):
         v = np.asarray(values, np.float64)
         norm = float(np.linalg.norm(v))
@@ -99,10 +105,6 @@ def calibrate(
             if np.linalg.norm(q) > 0:
                 queries.append(q.astype(np.float32)[None, :])
                 groups.append(at % len(_NOISE))
-                nearest = neighbours(q.astype(np.float32), 1).astype(np.float64)
-                if len(nearest):
-                    cos = float(nearest[0] @ q / max(np.linalg.norm(nearest[0]) * np.linalg.norm(q), 1e-30))
-                    floor = min(floor, cos)
     params = resolve_config(None).params[node_type]
     now = utcnow()
     truth, exact_time = [], 0.0
@@ -110,18 +112,20 @@ def calibrate(
         if stop is not None and stop.is_set():
             return None
         t0 = time.perf_counter()
-        truth.append({i for i, _ in answer(node_type, q, params, now, None)})
+        truth.append({i for i, _ in answer(node_type, q, params, now, None)[0]})
         exact_time += time.perf_counter() - t0
-    chosen: Calibrated = (count, 0, 0.0, floor)
+    chosen: Calibrated = (count, 0, 0.0, 1.0)
     depth = max(params.top_k, 16)
     while queries and depth <= DEEPEST:
-        found, took = np.zeros(len(_NOISE)), 0.0
+        found, took, floor = np.zeros(len(_NOISE)), 0.0, 1.0
         for q, want, group in zip(queries, truth, groups, strict=True):
             if stop is not None and stop.is_set():
                 return None
             t0 = time.perf_counter()
-            got = {i for i, _ in answer(node_type, q, params, now, depth)}
+            hits, top = answer(node_type, q, params, now, depth)
             took += time.perf_counter() - t0
+            got = {i for i, _ in hits}
+            floor = min(floor, top)
             found[group] += len(got & want) / len(want) if want else 1.0
         sizes = np.bincount(groups, minlength=len(_NOISE))
         recall = float(found.sum() / len(queries))

@@ -105,10 +105,12 @@ class ServerSearch:
         indexed = {t for t in NodeType if valid.get(vectors.index_name(self.repo, t, dim))}
         # Pools of the default value function come from the value-weighted index where it serves and
         # the rows without a weight (no metadata), scanned exactly with each pool, are few.
+        # An earlier release's sparser value-weighted index serves until its replacement is built.
+        value_indexes = (vectors.value_index_name, vectors.sparse_value_index_name)
         self.ranked.weighted = {
             t
             for t in indexed
-            if valid.get(vectors.value_index_name(self.repo, t, dim))
+            if any(valid.get(name(self.repo, t, dim)) for name in value_indexes)
             and vectors.unweighted(conn, self.schema, self.repo, t, _UNWEIGHTED_MOST + 1) <= _UNWEIGHTED_MOST
         }
         measured = depth.stored(conn, self.schema, self.repo, dim)
@@ -116,8 +118,10 @@ class ServerSearch:
 
         def answer(
             node_type: NodeType, q: F32, params: TypeParams, now: datetime, deep: int | None
-        ) -> list[tuple[str, float]]:
-            return self._ranked(tx, node_type, dim, q, q, params, now, deep is None, deep)
+        ) -> tuple[list[tuple[str, float]], float]:
+            tops: list[float] = []
+            hits = self._ranked(tx, node_type, dim, q, q, params, now, deep is None, deep, tops=tops)
+            return hits, min(tops, default=1.0)  # no pool rows: nothing to say where pools serve
 
         for t in sorted(indexed, key=lambda t: t.value):
             if ann is not None and not depth.fresh(measured.get(t), counts.get(t, 0)):
@@ -253,11 +257,13 @@ class ServerSearch:
         exact: bool,
         depth: int | None = None,
         known: dict[str, Node] | None = None,
+        tops: list[float] | None = None,
     ) -> list[tuple[str, float]]:
         """The default value function's answer: from the HNSW pools reranked by the server when the
         type has a calibrated depth (and the pools fill top_k), else from the server's exact ranking,
         certified against the client's scores (see `ranked`). `known` gains the nodes the ranking
-        statements returned (the answer's, so that they need no second statement)."""
+        statements returned (the answer's, so that they need no second statement); `tops`, the best
+        similarity of any row the pools ranked (calibration measures its floor with it)."""
         measuring = depth is not None
         depth = depth if measuring else (None if exact else self.depth.get(node_type))
         zero_passes = tp.threshold <= 0.0
@@ -275,6 +281,8 @@ class ServerSearch:
 
         if depth is not None and len(live):
             rows = ranked(tp.top_k + _SPARE, depth)
+            if tops is not None and rows:
+                tops.append(rows[0][4])
             hits = passing(self._rescored(rows, queries, tp, when))
             # Where calibration measured (a depth given by the caller is being measured: no floor yet).
             near = bool(rows) and (measuring or rows[0][4] >= self.floor.get(node_type, 1.0))
