@@ -167,13 +167,13 @@ def test_an_index_is_measured_again_on_the_queries_asked(monkeypatch: pytest.Mon
 
 
 def test_speedup_on_the_queries_asked_counts_those_handed_over() -> None:
-    near = [query._Trial(1.0, 0.001, 0.9) for _ in range(50)]
-    asked = [query._Trial(None, 0.002, 0.2) for _ in range(50)]  # far from everything: handed over
-    routing = query._route(near + asked, [0] * 50 + [1] * 50, 0.01, 0.95, {0, 1}, asked=1)
+    near = [query.Trial(1.0, 0.001, 0.9) for _ in range(50)]
+    asked = [query.Trial(None, 0.002, 0.2) for _ in range(50)]  # far from everything: handed over
+    routing = query.route(near + asked, [0] * 50 + [1] * 50, 0.01, 0.95, {0, 1}, asked=1)
     assert routing.meets and routing.asked_speedup is not None
     assert routing.asked_speedup < 1.0 < 3.0 < query._speedup(near, 0.01)
     # Sent to the exact scan by the floor, they cost what the exact scan costs: no speed-up, no loss.
-    routed = query._route(near + asked, [0] * 50 + [1] * 50, 0.01, 0.95, {0, 1}, asked=None)
+    routed = query.route(near + asked, [0] * 50 + [1] * 50, 0.01, 0.95, {0, 1}, asked=None)
     assert routed.asked_speedup is None
     assert query._speedup(asked, 0.01, floor=0.5) == pytest.approx(1.0)
 

@@ -342,7 +342,7 @@ _RECENT_MIN = 16
 
 
 @dataclass(frozen=True)
-class _Trial:
+class Trial:
     """The certified path on one sample query: its recall of the exact answer (None: it handed the
     query over), seconds taken, and the similarity of the nearest indexed vector."""
 
@@ -364,8 +364,8 @@ def _trials(
     now: float,
     hold: Hold,
     ef: int,
-) -> list[_Trial]:
-    out: list[_Trial] = []
+) -> list[Trial]:
+    out: list[Trial] = []
     for q, want in zip(samples, truth, strict=True):
         tops: list[float] = []
         with hold():
@@ -375,12 +375,12 @@ def _trials(
             )
             seconds = time.perf_counter() - start
         recall = None if got is None else len({r for r, _ in got} & want) / len(want) if want else 1.0
-        out.append(_Trial(recall, seconds, tops[0] if tops else np.inf))
+        out.append(Trial(recall, seconds, tops[0] if tops else np.inf))
     return out
 
 
 @dataclass(frozen=True)
-class _Routing:
+class Routing:
     """What queries get when those whose nearest indexed vector is less similar than `floor` go to
     the exact scan: each kind's mean recall, the mean recall of the answers the index gives, the
     worst one, and the exact scan's median time over that of the queries the index takes."""
@@ -410,7 +410,7 @@ _MIN_SERVED = 0.25
 """The least share of the sample queries an index must take for it to be used at all."""
 
 
-def _speedup(trials: list[_Trial], exact_each: float, floor: float = -np.inf) -> float:
+def _speedup(trials: list[Trial], exact_each: float, floor: float = -np.inf) -> float:
     """The exact scan's time over the expected time of `trials` under `floor`: medians per outcome
     (a stall on a busy machine decides nothing), weighted by how often each happens (the index
     answers, the certified path hands over after searching, the floor sends the query to the exact
@@ -425,15 +425,15 @@ def _speedup(trials: list[_Trial], exact_each: float, floor: float = -np.inf) ->
     return exact_each / expected if expected > 0 else 0.0
 
 
-def _route(
-    trials: list[_Trial], kinds: list[int], exact_each: float, target: float, costed: set[int], asked: int | None
-) -> _Routing:
+def route(
+    trials: list[Trial], kinds: list[int], exact_each: float, target: float, costed: set[int], asked: int | None
+) -> Routing:
     """The lowest `floor` at which every kind (by its mean less `_CONFIDENCE` standard errors) and the
     index's own answers meet `target` (as many queries as possible go to the index), taking at least
     `_MIN_SERVED` of them; when none does,
     the routing at the highest floor tried."""
     floors = sorted({t.top for t in trials} | {-np.inf})
-    best: _Routing | None = None
+    best: Routing | None = None
     for floor in floors:
         took = [t.top >= floor for t in trials]
         if best is not None and sum(took) < _MIN_SERVED * len(trials):
@@ -456,7 +456,7 @@ def _route(
         asked_speedup = None if real is None else _speedup(real, exact_each, floor)
         meets = sum(took) >= _MIN_SERVED * len(trials) and assured >= target and index_recall >= target
         worst = min(own, default=1.0)
-        best = _Routing(floor, kind_recalls, index_recall, worst, speedup, cost, meets, asked_speedup)
+        best = Routing(floor, kind_recalls, index_recall, worst, speedup, cost, meets, asked_speedup)
         if meets:
             return best
     assert best is not None
@@ -471,7 +471,7 @@ def calibrate(
 
     Each kind of sample query (`_sample_queries`) is scored with `params` (the default value
     function) both ways. At each ``ef_search`` (growing by half from the configured value up to
-    ``max_ef_search``) `_route` finds the lowest similarity floor at which every kind's mean
+    ``max_ef_search``) `route` finds the lowest similarity floor at which every kind's mean
     recall, and that of the index's own answers, meets the target; the depth kept is the one whose
     routing costs the near and recent samples least. The estimate reported is the mean over the kinds, so a query
     stream of any one kind sits within half their spread of it. Sets and returns
@@ -494,10 +494,10 @@ def calibrate(
             exact_times.append(time.perf_counter() - start)
     exact_each = float(np.median(exact_times)) if exact_times else 0.0
     ef, most = config.ef_search, max(config.ef_search, config.max_ef_search)
-    best: tuple[int, _Routing] | None = None
+    best: tuple[int, Routing] | None = None
     while True:
         trials = _trials(columns, ann, samples, truth, params, now, hold, ef)
-        routing = _route(trials, labels, exact_each, config.target_recall, costed, asked)
+        routing = route(trials, labels, exact_each, config.target_recall, costed, asked)
         meets = routing.meets
         if meets and (best is None or routing.cost < _DEEPER_GAIN * best[1].cost):
             best = (ef, routing)

@@ -3,19 +3,22 @@ vector, calibrated on queries around stored vectors and kept in ``{s}.search_dep
 
 A pool of the `depth` nearest rows per query vector, reranked by score, finds the exact answer
 only as far as those rows hold it: a value function can lift a less similar row above more similar
-ones. Calibration measures the mean recall@k of the pooled answer against the exact ranking, for
-depths doubling from the type's top_k, and keeps the first whose mean recall in every noise group
-reaches halfway from ``AnnConfig.target_recall`` to 1 (samples are not the queries a memory meets later: the margin
-keeps those at the target) at ``AnnConfig.min_speedup`` times the exact ranking's speed or
-better; none does: depth 0, the exact ranking answers. A type whose row count moved by more than
-a quarter since is measured again.
+ones. Calibration answers sample queries (four groups, `_NOISE`) exactly and from pools of depths
+doubling from the type's top_k, and keeps the first depth that meets the in-process index's rule
+(`hippograph.engine.query.route`): with the samples whose pools hold no row as similar as a
+*floor* sent to the exact ranking, every group's mean recall@k less 1.645 standard errors, and the
+pools' own answers, reach ``AnnConfig.target_recall``, the pools taking at least a quarter of the
+samples, at ``AnnConfig.min_speedup`` times the exact ranking's speed or better; none does: depth 0,
+the exact ranking answers. A type whose row count moved by more than a quarter since is measured
+again.
 
-The kept depth comes with a *floor*: the least similarity, over the samples, of the most similar
-row their pools ranked. A query whose pool holds no row as similar lands where no sample did (far
-from every memory), and the exact ranking answers it. It is measured on the pools themselves, as
-queries are checked against it: an HNSW search for a sample's nearest row may miss it (on 1M
-clustered rows at ``hnsw.ef_search`` 40, for a quarter of the samples near a stored vector), and a
-floor taken from such misses let far queries through.
+The floor is the lowest similarity of the most similar row a sample's pools ranked at which the
+rule holds, and never below the least such similarity of any sample: a query whose pools hold no
+row as similar lands where samples were answered badly or where none was (far from every memory),
+and the exact ranking answers it. It is measured on
+the pools, the quantity a query is checked with: an HNSW search for a sample's nearest row may
+miss it (on 1M clustered rows at ``hnsw.ef_search`` 40, for a quarter of the samples near a stored
+vector), and a floor taken from such misses let far queries through.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 from psycopg import sql
 
 from ...engine.checks import utcnow
-from ...engine.query import F32
+from ...engine.query import F32, Trial, route
 from ...engine.vector_index import AnnConfig
 from ...graph.model import NodeType
 from ...graph.value import TypeParams, resolve_config
@@ -37,6 +40,8 @@ from .tx import Conn
 
 __all__ = ["Calibrated", "calibrate", "stored"]
 
+SAMPLES = 100
+"""The most sample queries a calibration answers (each also exactly: seconds apiece at 1M rows)."""
 DEEPEST = 1000
 """The deepest pool per query vector (pgvector's iterative scans stop at ``hnsw.max_scan_tuples``)."""
 _NOISE = (0.1, 0.3, 0.6, None)
@@ -86,7 +91,7 @@ def calibrate(
         sql.SQL("SELECT vec::real[] FROM {}.vectors WHERE repo = %s AND type = %s ORDER BY md5(id) LIMIT %s").format(
             sql.Identifier(schema)
         ),
-        (repo, node_type.value, min(ann.calibration_queries, 50)),
+        (repo, node_type.value, min(ann.calibration_queries, SAMPLES)),
     ).fetchall()
     rng = np.random.default_rng(count)
     queries, groups = [], []
@@ -107,31 +112,31 @@ def calibrate(
                 groups.append(at % len(_NOISE))
     params = resolve_config(None).params[node_type]
     now = utcnow()
-    truth, exact_time = [], 0.0
+    truth, exact_times = [], []
     for q in queries:
         if stop is not None and stop.is_set():
             return None
         t0 = time.perf_counter()
         truth.append({i for i, _ in answer(node_type, q, params, now, None)[0]})
-        exact_time += time.perf_counter() - t0
+        exact_times.append(time.perf_counter() - t0)
     chosen: Calibrated = (count, 0, 0.0, 1.0)
     depth = max(params.top_k, 16)
     while queries and depth <= DEEPEST:
-        found, took, floor = np.zeros(len(_NOISE)), 0.0, 1.0
-        for q, want, group in zip(queries, truth, groups, strict=True):
+        trials = []
+        for q, want in zip(queries, truth, strict=True):
             if stop is not None and stop.is_set():
                 return None
             t0 = time.perf_counter()
             hits, top = answer(node_type, q, params, now, depth)
-            took += time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
             got = {i for i, _ in hits}
-            floor = min(floor, top)
-            found[group] += len(got & want) / len(want) if want else 1.0
-        sizes = np.bincount(groups, minlength=len(_NOISE))
-        recall = float(found.sum() / len(queries))
-        worst = float(min(f / c for f, c in zip(found, sizes, strict=True) if c))
-        if worst >= (1.0 + ann.target_recall) / 2:  # halfway past the target: queries met later differ
-            if took * ann.min_speedup <= exact_time:
+            trials.append(Trial(len(got & want) / len(want) if want else 1.0, seconds, top))
+        exact_each = float(np.median(exact_times))
+        routing = route(trials, groups, exact_each, ann.target_recall, set(groups), None)
+        if routing.meets:
+            if routing.speedup >= ann.min_speedup:
+                floor = max(routing.floor, min(t.top for t in trials))  # never below where samples were
+                recall = float(np.mean([t.recall if t.top >= floor and t.recall is not None else 1.0 for t in trials]))
                 chosen = (count, depth, recall, floor)
             break
         depth *= 2
