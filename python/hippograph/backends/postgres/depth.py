@@ -15,10 +15,10 @@ again.
 The floor is the lowest similarity of the most similar row a sample's pools ranked at which the
 rule holds, and never below the least such similarity of any sample: a query whose pools hold no
 row as similar lands where samples were answered badly or where none was (far from every memory),
-and the exact ranking answers it. It is measured on
-the pools, the quantity a query is checked with: an HNSW search for a sample's nearest row may
-miss it (on 1M clustered rows at ``hnsw.ef_search`` 40, for a quarter of the samples near a stored
-vector), and a floor taken from such misses let far queries through.
+and the exact ranking answers it. It is measured on the pools, the quantity a query is checked
+with: an HNSW search for a sample's nearest row may miss it (on 1M clustered rows at
+``hnsw.ef_search`` 40, for a quarter of the samples near a stored vector), and a floor taken from
+such misses let far queries through.
 """
 
 from __future__ import annotations

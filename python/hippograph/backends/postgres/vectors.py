@@ -361,8 +361,9 @@ def ensure_indexes(
     """Builds the missing HNSW indexes of `types`, over the vectors (cosine) and over the
     value-weighted vectors (inner product, a denser graph: `value_graph`) (``CREATE INDEX
     CONCURRENTLY``: writers go on), and drops an earlier release's value-weighted index once its
-    replacement is valid; returns the names built. `conn` is in autocommit. A session advisory lock per index keeps two
-    processes from building the same one; an invalid index nobody is building is rebuilt."""
+    replacement is valid; returns the names built. `conn` is in autocommit. A session advisory lock
+    per index keeps two processes from building the same one; an invalid index nobody is building
+    is rebuilt."""
     if dim > MAX_INDEXED_DIM:
         return []
     have = existing_indexes(conn, schema, repo)
