@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hippograph as hg
-from hippograph.backends.lmdb import LMDB
+from hippograph.backends.lmdb import LMDB, group
 from hippograph.backends.lmdb.group import GroupCommit, Job
 from hippograph.errors import StorageError
 
@@ -184,12 +184,12 @@ def test_an_interrupted_leader_fails_the_other_writes_with_a_storage_error() -> 
 
     def execute(jobs: list[Job[Any]]) -> None:
         groups.append(len(jobs))
-        if len(groups) == 1:  # the leader's own write, held until the other one queues behind it
+        if len(groups) == 1:  # the first write, held until the other two queue behind it
             gate.wait(10)
             for j in jobs:
                 j.finish(j.fn(None), None)
             return
-        raise KeyboardInterrupt  # while the leader commits the next group (the other thread's write)
+        raise KeyboardInterrupt  # while the next leader commits its group (its write and the other)
 
     got: dict[str, object] = {}
 
@@ -199,17 +199,116 @@ def test_an_interrupted_leader_fails_the_other_writes_with_a_storage_error() -> 
         except BaseException as exc:  # recorded: the assertions below name what each must be
             got[name] = exc
 
-    leader = threading.Thread(target=run, args=("leader", 1))
-    leader.start()
-    assert _wait_for(lambda: queue.waiting() == 1)
-    other = threading.Thread(target=run, args=("other", 2))
-    other.start()
-    assert _wait_for(lambda: queue.waiting() == 2)
+    names = ["first", "leader", "other"]
+    threads = {name: threading.Thread(target=run, args=(name, i)) for i, name in enumerate(names)}
+    for count, th in enumerate(threads.values(), start=1):
+        th.start()
+        assert _wait_for(lambda count=count: queue.waiting() == count)
     gate.set()
-    leader.join(10)
-    other.join(10)
-    assert groups == [1, 1]
+    for th in threads.values():
+        th.join(10)
+    assert groups == [1, 2]
+    assert got["first"] == 0
     assert isinstance(got["leader"], KeyboardInterrupt)
     assert isinstance(got["other"], StorageError) and "interrupted" in str(got["other"])
     assert queue.waiting() == 0
     assert queue.submit(lambda t: 3, lambda jobs: [j.finish(j.fn(None), None) for j in jobs] and None) == 3
+
+
+def _run_all(jobs: list[Job[Any]]) -> None:
+    for j in jobs:
+        j.finish(j.fn(None), None)
+
+
+def test_a_leader_waits_for_the_last_groups_writers_to_queue_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers that write back to back come back after their commit one by one: the next leader
+    waits until as many are queued as the last group held, so they share one commit instead of
+    splitting into smaller groups each paying an fsync."""
+    monkeypatch.setattr(group, "GATHER_WAIT", 60.0)  # the test ends long before, or hangs
+    queue = GroupCommit()
+    gate = threading.Event()
+    groups: list[list[int]] = []
+
+    def execute(jobs: list[Job[Any]]) -> None:
+        groups.append([j.fn(None) for j in jobs])
+        if len(groups) == 1:
+            gate.wait(10)
+        _run_all(jobs)
+
+    def run(value: int) -> None:
+        queue.submit(lambda t: value, execute)
+
+    first = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for count, th in enumerate(first, start=1):
+        th.start()
+        assert _wait_for(lambda count=count: queue.waiting() == count)
+    gate.set()
+    first[0].join(10)
+    back = threading.Thread(target=run, args=(3,))  # the first group's writer, writing again
+    back.start()
+    for th in [*first, back]:
+        th.join(10)
+    assert not any(th.is_alive() for th in [*first, back])
+    assert groups[0] == [0] and sorted(groups[1]) == [1, 2, 3] and len(groups) == 2
+
+
+def test_a_lone_writer_never_waits_and_a_shrunken_group_stops_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One writer alone commits at once; when fewer writers come back than the last group held,
+    the leader waits at most `GATHER_WAIT`, and the group after it expects only as many."""
+    queue = GroupCommit()
+    monkeypatch.setattr(group, "GATHER_WAIT", 60.0)
+    assert [queue.submit(lambda t, i=i: i, _run_all) for i in range(3)] == [0, 1, 2]  # would hang if it waited
+    monkeypatch.setattr(group, "GATHER_WAIT", 0.01)
+    gate = threading.Event()
+    sizes: list[int] = []
+
+    def held(jobs: list[Job[Any]]) -> None:
+        sizes.append(len(jobs))
+        if len(sizes) == 1:
+            gate.wait(10)
+        _run_all(jobs)
+
+    threads = [threading.Thread(target=queue.submit, args=(lambda t: None, held)) for _ in range(3)]
+    for count, th in enumerate(threads, start=1):
+        th.start()
+        assert _wait_for(lambda count=count: queue.waiting() == count)
+    gate.set()
+    for th in threads:
+        th.join(10)
+    assert sizes == [1, 2]  # the second leader expected three, waited 10 ms for the third, went on
+    assert queue.submit(lambda t: 5, _run_all) == 5  # expected two, waited 10 ms, committed alone
+    monkeypatch.setattr(group, "GATHER_WAIT", 60.0)
+    assert queue.submit(lambda t: 6, _run_all) == 6  # the last group held one: no wait
+
+
+def test_a_leader_interrupted_while_gathering_leaves_the_queue_to_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interruption in the wait for the last group's writers is the leader's: its write was never
+    run, and the write queued behind it leads its own group."""
+    queue = GroupCommit()
+    queue._demand = 3  # as after a group of three writers
+    monkeypatch.setattr(group, "GATHER_WAIT", 60.0)
+    ran: list[int] = []
+
+    def execute(jobs: list[Job[Any]]) -> None:
+        ran.extend(j.fn(None) for j in jobs)
+        _run_all(jobs)
+
+    real_wait = queue._joined.wait
+    other = threading.Thread(target=lambda: got.append(queue.submit(lambda t: 2, execute)))
+    got: list[int] = []
+
+    def interrupted_wait(timeout: float | None = None) -> bool:
+        """The leader's wait: interrupted once a second write queued behind it."""
+        other.start()
+        for _ in range(1000):
+            real_wait(0.01)  # releases the lock, so the other write can queue
+            if len(queue._queue) == 2:
+                raise KeyboardInterrupt
+        return False
+
+    monkeypatch.setattr(queue._joined, "wait", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        queue.submit(lambda t: 1, execute)
+    other.join(10)
+    assert got == [2] and ran == [2]
+    assert queue.waiting() == 0

@@ -5,14 +5,23 @@ write transaction at a time. So each write joins a queue: the writer at its
 head becomes the leader, takes every write queued behind it, runs each in a
 nested transaction of one parent (a write that raises is rolled back alone,
 the others stand), commits the parent once, and only then acknowledges every
-write of the group. Writes that arrive during that commit form the next
-group. A lone writer runs exactly as without grouping (one transaction, no
-nesting), so nothing changes for it but a queue check.
+write of the group. A lone writer runs exactly as without grouping (one
+transaction, no nesting), so nothing changes for it but a queue check.
+
+Writers that write back to back come back together: every one of them waits
+for the commit of its group, and each starts its next write when that commit
+returns. A leader that started at once would take the first of them alone and
+leave the rest to the next commit, splitting the writers into groups half as
+large, each paying an fsync. So a leader first waits, briefly, until as many
+writes are queued as the last group and the writes queued behind it counted
+(`_demand`): never longer than `GATHER_WAIT`, and not at all when one writer
+writes alone.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -26,10 +35,9 @@ T = TypeVar("T")
 MAX_GROUP = 64
 """Writes one commit takes at most: a bound on how long the first of them waits for the rest."""
 
-
-LEAD_ROUNDS = 4
-"""Groups a leader commits before it returns: the writes queued behind its own go on at once,
-without waiting for another thread to wake (and win the GIL) to lead them."""
+GATHER_WAIT = 0.002
+"""Seconds a leader waits at most for the writers of the last group to queue again: less than
+the fsync their joining saves."""
 
 
 class Job(Generic[T]):
@@ -43,7 +51,7 @@ class Job(Generic[T]):
         """The group is over: the job's thread may return."""
         self.finished = False
         self.wake = threading.Event()
-        """Set when the job's group is over, or when its thread is to lead the next groups: each
+        """Set when the job's group is over, or when its thread is to lead the next group: each
         waiting thread is woken once, by name, instead of every waiter at every commit."""
         self._value: T | None = None
         self._error: BaseException | None = None
@@ -70,10 +78,17 @@ class GroupCommit:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._joined = threading.Condition(self._lock)
+        """Notified when a write queues while a leader gathers its group."""
         self._queue: deque[Job[Any]] = deque()
         self._leading = False
-        """A thread is committing groups (or has been handed the lead): the others wait. While it
+        """A thread is committing a group (or has been handed the lead): the others wait. While it
         is False the queue is empty."""
+        self._demand = 0
+        """Writes the last group took plus those queued behind it when it was committed: how many
+        the next leader waits for."""
+        self._awaited = 0
+        """Writes a gathering leader waits for (0: no leader waits)."""
 
     def submit(self, fn: Callable[[Any], T], execute: Callable[[list[Job[Any]]], None]) -> T:
         """Runs `fn` in a group and returns its result (or raises its error) once the group's
@@ -84,38 +99,56 @@ class GroupCommit:
             self._queue.append(job)
             leads = not self._leading
             self._leading = True
+            if self._awaited and len(self._queue) >= self._awaited:
+                self._joined.notify()
         if not leads:
             job.wake.wait()
             if job.done:
                 return job.outcome()
+        batch: list[Job[Any]] = []
         try:  # this thread leads: its job is at the head of the queue
-            for _ in range(LEAD_ROUNDS):
-                with self._lock:
-                    if not self._queue:
-                        break
-                    batch = [self._queue[i] for i in range(min(MAX_GROUP, len(self._queue)))]
-                try:
-                    execute(batch)
-                except BaseException as exc:  # the group failed as a whole (or the leader was interrupted)
-                    for j in batch:
-                        if not j.finished:
-                            j.finish(None, exc if isinstance(exc, Exception) or j is job else _interrupted(exc))
-                    if not isinstance(exc, Exception):
-                        raise
-                finally:
-                    with self._lock:
-                        for j in batch:
-                            j.done = True
-                            self._queue.popleft()
-                    for j in batch:
-                        j.wake.set()
+            with self._lock:
+                self._gather()
+                batch = [self._queue[i] for i in range(min(MAX_GROUP, len(self._queue)))]
+            try:
+                execute(batch)
+            except BaseException as exc:  # the group failed as a whole (or the leader was interrupted)
+                for j in batch:
+                    if not j.finished:
+                        j.finish(None, exc if isinstance(exc, Exception) or j is job else _interrupted(exc))
+                if not isinstance(exc, Exception):
+                    raise
         finally:
             with self._lock:
+                for j in batch:
+                    j.done = True
+                    self._queue.popleft()
+                if not batch:  # interrupted while gathering: the leader's own write leaves unwritten
+                    self._queue.remove(job)
+                self._demand = len(batch) + len(self._queue)
                 if self._queue:  # hand the lead to the oldest waiting write
                     self._queue[0].wake.set()
                 else:
                     self._leading = False
+            for j in batch:
+                j.wake.set()
         return job.outcome()
+
+    def _gather(self) -> None:
+        """Waits (the lock held, released while waiting) until the queue holds `_demand` writes or
+        `GATHER_WAIT` has passed."""
+        want = min(self._demand, MAX_GROUP)
+        if len(self._queue) >= want:
+            return
+        deadline = time.monotonic() + GATHER_WAIT
+        self._awaited = want
+        try:
+            while len(self._queue) < want:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._joined.wait(left):
+                    break
+        finally:
+            self._awaited = 0
 
     def waiting(self) -> int:
         """Writes queued now (for tests and stats)."""
