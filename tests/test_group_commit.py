@@ -220,11 +220,39 @@ def _run_all(jobs: list[Job[Any]]) -> None:
         j.finish(j.fn(None), None)
 
 
-def test_a_leader_waits_for_the_last_groups_writers_to_queue_again(monkeypatch: pytest.MonkeyPatch) -> None:
+class _Clock:
+    """The group module's `time`: a monotonic clock that moves only when a test moves it, so how
+    long a commit "took" (the bound of the next leader's wait) is the test's to say."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    fake = _Clock()
+    monkeypatch.setattr(group, "time", fake)
+    monkeypatch.setattr(group, "GATHER_WAIT", 60.0)  # the tests end long before, or hang
+    return fake
+
+
+def _held_first(queue: GroupCommit, writers: int, execute: Callable[[list[Job[Any]]], None]) -> list[threading.Thread]:
+    """Starts `writers` threads, each submitting its index, one after another, so that the first
+    leads a group of its own and the others queue behind it (`execute` holds that first group)."""
+    threads = [threading.Thread(target=queue.submit, args=(lambda t, i=i: i, execute)) for i in range(writers)]
+    for count, th in enumerate(threads, start=1):
+        th.start()
+        assert _wait_for(lambda count=count: queue.waiting() == count)
+    return threads
+
+
+def test_a_leader_waits_for_the_last_groups_writers_to_queue_again(clock: _Clock) -> None:
     """Writers that write back to back come back after their commit one by one: the next leader
-    waits until as many are queued as the last group held, so they share one commit instead of
-    splitting into smaller groups each paying an fsync."""
-    monkeypatch.setattr(group, "GATHER_WAIT", 60.0)  # the test ends long before, or hangs
+    waits until as many are queued as the last group and its queue held, so they share one commit
+    instead of splitting into smaller groups each paying an fsync."""
     queue = GroupCommit()
     gate = threading.Event()
     groups: list[list[int]] = []
@@ -233,18 +261,13 @@ def test_a_leader_waits_for_the_last_groups_writers_to_queue_again(monkeypatch: 
         groups.append([j.fn(None) for j in jobs])
         if len(groups) == 1:
             gate.wait(10)
+            clock.now += 1.0  # the first commit took a second: the next leader may wait that long
         _run_all(jobs)
 
-    def run(value: int) -> None:
-        queue.submit(lambda t: value, execute)
-
-    first = [threading.Thread(target=run, args=(i,)) for i in range(3)]
-    for count, th in enumerate(first, start=1):
-        th.start()
-        assert _wait_for(lambda count=count: queue.waiting() == count)
+    first = _held_first(queue, 3, execute)
     gate.set()
     first[0].join(10)
-    back = threading.Thread(target=run, args=(3,))  # the first group's writer, writing again
+    back = threading.Thread(target=queue.submit, args=(lambda t: 3, execute))  # the first writer, again
     back.start()
     for th in [*first, back]:
         th.join(10)
@@ -252,41 +275,51 @@ def test_a_leader_waits_for_the_last_groups_writers_to_queue_again(monkeypatch: 
     assert groups[0] == [0] and sorted(groups[1]) == [1, 2, 3] and len(groups) == 2
 
 
-def test_a_lone_writer_never_waits_and_a_shrunken_group_stops_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One writer alone commits at once; when fewer writers come back than the last group held,
-    the leader waits at most `GATHER_WAIT`, and the group after it expects only as many."""
+def test_a_lone_writer_never_waits_nor_longer_than_the_last_commit_took(clock: _Clock) -> None:
+    """One writer alone commits at once; a leader expecting more writers than come waits at most
+    as long as the last commit took, and the group after it expects only as many as came."""
     queue = GroupCommit()
-    monkeypatch.setattr(group, "GATHER_WAIT", 60.0)
-    assert [queue.submit(lambda t, i=i: i, _run_all) for i in range(3)] == [0, 1, 2]  # would hang if it waited
-    monkeypatch.setattr(group, "GATHER_WAIT", 0.01)
+    waits: list[float | None] = []
+    real_wait = queue._joined.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        waits.append(timeout)
+        return real_wait(timeout)
+
+    queue._joined.wait = wait  # type: ignore[method-assign]
+    assert [queue.submit(lambda t, i=i: i, _run_all) for i in range(3)] == [0, 1, 2]
+    assert waits == []
     gate = threading.Event()
     sizes: list[int] = []
 
-    def held(jobs: list[Job[Any]]) -> None:
+    def execute(jobs: list[Job[Any]]) -> None:
         sizes.append(len(jobs))
         if len(sizes) == 1:
             gate.wait(10)
+            clock.now += 0.01  # the held commit took 10 ms
         _run_all(jobs)
 
-    threads = [threading.Thread(target=queue.submit, args=(lambda t: None, held)) for _ in range(3)]
-    for count, th in enumerate(threads, start=1):
-        th.start()
-        assert _wait_for(lambda count=count: queue.waiting() == count)
+    threads = _held_first(queue, 3, execute)
     gate.set()
     for th in threads:
         th.join(10)
-    assert sizes == [1, 2]  # the second leader expected three, waited 10 ms for the third, went on
-    assert queue.submit(lambda t: 5, _run_all) == 5  # expected two, waited 10 ms, committed alone
-    monkeypatch.setattr(group, "GATHER_WAIT", 60.0)
-    assert queue.submit(lambda t: 6, _run_all) == 6  # the last group held one: no wait
+    assert sizes == [1, 2]  # the second leader expected three and waited out the 10 ms for the third
+    assert waits == [pytest.approx(0.01)]
+    assert queue._demand == 2
+    assert queue.submit(lambda t: 5, _run_all) == 5  # expects two, but the last commit took no time
+    assert queue._demand == 1 and len(waits) == 1
+    clock.now += 100.0
+    assert queue.submit(lambda t: 6, _run_all) == 6  # alone after a group of one: no wait
+    assert len(waits) == 1
 
 
-def test_a_leader_interrupted_while_gathering_leaves_the_queue_to_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_leader_interrupted_while_gathering_leaves_the_queue_to_the_others(
+    monkeypatch: pytest.MonkeyPatch, clock: _Clock
+) -> None:
     """An interruption in the wait for the last group's writers is the leader's: its write was never
     run, and the write queued behind it leads its own group."""
     queue = GroupCommit()
-    queue._demand = 3  # as after a group of three writers
-    monkeypatch.setattr(group, "GATHER_WAIT", 60.0)
+    queue._demand, queue._spent = 3, 1.0  # as after a group of three writers that took a second
     ran: list[int] = []
 
     def execute(jobs: list[Job[Any]]) -> None:

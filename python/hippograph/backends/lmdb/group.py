@@ -14,8 +14,9 @@ returns. A leader that started at once would take the first of them alone and
 leave the rest to the next commit, splitting the writers into groups half as
 large, each paying an fsync. So a leader first waits, briefly, until as many
 writes are queued as the last group and the writes queued behind it counted
-(`_demand`): never longer than `GATHER_WAIT`, and not at all when one writer
-writes alone.
+(`_demand`): never longer than the last group's commit took (a wait that
+finds nobody costs at most the commit it hoped to save) nor `GATHER_WAIT`,
+and not at all when one writer writes alone.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ MAX_GROUP = 64
 """Writes one commit takes at most: a bound on how long the first of them waits for the rest."""
 
 GATHER_WAIT = 0.002
-"""Seconds a leader waits at most for the writers of the last group to queue again: less than
-the fsync their joining saves."""
+"""Seconds a leader waits at most for the writers of the last group to queue again."""
 
 
 class Job(Generic[T]):
@@ -89,6 +89,8 @@ class GroupCommit:
         the next leader waits for."""
         self._awaited = 0
         """Writes a gathering leader waits for (0: no leader waits)."""
+        self._spent = 0.0
+        """Seconds the last group's commit took: the longest a leader waits for more writes."""
 
     def submit(self, fn: Callable[[Any], T], execute: Callable[[list[Job[Any]]], None]) -> T:
         """Runs `fn` in a group and returns its result (or raises its error) once the group's
@@ -110,6 +112,7 @@ class GroupCommit:
             with self._lock:
                 self._gather()
                 batch = [self._queue[i] for i in range(min(MAX_GROUP, len(self._queue)))]
+            started = time.monotonic()
             try:
                 execute(batch)
             except BaseException as exc:  # the group failed as a whole (or the leader was interrupted)
@@ -118,6 +121,8 @@ class GroupCommit:
                         j.finish(None, exc if isinstance(exc, Exception) or j is job else _interrupted(exc))
                 if not isinstance(exc, Exception):
                     raise
+            finally:
+                self._spent = time.monotonic() - started
         finally:
             with self._lock:
                 for j in batch:
@@ -135,12 +140,12 @@ class GroupCommit:
         return job.outcome()
 
     def _gather(self) -> None:
-        """Waits (the lock held, released while waiting) until the queue holds `_demand` writes or
-        `GATHER_WAIT` has passed."""
+        """Waits (the lock held, released while waiting) until the queue holds `_demand` writes, or
+        for as long as the last commit took, at most `GATHER_WAIT`."""
         want = min(self._demand, MAX_GROUP)
         if len(self._queue) >= want:
             return
-        deadline = time.monotonic() + GATHER_WAIT
+        deadline = time.monotonic() + min(GATHER_WAIT, self._spent)
         self._awaited = want
         try:
             while len(self._queue) < want:
