@@ -61,8 +61,7 @@ def _wait_for(condition: Callable[[], bool]) -> bool:
 @pytest.fixture(params=["sync environment", "environment opened fast"])
 def sync_handle(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., LMDB]:
     """Opens a `sync` handle: alone, or in an environment a `fast` handle of this process opened
-    first (commits that do not sync and a map written in place: the group commits write by write,
-    then syncs once)."""
+    first (commits that do not sync: the group's commit is followed by one explicit sync)."""
     opened: list[LMDB] = []
 
     def open_(**kw: Any) -> LMDB:

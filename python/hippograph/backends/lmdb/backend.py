@@ -116,9 +116,10 @@ class LMDB(DerivedBackend):
                 max_dbs=len(_DBS) + len(ENTRY_DBS) + len(CONTEXT_DBS) + 1,
                 sync=durability == "sync",
                 metasync=durability == "sync",
-                # `fast` commits write into the map instead of one write() per dirty page; a `sync`
-                # handle joining such an environment commits its group without nesting (below).
-                writemap=durability == "fast" and not readonly,
+                # No `writemap`, in either mode: commits write their pages with write() calls. A map
+                # written in place made a `fast` commit cheaper but stalled one commit in about 200
+                # for 10-30 ms (docs/lmdb.md, durability modes).
+                writemap=False,
                 readonly=readonly,
                 mode=0o600,
                 max_readers=256,
@@ -212,15 +213,8 @@ class LMDB(DerivedBackend):
         """One write transaction for a group of `sync` writes, each in a nested transaction of its
         own (one write alone: run directly); durable before any of them is acknowledged. A write
         that raises is rolled back alone; a storage failure fails the group (a full map grows and
-        the whole group runs again). In an environment another handle opened `fast` (commits do not
-        sync, and the map is written in place, which rules nesting out) each write commits alone
-        and one sync covers the group."""
-        if not self._shared.synced:
-            outcomes = [self._commit_alone(operation, job) for job in jobs]
-            self._retrying(operation, lambda: self._env.sync(True))
-            for job, (value, error) in zip(jobs, outcomes, strict=True):
-                job.finish(value, error)
-            return
+        the whole group runs again). In an environment another handle opened `fast` (its commits
+        do not sync) an explicit sync follows the commit."""
 
         def attempt() -> list[tuple[Any, BaseException | None]]:
             with self._gate.read(), self._write_lock, self._env.begin(write=True) as parent:
@@ -243,21 +237,10 @@ class LMDB(DerivedBackend):
                 return outcomes
 
         outcomes = self._retrying(operation, attempt)  # raising: every write of the group gets the error
+        if not self._shared.synced:
+            self._retrying(operation, lambda: self._env.sync(True))
         for job, (value, error) in zip(jobs, outcomes, strict=True):
             job.finish(value, error)
-
-    def _commit_alone(self, operation: str, job: Job[Any]) -> tuple[Any, BaseException | None]:
-        """One write of a group in a transaction of its own. A full map grows and runs it again
-        (`_retrying`); any other failure is this write's alone: those before it stand."""
-
-        def attempt() -> Any:
-            with self._gate.read(), self._write_lock, self._env.begin(write=True) as txn:
-                return job.fn(_Txn(txn, self._dbs))
-
-        try:
-            return self._retrying(operation, attempt), None
-        except Exception as exc:
-            return None, exc
 
     # -- entries of a scoped store ------------------------------------------------
 
