@@ -502,6 +502,33 @@ def test_weighted_pools_hold_the_nodes_usage_lifts(pgvector_dsn: str, schema: st
         client.close()
 
 
+def test_rows_stamped_after_now_do_not_crowd_the_pools(pgvector_dsn: str, schema: str) -> None:
+    """A query "as of" a time before later writes: rows whose usage is stamped after `now` score as
+    if used now, far below their weight in the value-weighted index, so they would fill every pool
+    and push the best rows out. Such pools are not trusted; the answers are the exact ones."""
+    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    try:
+        rng = np.random.default_rng(23)
+        centre = rng.standard_normal(DIM).astype(np.float32)
+        vecs = centre + 0.3 * rng.standard_normal((2000, DIM)).astype(np.float32)
+        nodes = [hg.Semantic(id=f"s{i:04d}", embedding=v, proposition="p", confidence=1.0) for i, v in enumerate(vecs)]
+        meta = {n.id: hg.NodeMetadata(created_at=NOW - timedelta(days=float(rng.uniform(0, 720)))) for n in nodes}
+        client.apply_changeset(Changeset(additions=nodes, metadata=meta))
+        server.build_vector_index()
+        assert server.vector_index_stats()["semantic"]["depth"] == 20
+        later = Changeset()
+        for i, v in enumerate(centre + 0.9 * rng.standard_normal((60, DIM)).astype(np.float32)):
+            later.add_node(hg.Semantic(id=f"later{i:02d}", embedding=v, proposition="p", confidence=1.0))
+            later.put_metadata(f"later{i:02d}", hg.NodeMetadata(created_at=NOW + timedelta(days=540)))
+        client.apply_changeset(later)
+        for _ in range(10):
+            q = (centre + 0.3 * rng.standard_normal(DIM)).astype(np.float32)
+            assert answers(server, q, [], exact=False) == answers(client, q, [])
+    finally:
+        server.close()
+        client.close()
+
+
 def test_a_schema_enabled_by_an_earlier_release_gains_its_weighted_vectors(pgvector_dsn: str, schema: str) -> None:
     b = open_(pgvector_dsn, schema, search="server")
     b.apply_changeset(graph(23, 120))

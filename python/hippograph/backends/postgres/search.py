@@ -286,7 +286,7 @@ class ServerSearch:
             hits = passing(self._rescored(rows, queries, tp, when))
             # Where calibration measured (a depth given by the caller is being measured: no floor yet).
             near = bool(rows) and (measuring or rows[0][4] >= self.floor.get(node_type, 1.0))
-            if len(hits) == tp.top_k and near:
+            if len(hits) == tp.top_k and near and not _stamped_after(rows, when):
                 return hits
         limit = tp.top_k + _SPARE
         while True:
@@ -402,3 +402,13 @@ class ServerSearch:
         if not columns.ids:
             return []
         return self._scan(tx, columns, queries, tp, cfg, when)
+
+
+def _stamped_after(rows: list[RankedRow], when: datetime) -> bool:
+    """Whether a pooled row's usage is stamped after `now` (beyond `vectors.AHEAD`). Such a row
+    scores as if it were used now, below its weight in the value-weighted index (weights are fixed
+    when written), so it sits higher in the index than its score: enough of them crowd the pools
+    and push the best rows out (a query "as of" a time before later writes). The exact ranking
+    answers then."""
+    moment = when.timestamp() + vectors.AHEAD
+    return any(meta is not None and codec.usage_of_meta(meta)[0] > moment for _, _, _, meta, _, _ in rows)

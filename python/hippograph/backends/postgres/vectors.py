@@ -11,6 +11,7 @@ SQLSTATE HG002 and sends them on its retry). `ensure_indexes` builds one partial
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import threading
 import time
@@ -29,6 +30,7 @@ from .arrays import Float4Array, register
 from .tx import Conn, _rollback
 
 __all__ = [
+    "AHEAD",
     "MAX_INDEXED_DIM",
     "MIN_VERSION",
     "enable",
@@ -174,6 +176,12 @@ _WEIGHT_PARAMS = {
     "ref": sql.Literal(VALUE_REFERENCE),
     "clamp": sql.Literal(VALUE_CLAMP),
 }
+
+
+AHEAD = math.log(1.01) / _WEIGHTED["lambda"] * 3600.0
+"""Seconds a row's usage may be stamped after a query's `now` while its weight in the value-weighted
+index exceeds its score's share by at most 1% (about 31 hours at the default half-life): clocks
+that differ between writers, or a write that lands while a query runs, do not count as later."""
 
 
 def weighted_alike(lam: float, k: float, base_floor: float, beta: float) -> bool:
