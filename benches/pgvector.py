@@ -189,7 +189,9 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
         for j, vec in enumerate(ds.centers[rng.integers(0, len(ds.centers), 9)] + rng.standard_normal((9, args.dim))):
             node_id = f"commit-{k:04d}-{j}"
             cs.add_node(hg.Semantic(id=node_id, embedding=vec.astype(np.float32), proposition="p", confidence=1.0))
-            cs.put_metadata(node_id, hg.NodeMetadata())
+            # Stamped at the data's time, as the queries are: rows written at the wall clock's now, 18 months
+            # after the queries' `now`, would make every query after this phase one "as of" the past.
+            cs.put_metadata(node_id, hg.NodeMetadata(created_at=NOW))
         t = time.perf_counter()
         client.apply_changeset(cs)
         commits.append(time.perf_counter() - t)
