@@ -465,6 +465,16 @@ def test_weighted_vectors_follow_every_write(pgvector_dsn: str, schema: str) -> 
         b.close()
 
 
+def around_one_centre(rng: np.random.Generator, n: int = 2000) -> tuple[np.ndarray, list[hg.Node]]:
+    """A centre and `n` semantic nodes around it, alike in similarity: usage decides their order."""
+    centre = rng.standard_normal(DIM).astype(np.float32)
+    vecs = centre + 0.3 * rng.standard_normal((n, DIM)).astype(np.float32)
+    nodes: list[hg.Node] = [
+        hg.Semantic(id=f"s{i:04d}", embedding=v, proposition="p", confidence=1.0) for i, v in enumerate(vecs)
+    ]
+    return centre, nodes
+
+
 def test_weighted_pools_hold_the_nodes_usage_lifts(pgvector_dsn: str, schema: str) -> None:
     """Where every node is alike in similarity and usage decides, the value-weighted index hands out
     the best-scored nodes at a pool depth of top_k; the cosine index's nearest nodes would not. The
@@ -472,9 +482,7 @@ def test_weighted_pools_hold_the_nodes_usage_lifts(pgvector_dsn: str, schema: st
     server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
     try:
         rng = np.random.default_rng(22)
-        centre = rng.standard_normal(DIM).astype(np.float32)
-        vecs = centre + 0.3 * rng.standard_normal((2000, DIM)).astype(np.float32)
-        nodes = [hg.Semantic(id=f"s{i:04d}", embedding=v, proposition="p", confidence=1.0) for i, v in enumerate(vecs)]
+        centre, nodes = around_one_centre(rng)
         meta = {
             n.id: hg.NodeMetadata(
                 created_at=NOW - timedelta(days=float(rng.uniform(0, 720))), access_count=int(rng.integers(0, 30))
@@ -509,9 +517,7 @@ def test_rows_stamped_after_now_do_not_crowd_the_pools(pgvector_dsn: str, schema
     server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
     try:
         rng = np.random.default_rng(23)
-        centre = rng.standard_normal(DIM).astype(np.float32)
-        vecs = centre + 0.3 * rng.standard_normal((2000, DIM)).astype(np.float32)
-        nodes = [hg.Semantic(id=f"s{i:04d}", embedding=v, proposition="p", confidence=1.0) for i, v in enumerate(vecs)]
+        centre, nodes = around_one_centre(rng)
         meta = {n.id: hg.NodeMetadata(created_at=NOW - timedelta(days=float(rng.uniform(0, 720)))) for n in nodes}
         client.apply_changeset(Changeset(additions=nodes, metadata=meta))
         server.build_vector_index()
