@@ -405,10 +405,23 @@ def expected_weight(meta: hg.NodeMetadata) -> float:
     return math.exp(DEFAULT_LAMBDA * hours) * usage * reward
 
 
-def weighted_rows(dsn: str, schema: str) -> dict[str, tuple[str, np.ndarray | None]]:
+def weighted_rows(dsn: str, schema: str, current: bool = True) -> dict[str, tuple[str, np.ndarray | None]]:
+    """Each node's weighted vector: its current one (a reweighed row's where it has one), or with
+    `current` false the one its value-weighted index holds."""
+    val = "coalesce(c.val, w.val)" if current else "w.val"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute(f'SELECT id, type, val::real[] FROM "{schema}".valued WHERE repo = %s', ("r",)).fetchall()
+        rows = conn.execute(
+            f'SELECT w.id, w.type, ({val})::real[] FROM "{schema}".valued w LEFT JOIN "{schema}".reweighed c '
+            "ON c.repo = w.repo AND c.id = w.id WHERE w.repo = %s",
+            ("r",),
+        ).fetchall()
     return {bytes(k).decode(): (t, None if v is None else np.asarray(v, np.float32)) for k, t, v in rows}
+
+
+def reweighed_ids(dsn: str, schema: str) -> set[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(f'SELECT id FROM "{schema}".reweighed WHERE repo = %s', ("r",)).fetchall()
+    return {bytes(k).decode() for (k,) in rows}
 
 
 def test_weighted_vectors_follow_every_write(pgvector_dsn: str, schema: str) -> None:
@@ -450,14 +463,35 @@ def test_weighted_vectors_follow_every_write(pgvector_dsn: str, schema: str) -> 
         check(
             {"a": ("semantic", vecs[0], meta["a"]), "b": ("semantic", vecs[1], meta["b"]), "c": ("tag", vecs[2], None)}
         )
+        indexed = weighted_rows(pgvector_dsn, schema, current=False)
         used = hg.NodeMetadata(created_at=old, access_count=3, last_accessed_at=NOW)
         b.update_metadata({"a": used, "c": meta["a"]})
         check(
             {"a": ("semantic", vecs[0], used), "b": ("semantic", vecs[1], meta["b"]), "c": ("tag", vecs[2], meta["a"])}
         )
+        # Usage that raised a's weight left its indexed row alone (no index insert, no dead version);
+        # c's first metadata gave it its weight in place.
+        assert reweighed_ids(pgvector_dsn, schema) == {"a"}
+        np.testing.assert_array_equal(weighted_rows(pgvector_dsn, schema, current=False)["a"][1], indexed["a"][1])
+        # Usage that lowers a weight rewrites the indexed row (it would sit above its score): a's, back
+        # below what the index held, ends its reweighed row.
+        shunned = hg.NodeMetadata(created_at=old, cumulative_reward=-4.0, reward_count=1)
+        b.update_metadata({"a": shunned})
+        check(
+            {
+                "a": ("semantic", vecs[0], shunned),
+                "b": ("semantic", vecs[1], meta["b"]),
+                "c": ("tag", vecs[2], meta["a"]),
+            }
+        )
+        assert reweighed_ids(pgvector_dsn, schema) == set()
+        b.update_metadata({"a": used})
+        assert reweighed_ids(pgvector_dsn, schema) == {"a"}
+        assert b.verify_storage()[0] == []
         b.delete_metadata(["b"])
         b.apply_changeset(Changeset(additions=[hg.Tag(id="a", embedding=vecs[3], label="moved")]))
         check({"a": ("tag", vecs[3], used), "b": ("semantic", vecs[1], None), "c": ("tag", vecs[2], meta["a"])})
+        assert reweighed_ids(pgvector_dsn, schema) == set()  # a's new vector took its current weight
         b.apply_changeset(Changeset(additions=[hg.Tag(id="c", label="vector dropped")]))
         b.delete_nodes(["b"])
         check({"a": ("tag", vecs[3], used)})
@@ -535,6 +569,48 @@ def test_rows_stamped_after_now_do_not_crowd_the_pools(pgvector_dsn: str, schema
         client.close()
 
 
+def test_usage_that_lifts_rows_reaches_the_pools_without_touching_the_index(
+    pgvector_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows whose usage lifts them above every other keep their indexed weight (no index insert);
+    the pools rank them from the reweighed rows, so answers stay the exact ones. A fold once they
+    grow many writes them into the index, rebuilt, and the answers stay the same."""
+    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    try:
+        rng = np.random.default_rng(25)
+        centre, nodes = around_one_centre(rng)
+        meta = {n.id: hg.NodeMetadata(created_at=NOW - timedelta(days=float(rng.uniform(360, 720)))) for n in nodes}
+        client.apply_changeset(Changeset(additions=nodes, metadata=meta))
+        server.build_vector_index()
+        assert server.vector_index_stats()["semantic"]["depth"] == 20
+        indexed = weighted_rows(pgvector_dsn, schema, current=False)
+        lifted = {nodes[int(i)].id for i in rng.choice(len(nodes), 100, replace=False)}
+        client.update_metadata(
+            {i: hg.NodeMetadata(created_at=meta[i].created_at, access_count=20, last_accessed_at=NOW) for i in lifted}
+        )
+        assert reweighed_ids(pgvector_dsn, schema) == lifted
+        assert all(
+            np.array_equal(weighted_rows(pgvector_dsn, schema, current=False)[i][1], indexed[i][1]) for i in lifted
+        )
+        probes = [(centre + 0.3 * rng.standard_normal(DIM)).astype(np.float32) for _ in range(10)]
+        for q in probes:
+            got = answers(server, q, [], exact=False)
+            assert got == answers(client, q, [])
+            assert {i for i, _ in got if i.startswith("s")} <= lifted  # the lifted rows lead every answer
+        monkeypatch.setattr(vectors, "FOLD_LEAST", 50)
+        server.build_vector_index()  # a fold is due: 100 rows wait
+        assert reweighed_ids(pgvector_dsn, schema) == set()
+        now_indexed = weighted_rows(pgvector_dsn, schema, current=False)
+        assert not any(np.array_equal(now_indexed[i][1], indexed[i][1]) for i in lifted)
+        assert server.vector_index_stats()["semantic"]["pools"] == "value-weighted"
+        for q in probes:
+            assert answers(server, q, [], exact=False) == answers(client, q, [])
+        assert server.verify_storage()[0] == []
+    finally:
+        server.close()
+        client.close()
+
+
 def test_a_schema_enabled_by_an_earlier_release_gains_its_weighted_vectors(pgvector_dsn: str, schema: str) -> None:
     b = open_(pgvector_dsn, schema, search="server")
     b.apply_changeset(graph(23, 120))
@@ -543,10 +619,10 @@ def test_a_schema_enabled_by_an_earlier_release_gains_its_weighted_vectors(pgvec
     assert len(before) > 100
     with psycopg.connect(pgvector_dsn, autocommit=True) as conn:  # as the earlier release left it
         s = f'"{schema}"'
-        conn.execute(f"DROP TABLE {s}.valued")
+        conn.execute(f"DROP TABLE {s}.reweighed, {s}.valued")
         conn.execute(f"DROP FUNCTION {s}.hg_valued_of_vector() CASCADE")
         conn.execute(f"DROP FUNCTION {s}.hg_valued_of_usage() CASCADE")
-        conn.execute(f"DROP FUNCTION {s}.hg_valued, {s}.hg_weight")
+        conn.execute(f"DROP FUNCTION {s}.hg_valued, {s}.hg_weight, {s}.hg_heavier")
     b = open_(pgvector_dsn, schema, search="server")
     try:
         after = weighted_rows(pgvector_dsn, schema)
@@ -556,6 +632,27 @@ def test_a_schema_enabled_by_an_earlier_release_gains_its_weighted_vectors(pgvec
             assert (vec is None) == (after[node_id][1] is None)
             if vec is not None:
                 np.testing.assert_array_equal(after[node_id][1], vec)
+    finally:
+        b.close()
+
+
+def test_a_schema_weighted_by_an_earlier_release_gains_its_reweighed_rows(pgvector_dsn: str, schema: str) -> None:
+    """An earlier release wrote usage into the weighted rows themselves; opening adds the reweighed
+    rows and their triggers, and usage from then on leaves the indexed rows alone."""
+    b = open_(pgvector_dsn, schema, search="server")
+    b.apply_changeset(graph(24, 40))
+    b.close()
+    with psycopg.connect(pgvector_dsn, autocommit=True) as conn:  # as that release left it
+        conn.execute(f'DROP TABLE "{schema}".reweighed')
+        conn.execute(f'DROP FUNCTION "{schema}".hg_heavier')
+    b = open_(pgvector_dsn, schema, search="server")
+    try:
+        indexed = weighted_rows(pgvector_dsn, schema, current=False)
+        b.update_metadata({"s0004": hg.NodeMetadata(created_at=NOW, access_count=9, last_accessed_at=NOW)})
+        assert reweighed_ids(pgvector_dsn, schema) == {"s0004"}
+        after = weighted_rows(pgvector_dsn, schema, current=False)
+        np.testing.assert_array_equal(after["s0004"][1], indexed["s0004"][1])
+        assert b.verify_storage()[0] == []
     finally:
         b.close()
 

@@ -73,8 +73,10 @@ class Ranked:
         where = sql.SQL("v.repo = {repo} AND v.type = {kind}").format(repo=repo, kind=kind)
         if pooled and weighted:
             # Per query vector, the rows of best weighted inner product (the best default scores);
-            # and the rows without metadata (no weight: scored by relevance alone), most similar to
-            # any query vector, found by scanning them (`ServerSearch.prepare`: they are few).
+            # the rows whose usage raised their weight since the index took it (`vectors._REWEIGHED`),
+            # best by their current weight, scanned (`vectors.fold` keeps them few); and the rows
+            # without metadata (no weight: scored by relevance alone), most similar to any query
+            # vector, found by scanning them (`ServerSearch.prepare`: they are few).
             lists = [
                 sql.SQL(
                     "(SELECT w.id FROM {s}.valued w WHERE w.repo = {repo} AND w.type = {kind} "
@@ -82,6 +84,20 @@ class Ranked:
                 ).format(s=s, repo=repo, kind=kind, e=e, d=d, q=sql.Placeholder(f"q{i}"))
                 for i in range(vectors)
             ]
+            lists.append(
+                sql.SQL(
+                    "(SELECT c.id FROM {s}.reweighed c WHERE c.repo = {repo} AND c.type = {kind} "
+                    "ORDER BY least({products}) LIMIT %(depth)s)"
+                ).format(
+                    s=s,
+                    repo=repo,
+                    kind=kind,
+                    products=sql.SQL(", ").join(
+                        sql.SQL("c.val OPERATOR({e}.<#>) {q}::{e}.vector").format(e=e, q=sql.Placeholder(f"q{i}"))
+                        for i in range(vectors)
+                    ),
+                )
+            )
             lists.append(
                 sql.SQL(
                     "(SELECT w.id FROM {s}.valued w JOIN {s}.vectors u ON u.repo = w.repo AND u.id = w.id "

@@ -217,12 +217,17 @@ _SQL: Final[dict[str, str]] = {
     "repo_embeddings": "SELECT id, vec FROM {s}.embeddings WHERE repo = %b",
     "repo_metadata": "SELECT id, record FROM {s}.metadata WHERE repo = %b",
     "repo_vectors": "SELECT id, type, vec::real[] FROM {s}.vectors WHERE repo = %b",
-    "has_weights": "SELECT to_regclass('{s}.valued') IS NOT NULL",
+    # a schema an earlier release enabled, without reweighed rows, is checked once this release opens it
+    "has_weights": "SELECT to_regclass('{s}.reweighed') IS NOT NULL",
+    # the current weighted vector: the reweighed row's, which only a lighter indexed one may stand behind
     "repo_weight_problems": (
         "SELECT v.id, w.id IS NULL FROM {s}.vectors v LEFT JOIN {s}.valued w ON w.repo = v.repo AND w.id = v.id "
+        "LEFT JOIN {s}.reweighed c ON c.repo = v.repo AND c.id = v.id "
         "LEFT JOIN {s}.metadata m ON m.repo = v.repo AND m.id = v.id WHERE v.repo = %b AND (w.id IS NULL "
-        "OR w.type IS DISTINCT FROM v.type "
-        "OR w.val IS DISTINCT FROM {s}.hg_valued(v.vec, {s}.hg_weight(m.ts, m.accesses, m.reward_count, m.reward_sum)))"
+        "OR w.type IS DISTINCT FROM v.type OR coalesce(c.val, w.val) IS DISTINCT FROM "
+        "{s}.hg_valued(v.vec, {s}.hg_weight(m.ts, m.accesses, m.reward_count, m.reward_sum)) "
+        "OR (c.id IS NOT NULL AND (c.type IS DISTINCT FROM v.type OR w.val IS NULL "
+        "OR NOT {s}.hg_heavier(c.val, w.val))))"
     ),
     "repo_meta_usage": "SELECT id, record, ts, accesses, reward_count, reward_sum FROM {s}.metadata WHERE repo = %b",
     "repo_links": "SELECT a, edge, b FROM {s}.links WHERE repo = %b",

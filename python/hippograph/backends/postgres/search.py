@@ -113,6 +113,14 @@ class ServerSearch:
             if any(valid.get(name(self.repo, t, dim)) for name in value_indexes)
             and vectors.unweighted(conn, self.schema, self.repo, t, _UNWEIGHTED_MOST + 1) <= _UNWEIGHTED_MOST
         }
+        if ann is not None:
+            for t in sorted(self.ranked.weighted, key=lambda t: t.value):
+                most = vectors.fold_at(counts.get(t, 0))
+                if (
+                    valid.get(vectors.value_index_name(self.repo, t, dim))
+                    and vectors.reweighed(conn, self.schema, self.repo, t, most + 1) > most
+                ):
+                    vectors.fold(conn, self.schema, self.repo, t, dim, stop)
         measured = depth.stored(conn, self.schema, self.repo, dim)
         tx = _Tx(conn, self.repo, {})
 

@@ -10,12 +10,13 @@ SQLSTATE HG002 and sends them on its retry). `ensure_indexes` builds one partial
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -92,7 +93,7 @@ def enable(conn: Conn, schema: str) -> str:
     assert ext is not None
     quoted = sql.Identifier(schema)
     for attempt in range(1, _ENABLE_ATTEMPTS + 1):
-        if _table_exists(conn, schema) and _table_exists(conn, schema, "valued"):
+        if all(_table_exists(conn, schema, table) for table in ("vectors", "valued", "reweighed")):
             return ext
         try:
             _enable_once(conn, quoted, sql.Identifier(ext), schema)
@@ -134,9 +135,14 @@ def _enable_once(conn: Conn, quoted: sql.Identifier, ext: sql.Identifier, schema
                 for statement in _ENABLE:
                     conn.execute(sql.SQL(statement).format(s=quoted, e=ext))
                 _backfill(conn, schema)
-            if not _table_exists(conn, schema, "valued"):  # a schema enabled by an earlier release
-                for statement in _VALUED:
-                    conn.execute(sql.SQL(statement).format(s=quoted, e=ext, **_WEIGHT_PARAMS))
+            if not _table_exists(conn, schema, "valued"):
+                steps: tuple[str, ...] = (*_VALUED, *_REWEIGHED, *_VALUED_TRIGGERS)
+            elif not _table_exists(conn, schema, "reweighed"):  # enabled by an earlier release
+                steps = _REWEIGHED
+            else:
+                steps = ()
+            for statement in steps:
+                conn.execute(sql.SQL(statement).format(s=quoted, e=ext, **_WEIGHT_PARAMS))
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
@@ -204,32 +210,78 @@ _VALUED = (
     "LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT CASE WHEN p_weight IS NULL THEN NULL ELSE "
     "(SELECT array_agg(u.x * p_weight ORDER BY u.o) FROM unnest({e}.l2_normalize(p_vec)::real[]) "
     "WITH ORDINALITY AS u(x, o))::{e}.vector END $fn$",
-    """CREATE FUNCTION {s}.hg_valued_of_vector() RETURNS trigger LANGUAGE plpgsql AS $fn$
+)
+"""The value-weighted vectors: ``{s}.valued`` holds, per embedded node, its unit vector times its
+weight under the default value function (decay from `VALUE_REFERENCE`, usage and reward), NULL
+without metadata. The inner product of a unit query with it is the node's default score up to a
+factor every row shares at a given time, so an inner-product HNSW index over it hands out the
+best-scored rows first. `_REWEIGHED` and `_VALUED_TRIGGERS` keep it in step with every writer,
+whichever release."""
+
+_REWEIGHED = (
+    "CREATE TABLE {s}.reweighed (repo text NOT NULL, id bytea NOT NULL, type text NOT NULL, "
+    "val {e}.vector NOT NULL, PRIMARY KEY (repo, id), "
+    "FOREIGN KEY (repo, id) REFERENCES {s}.valued (repo, id) ON DELETE CASCADE)",
+    "CREATE INDEX reweighed_type ON {s}.reweighed (repo, type)",
+    "CREATE FUNCTION {s}.hg_heavier(p_a {e}.vector, p_b {e}.vector) RETURNS boolean "
+    "LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT {e}.vector_norm(p_a) > {e}.vector_norm(p_b) $fn$",
+    """CREATE OR REPLACE FUNCTION {s}.hg_valued_of_vector() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO {s}.valued (repo, id, type, val)
     SELECT NEW.repo, NEW.id, NEW.type, {s}.hg_valued(NEW.vec, (SELECT {s}.hg_weight(m.ts, m.accesses,
         m.reward_count, m.reward_sum) FROM {s}.metadata m WHERE m.repo = NEW.repo AND m.id = NEW.id))
     ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, val = EXCLUDED.val;
+    DELETE FROM {s}.reweighed WHERE repo = NEW.repo AND id = NEW.id;
     RETURN NULL;
 END
 $fn$""",
+    """CREATE OR REPLACE FUNCTION {s}.hg_valued_of_usage() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_type text;
+    v_held {e}.vector;
+    v_now {e}.vector;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        UPDATE {s}.valued SET val = NULL WHERE repo = OLD.repo AND id = OLD.id AND val IS NOT NULL;
+        DELETE FROM {s}.reweighed WHERE repo = OLD.repo AND id = OLD.id;
+        RETURN NULL;
+    END IF;
+    -- The weighted row first, locked: `fold` locks it before the reweighed row too.
+    SELECT w.type, w.val, {s}.hg_valued(v.vec, {s}.hg_weight(NEW.ts, NEW.accesses, NEW.reward_count,
+        NEW.reward_sum)) INTO v_type, v_held, v_now
+    FROM {s}.valued w JOIN {s}.vectors v ON v.repo = w.repo AND v.id = w.id
+    WHERE w.repo = NEW.repo AND w.id = NEW.id FOR UPDATE OF w;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_held IS NOT NULL AND v_now IS NOT NULL AND {s}.hg_heavier(v_now, v_held) THEN
+        INSERT INTO {s}.reweighed (repo, id, type, val) VALUES (NEW.repo, NEW.id, v_type, v_now)
+        ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, val = EXCLUDED.val;
+    ELSE
+        IF v_held IS DISTINCT FROM v_now THEN
+            UPDATE {s}.valued SET val = v_now WHERE repo = NEW.repo AND id = NEW.id;
+        END IF;
+        DELETE FROM {s}.reweighed WHERE repo = NEW.repo AND id = NEW.id;
+    END IF;
+    RETURN NULL;
+END
+$fn$""",
+)
+"""Usage that raises a node's weight leaves its indexed row alone: the current weighted vector goes
+to ``{s}.reweighed``, and each pool ranks those rows exactly beside its index lists (`ranked`).
+Rewriting ``valued`` would insert into the HNSW index (milliseconds a row) and leave the old
+version's element in the graph, right where queries look, until a vacuum. A row indexed below its
+score is found by that list, so pools stay whole. Usage that lowers a weight (the row would sit
+above its score and crowd the pools) or gives the first one rewrites ``valued``. `fold` moves the
+rows back when they grow many. Created with the first weights, or added to a schema an earlier
+release enabled (its trigger functions replaced in place)."""
+
+_VALUED_TRIGGERS = (
     "CREATE TRIGGER hg_valued_vector AFTER INSERT ON {s}.vectors FOR EACH ROW "
     "EXECUTE FUNCTION {s}.hg_valued_of_vector()",
     "CREATE TRIGGER hg_valued_vector_change AFTER UPDATE ON {s}.vectors FOR EACH ROW "
     "WHEN (OLD.vec IS DISTINCT FROM NEW.vec OR OLD.type IS DISTINCT FROM NEW.type) "
     "EXECUTE FUNCTION {s}.hg_valued_of_vector()",
-    """CREATE FUNCTION {s}.hg_valued_of_usage() RETURNS trigger LANGUAGE plpgsql AS $fn$
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        UPDATE {s}.valued SET val = NULL WHERE repo = OLD.repo AND id = OLD.id AND val IS NOT NULL;
-    ELSE
-        UPDATE {s}.valued w SET val = {s}.hg_valued(v.vec, {s}.hg_weight(NEW.ts, NEW.accesses,
-            NEW.reward_count, NEW.reward_sum))
-        FROM {s}.vectors v WHERE w.repo = NEW.repo AND w.id = NEW.id AND v.repo = NEW.repo AND v.id = NEW.id;
-    END IF;
-    RETURN NULL;
-END
-$fn$""",
     "CREATE TRIGGER hg_valued_usage AFTER INSERT OR DELETE ON {s}.metadata FOR EACH ROW "
     "EXECUTE FUNCTION {s}.hg_valued_of_usage()",
     "CREATE TRIGGER hg_valued_usage_change AFTER UPDATE ON {s}.metadata FOR EACH ROW "
@@ -240,23 +292,84 @@ $fn$""",
     "{s}.hg_valued(v.vec, {s}.hg_weight(m.ts, m.accesses, m.reward_count, m.reward_sum)) "
     "FROM {s}.vectors v LEFT JOIN {s}.metadata m ON m.repo = v.repo AND m.id = v.id",
 )
-"""The value-weighted vectors: ``{s}.valued`` holds, per embedded node, its unit vector times its
-weight under the default value function (decay from `VALUE_REFERENCE`, usage and reward), NULL
-without metadata. The inner product of a unit query with it is the node's default score up to a
-factor every row shares at a given time, so an inner-product HNSW index over it hands out the
-best-scored rows first. Triggers on ``{s}.vectors`` and ``{s}.metadata`` keep it in step with
-every writer, whichever release; the last statement fills it from what is stored."""
+"""The triggers that keep ``{s}.valued`` (their functions: `_REWEIGHED`); the last statement fills it
+from what is stored."""
 
 
 def unweighted(conn: Conn, schema: str, repo: str, node_type: NodeType, most: int) -> int:
     """How many of the type's vectors have no weight (their node has no metadata), counted up to `most`."""
+    return _count(conn, schema, "valued", "val IS NULL", repo, node_type, most)
+
+
+def reweighed(conn: Conn, schema: str, repo: str, node_type: NodeType, most: int) -> int:
+    """How many of the type's rows wait in ``{s}.reweighed`` for a `fold`, counted up to `most`."""
+    return _count(conn, schema, "reweighed", "true", repo, node_type, most)
+
+
+def _count(conn: Conn, schema: str, table: str, condition: str, repo: str, node_type: NodeType, most: int) -> int:
     row = conn.execute(
-        sql.SQL(
-            "SELECT count(*) FROM (SELECT 1 FROM {s}.valued WHERE repo = %s AND type = %s AND val IS NULL LIMIT %s) x"
-        ).format(s=sql.Identifier(schema)),
+        sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {s}.{t} WHERE repo = %s AND type = %s AND {c} LIMIT %s) x").format(
+            s=sql.Identifier(schema), t=sql.Identifier(table), c=sql.SQL(condition)
+        ),
         (repo, node_type.value, most),
     ).fetchone()
     return 0 if row is None else int(row[0])
+
+
+FOLD_LEAST = 2000
+"""`fold_at` never less: each pool scans the reweighed rows of its type (about 0.3 µs a row and
+query vector on 100k × 128), so 2,000 cost well under a millisecond."""
+
+
+def fold_at(rows: int) -> int:
+    """How many reweighed rows of a type of `rows` rows start a `fold`: a rebuild of its index costs
+    in proportion to its rows, so the larger the type, the more rows wait for one."""
+    return max(FOLD_LEAST, rows // 200)
+
+
+def fold(conn: Conn, schema: str, repo: str, node_type: NodeType, dim: int, stop: threading.Event | None) -> bool:
+    """Writes the type's reweighed rows into ``{s}.valued`` and rebuilds its value-weighted index
+    (``REINDEX CONCURRENTLY``: the old one serves meanwhile, and the new one holds no dead versions);
+    returns whether it ran. `conn`: autocommit. Another process building or folding the same index
+    (its advisory lock) or `stop` set skips it. A rebuild cancelled leaves the written rows' dead
+    versions in the old index until the next fold."""
+    name = value_index_name(repo, node_type, dim)
+    lock = _index_lock(schema, name)
+    if stop is not None and stop.is_set():
+        return False
+    got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
+    if got is None or not got[0]:
+        return False
+    s = sql.Identifier(schema)
+    try:
+        conn.execute("BEGIN")
+        try:
+            # The weighted rows first, in key order, as the usage trigger locks them.
+            conn.execute(
+                sql.SQL(
+                    "SELECT 1 FROM {s}.valued w JOIN {s}.reweighed c ON c.repo = w.repo AND c.id = w.id "
+                    "WHERE c.repo = %s AND c.type = %s ORDER BY w.id FOR UPDATE OF w"
+                ).format(s=s),
+                (repo, node_type.value),
+            )
+            conn.execute(
+                sql.SQL(
+                    "WITH gone AS (DELETE FROM {s}.reweighed c WHERE c.repo = %s AND c.type = %s "
+                    "RETURNING c.id, c.val) "
+                    "UPDATE {s}.valued w SET val = gone.val FROM gone WHERE w.repo = %s AND w.id = gone.id"
+                ).format(s=s),
+                (repo, node_type.value, repo),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        _drop_leftovers(conn, schema, repo, name)
+        with _no_timeout(conn):
+            conn.execute(sql.SQL("REINDEX INDEX CONCURRENTLY {}.{}").format(s, sql.Identifier(name)))
+        return True
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
 
 
 def kept(conn: Conn, schema: str) -> bool:
@@ -384,7 +497,7 @@ def ensure_indexes(
         ):
             if have.get(name) is True or (stop is not None and stop.is_set()):
                 continue
-            lock = int.from_bytes(hashlib.sha256(f"{schema}.{name}".encode()).digest()[:8], "big", signed=True)
+            lock = _index_lock(schema, name)
             got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
             if got is None or not got[0]:
                 continue  # another process is building it
@@ -392,41 +505,65 @@ def ensure_indexes(
             if have.get(name) is True:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
                 continue
-            timeout = conn.execute("SHOW statement_timeout").fetchone()
-            conn.execute("SET statement_timeout = 0")  # a build takes minutes per million rows
             try:
-                if name in have:  # left invalid by a build that died
+                with _no_timeout(conn):
+                    if name in have:  # left invalid by a build that died
+                        conn.execute(
+                            sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(
+                                sql.Identifier(schema), sql.Identifier(name)
+                            )
+                        )
                     conn.execute(
-                        sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(
-                            sql.Identifier(schema), sql.Identifier(name)
+                        sql.SQL(
+                            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {s}.{table} USING hnsw "
+                            "(({column}::{e}.vector({dim})) {e}.{ops}) WITH (m = {m}, ef_construction = {efc}) "
+                            "WHERE repo = {repo} AND type = {type}"
+                        ).format(
+                            name=sql.Identifier(name),
+                            s=sql.Identifier(schema),
+                            table=sql.Identifier(table),
+                            column=sql.Identifier(column),
+                            e=sql.Identifier(ext),
+                            ops=sql.Identifier(ops),
+                            dim=sql.Literal(dim),
+                            m=sql.Literal(links),
+                            efc=sql.Literal(candidates),
+                            repo=sql.Literal(repo),
+                            type=sql.Literal(node_type.value),
                         )
                     )
-                conn.execute(
-                    sql.SQL(
-                        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {s}.{table} USING hnsw "
-                        "(({column}::{e}.vector({dim})) {e}.{ops}) WITH (m = {m}, ef_construction = {efc}) "
-                        "WHERE repo = {repo} AND type = {type}"
-                    ).format(
-                        name=sql.Identifier(name),
-                        s=sql.Identifier(schema),
-                        table=sql.Identifier(table),
-                        column=sql.Identifier(column),
-                        e=sql.Identifier(ext),
-                        ops=sql.Identifier(ops),
-                        dim=sql.Literal(dim),
-                        m=sql.Literal(links),
-                        efc=sql.Literal(candidates),
-                        repo=sql.Literal(repo),
-                        type=sql.Literal(node_type.value),
-                    )
-                )
                 built.append(name)
             finally:
-                conn.execute("SELECT set_config('statement_timeout', %s, false)", (timeout[0] if timeout else "0",))
                 conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
         if stop is None or not stop.is_set():
             _drop_replaced(conn, schema, repo, node_type, dim)
     return built
+
+
+def _index_lock(schema: str, name: str) -> int:
+    """The session advisory lock of one index: held while it is built or rebuilt."""
+    return int.from_bytes(hashlib.sha256(f"{schema}.{name}".encode()).digest()[:8], "big", signed=True)
+
+
+@contextlib.contextmanager
+def _no_timeout(conn: Conn) -> Iterator[None]:
+    """Lifts the session's statement timeout: a build takes minutes per million rows."""
+    timeout = conn.execute("SHOW statement_timeout").fetchone()
+    conn.execute("SET statement_timeout = 0")
+    try:
+        yield
+    finally:
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (timeout[0] if timeout else "0",))
+
+
+def _drop_leftovers(conn: Conn, schema: str, repo: str, name: str) -> None:
+    """Drops what a rebuild of index `name` that died left (``REINDEX CONCURRENTLY`` names its new
+    index ``<name>_ccnew`` and the old one ``<name>_ccold``, with a number when taken)."""
+    for other in existing_indexes(conn, schema, repo):
+        if other.startswith((name + "_ccnew", name + "_ccold")):
+            conn.execute(
+                sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(other))
+            )
 
 
 def _drop_replaced(conn: Conn, schema: str, repo: str, node_type: NodeType, dim: int) -> None:
