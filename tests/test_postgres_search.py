@@ -598,8 +598,14 @@ def test_usage_that_lifts_rows_reaches_the_pools_without_touching_the_index(
             assert got == answers(client, q, [])
             assert {i for i, _ in got if i.startswith("s")} <= lifted  # the lifted rows lead every answer
         monkeypatch.setattr(vectors, "FOLD_LEAST", 50)
+        monkeypatch.setattr(vectors, "FOLD_CHUNK", 16)  # several transactions
+        leftover = vectors.value_index_name("r", hg.NodeType.SEMANTIC, DIM) + "_ccnew"
+        with psycopg.connect(pgvector_dsn, autocommit=True) as conn:  # as a rebuild that died leaves it
+            conn.execute(f'CREATE INDEX "{leftover}" ON "{schema}".valued (repo)')
         server.build_vector_index()  # a fold is due: 100 rows wait
         assert reweighed_ids(pgvector_dsn, schema) == set()
+        with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+            assert leftover not in vectors.existing_indexes(conn, schema, "r")
         now_indexed = weighted_rows(pgvector_dsn, schema, current=False)
         assert not any(np.array_equal(now_indexed[i][1], indexed[i][1]) for i in lifted)
         assert server.vector_index_stats()["semantic"]["pools"] == "value-weighted"

@@ -327,12 +327,18 @@ def fold_at(rows: int) -> int:
     return max(FOLD_LEAST, rows // 200)
 
 
+FOLD_CHUNK = 256
+"""Rows a fold writes per transaction: the usage writers of those nodes wait for one chunk's index
+inserts at most (milliseconds a row), not for the whole fold's."""
+
+
 def fold(conn: Conn, schema: str, repo: str, node_type: NodeType, dim: int, stop: threading.Event | None) -> bool:
-    """Writes the type's reweighed rows into ``{s}.valued`` and rebuilds its value-weighted index
-    (``REINDEX CONCURRENTLY``: the old one serves meanwhile, and the new one holds no dead versions);
-    returns whether it ran. `conn`: autocommit. Another process building or folding the same index
-    (its advisory lock) or `stop` set skips it. A rebuild cancelled leaves the written rows' dead
-    versions in the old index until the next fold."""
+    """Writes the type's reweighed rows into ``{s}.valued`` (`FOLD_CHUNK` per transaction) and
+    rebuilds its value-weighted index (``REINDEX CONCURRENTLY``: the old one serves meanwhile, and
+    the new one holds no dead versions); returns whether it ran. `conn`: autocommit. Another
+    process building or folding the same index (its advisory lock) or `stop` set skips it; `stop`
+    set on the way ends it between steps, and the rows written so far leave their dead versions in
+    the index until the next fold rebuilds it."""
     name = value_index_name(repo, node_type, dim)
     lock = _index_lock(schema, name)
     if stop is not None and stop.is_set():
@@ -341,29 +347,30 @@ def fold(conn: Conn, schema: str, repo: str, node_type: NodeType, dim: int, stop
     if got is None or not got[0]:
         return False
     s = sql.Identifier(schema)
+    # The weighted rows first, in key order, as the usage trigger locks them; rows reweighed meanwhile
+    # wait for the next fold.
+    take = sql.SQL(
+        "SELECT w.id FROM {s}.valued w JOIN {s}.reweighed c ON c.repo = w.repo AND c.id = w.id "
+        "WHERE c.repo = %s AND c.type = %s ORDER BY w.id LIMIT %s FOR UPDATE OF w"
+    ).format(s=s)
+    write = sql.SQL(
+        "WITH gone AS (DELETE FROM {s}.reweighed c WHERE c.repo = %s AND c.id = ANY(%s) RETURNING c.id, c.val) "
+        "UPDATE {s}.valued w SET val = gone.val FROM gone WHERE w.repo = %s AND w.id = gone.id"
+    ).format(s=s)
     try:
-        conn.execute("BEGIN")
-        try:
-            # The weighted rows first, in key order, as the usage trigger locks them.
-            conn.execute(
-                sql.SQL(
-                    "SELECT 1 FROM {s}.valued w JOIN {s}.reweighed c ON c.repo = w.repo AND c.id = w.id "
-                    "WHERE c.repo = %s AND c.type = %s ORDER BY w.id FOR UPDATE OF w"
-                ).format(s=s),
-                (repo, node_type.value),
-            )
-            conn.execute(
-                sql.SQL(
-                    "WITH gone AS (DELETE FROM {s}.reweighed c WHERE c.repo = %s AND c.type = %s "
-                    "RETURNING c.id, c.val) "
-                    "UPDATE {s}.valued w SET val = gone.val FROM gone WHERE w.repo = %s AND w.id = gone.id"
-                ).format(s=s),
-                (repo, node_type.value, repo),
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
+        for _ in range(reweighed(conn, schema, repo, node_type, 2**62) // FOLD_CHUNK + 1):
+            if stop is not None and stop.is_set():
+                return True
+            conn.execute("BEGIN")
+            try:
+                keys = [bytes(k) for (k,) in conn.execute(take, (repo, node_type.value, FOLD_CHUNK)).fetchall()]
+                conn.execute(write, (repo, keys, repo))
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+            if len(keys) < FOLD_CHUNK:
+                break
         _drop_leftovers(conn, schema, repo, name)
         with _no_timeout(conn):
             conn.execute(sql.SQL("REINDEX INDEX CONCURRENTLY {}.{}").format(s, sql.Identifier(name)))
@@ -556,24 +563,39 @@ def _no_timeout(conn: Conn) -> Iterator[None]:
         conn.execute("SELECT set_config('statement_timeout', %s, false)", (timeout[0] if timeout else "0",))
 
 
+def _leftover(name: str, other: str) -> bool:
+    """Whether index `other` is what a rebuild of index `name` that died left."""
+    return other.startswith((name + "_ccnew", name + "_ccold"))
+
+
 def _drop_leftovers(conn: Conn, schema: str, repo: str, name: str) -> None:
     """Drops what a rebuild of index `name` that died left (``REINDEX CONCURRENTLY`` names its new
     index ``<name>_ccnew`` and the old one ``<name>_ccold``, with a number when taken)."""
     for other in existing_indexes(conn, schema, repo):
-        if other.startswith((name + "_ccnew", name + "_ccold")):
+        if _leftover(name, other):
             conn.execute(
                 sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(other))
             )
 
 
 def _drop_replaced(conn: Conn, schema: str, repo: str, node_type: NodeType, dim: int) -> None:
-    """Drops the type's value-weighted index of an earlier release once its replacement serves."""
+    """Drops the type's value-weighted index of an earlier release once its replacement serves, and
+    what a rebuild of it that died left (unless a rebuild runs: its advisory lock)."""
     sparse = sparse_value_index_name(repo, node_type, dim)
+    name = value_index_name(repo, node_type, dim)
     have = existing_indexes(conn, schema, repo)
-    if sparse in have and have.get(value_index_name(repo, node_type, dim)) is True:
+    if sparse in have and have.get(name) is True:
         conn.execute(
             sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(sparse))
         )
+    if any(_leftover(name, other) for other in have):
+        lock = _index_lock(schema, name)
+        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
+        if got is not None and got[0]:
+            try:
+                _drop_leftovers(conn, schema, repo, name)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
 
 
 def drop_indexes(conn: Conn, schema: str, repo: str) -> None:
