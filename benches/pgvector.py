@@ -250,7 +250,7 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
         f"({many / one:.2f}×). Client resident memory after its queries: {client_rss:.0f} MB "
         f"({client_rss - base_rss:+.0f} MB during them) for {vector_mb:,.0f} MB of vectors held by the server. "
         f"Calibrated pool depth per query vector: {calibrated['depth']} (0: the exact ranking answers), "
-        f"sample recall {calibrated['recall']}.",
+        "sample recall " + ("none" if calibrated["recall"] is None else f"{calibrated['recall']:.3f}") + ".",
         "",
         f"Usage (the last row): one access counted on each query's 20 answers ({len(touched):,} nodes), "
         f"`modify_metadata` of 20 nodes median {statistics.median(updates) * 1e3:.1f} ms, "
