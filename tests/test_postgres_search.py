@@ -3,7 +3,9 @@ in-process path, vectors kept in step by every writer, and a client that holds n
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
@@ -611,6 +613,69 @@ def test_usage_that_lifts_rows_reaches_the_pools_without_touching_the_index(
         assert server.vector_index_stats()["semantic"]["pools"] == "value-weighted"
         for q in probes:
             assert answers(server, q, [], exact=False) == answers(client, q, [])
+        assert server.verify_storage()[0] == []
+    finally:
+        server.close()
+        client.close()
+
+
+def test_a_fold_while_usage_changes_loses_no_weight(
+    pgvector_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Usage writers keep raising (and lowering) weights of the rows a fold writes: each node's current
+    weighted vector ends as its usage makes it, and no indexed one above its reweighed one."""
+    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    try:
+        rng = np.random.default_rng(26)
+        _, nodes = around_one_centre(rng, 1000)
+        meta = {n.id: hg.NodeMetadata(created_at=NOW - timedelta(days=float(rng.uniform(360, 720)))) for n in nodes}
+        client.apply_changeset(Changeset(additions=nodes, metadata=meta))
+        server.build_vector_index()
+        ids = [n.id for n in nodes[:300]]
+        client.update_metadata({i: hg.NodeMetadata(created_at=meta[i].created_at, access_count=5) for i in ids})
+        assert len(reweighed_ids(pgvector_dsn, schema)) == 300
+        monkeypatch.setattr(vectors, "FOLD_LEAST", 50)
+        monkeypatch.setattr(vectors, "FOLD_CHUNK", 8)
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def used(reward: float) -> Any:
+            def change(_: str, m: hg.NodeMetadata | None) -> hg.NodeMetadata | None:
+                if m is None:
+                    return None
+                return dataclasses.replace(
+                    m,
+                    access_count=m.access_count + 1,
+                    cumulative_reward=m.cumulative_reward + reward,
+                    reward_count=m.reward_count + 1,
+                )
+
+            return change
+
+        def use() -> None:
+            picks = np.random.default_rng(27)
+            try:
+                while not done.is_set():
+                    chosen = [ids[int(k)] for k in picks.choice(len(ids), 10, replace=False)]
+                    client.modify_metadata(chosen, used(float(picks.uniform(-3, 3))))
+                    rounds.release()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                rounds.release()
+
+        rounds = threading.Semaphore(0)
+        writer = threading.Thread(target=use)
+        writer.start()
+        try:
+            assert rounds.acquire(timeout=60)  # writing before the fold starts
+            server.build_vector_index()
+            while rounds.acquire(blocking=False):
+                pass
+            assert rounds.acquire(timeout=60)  # and after it ends
+        finally:
+            done.set()
+            writer.join(timeout=60)
+        assert errors == []
         assert server.verify_storage()[0] == []
     finally:
         server.close()
