@@ -594,10 +594,17 @@ def test_usage_that_lifts_rows_reaches_the_pools_without_touching_the_index(
         assert all(
             np.array_equal(weighted_rows(pgvector_dsn, schema, current=False)[i][1], indexed[i][1]) for i in lifted
         )
-        probes = [(centre + 0.3 * rng.standard_normal(DIM)).astype(np.float32) for _ in range(10)]
-        for q in probes:
-            got = answers(server, q, [], exact=False)
-            assert got == answers(client, q, [])
+        # A query vector and a tag vector of other lengths: scores take their cosines, not their products.
+        probes = [
+            (
+                (centre + 0.3 * rng.standard_normal(DIM)).astype(np.float32),
+                [(6.0 * (centre + 0.5 * rng.standard_normal(DIM))).astype(np.float32)],
+            )
+            for _ in range(10)
+        ]
+        for q, tags in probes:
+            got = answers(server, q, tags, exact=False)
+            assert got == answers(client, q, tags)
             assert {i for i, _ in got if i.startswith("s")} <= lifted  # the lifted rows lead every answer
         monkeypatch.setattr(vectors, "FOLD_LEAST", 50)
         monkeypatch.setattr(vectors, "FOLD_CHUNK", 16)  # several transactions
@@ -611,8 +618,8 @@ def test_usage_that_lifts_rows_reaches_the_pools_without_touching_the_index(
         now_indexed = weighted_rows(pgvector_dsn, schema, current=False)
         assert not any(np.array_equal(now_indexed[i][1], indexed[i][1]) for i in lifted)
         assert server.vector_index_stats()["semantic"]["pools"] == "value-weighted"
-        for q in probes:
-            assert answers(server, q, [], exact=False) == answers(client, q, [])
+        for q, tags in probes:
+            assert answers(server, q, tags, exact=False) == answers(client, q, tags)
         assert server.verify_storage()[0] == []
     finally:
         server.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from psycopg import sql
 
 from ...engine.query import F32, ScanParams
@@ -92,8 +93,9 @@ class Ranked:
                     s=s,
                     repo=repo,
                     kind=kind,
+                    # unit query vectors: a row's score is its best cosine over them times its weight
                     products=sql.SQL(", ").join(
-                        sql.SQL("c.val OPERATOR({e}.<#>) {q}::{e}.vector").format(e=e, q=sql.Placeholder(f"q{i}"))
+                        sql.SQL("c.val OPERATOR({e}.<#>) {u}::{e}.vector").format(e=e, u=sql.Placeholder(f"u{i}"))
                         for i in range(vectors)
                     ),
                 )
@@ -181,6 +183,8 @@ class Ranked:
             "depth": depth,
         }
         values.update({f"q{i}": Float4Array(q) for i, q in enumerate(live)})
+        if depth is not None and weighted:
+            values.update({f"u{i}": Float4Array(_unit(q)) for i, q in enumerate(live)})
         with tx.conn.cursor(binary=True) as cur:
             # A scan of every row is planned with the query's values (a custom plan): in the generic
             # plan of a prepared statement, the vectors' cast to `vector` ran again for every row.
@@ -213,3 +217,9 @@ class Ranked:
         with tx.conn.cursor(binary=True) as cur:
             cur.execute(statement, (Float4Array(v), k))
             return [list(row[0]) for row in cur]
+
+
+def _unit(v: F32) -> F32:
+    """`v` scaled to length 1 (a zero vector as it is)."""
+    norm = float(np.linalg.norm(v))
+    return v if norm == 0.0 else (v / np.float32(norm)).astype(np.float32)
