@@ -511,6 +511,27 @@ def around_one_centre(rng: np.random.Generator, n: int = 2000) -> tuple[np.ndarr
     return centre, nodes
 
 
+def served_around_one_centre(
+    dsn: str, schema: str, seed: int, days: tuple[float, float]
+) -> tuple[Postgres, Postgres, np.random.Generator, np.ndarray, list[hg.Node], dict[str, hg.NodeMetadata]]:
+    """A server-search store and a client-search one over `around_one_centre`'s nodes, each written
+    `days` (a range) before `NOW`, the HNSW indexes built at the calibration's first depth (top_k);
+    the generator goes on from there."""
+    server, client = open_(dsn, schema, search="server", ann=INDEXED), open_(dsn, schema)
+    try:
+        rng = np.random.default_rng(seed)
+        centre, nodes = around_one_centre(rng)
+        meta = {n.id: hg.NodeMetadata(created_at=NOW - timedelta(days=float(rng.uniform(*days)))) for n in nodes}
+        client.apply_changeset(Changeset(additions=nodes, metadata=meta))
+        server.build_vector_index()
+        assert server.vector_index_stats()["semantic"]["depth"] == 20
+    except BaseException:
+        server.close()
+        client.close()
+        raise
+    return server, client, rng, centre, nodes, meta
+
+
 def test_weighted_pools_hold_the_nodes_usage_lifts(pgvector_dsn: str, schema: str) -> None:
     """Where every node is alike in similarity and usage decides, the value-weighted index hands out
     the best-scored nodes at a pool depth of top_k; the cosine index's nearest nodes would not. The
@@ -550,14 +571,8 @@ def test_rows_stamped_after_now_do_not_crowd_the_pools(pgvector_dsn: str, schema
     """A query "as of" a time before later writes: rows whose usage is stamped after `now` score as
     if used now, far below their weight in the value-weighted index, so they would fill every pool
     and push the best rows out. Such pools are not trusted; the answers are the exact ones."""
-    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    server, client, rng, centre, _, _ = served_around_one_centre(pgvector_dsn, schema, 23, (0, 720))
     try:
-        rng = np.random.default_rng(23)
-        centre, nodes = around_one_centre(rng)
-        meta = {n.id: hg.NodeMetadata(created_at=NOW - timedelta(days=float(rng.uniform(0, 720)))) for n in nodes}
-        client.apply_changeset(Changeset(additions=nodes, metadata=meta))
-        server.build_vector_index()
-        assert server.vector_index_stats()["semantic"]["depth"] == 20
         later = Changeset()
         for i, v in enumerate(centre + 0.9 * rng.standard_normal((60, DIM)).astype(np.float32)):
             later.add_node(hg.Semantic(id=f"later{i:02d}", embedding=v, proposition="p", confidence=1.0))
@@ -577,14 +592,8 @@ def test_usage_that_lifts_rows_reaches_the_pools_without_touching_the_index(
     """Rows whose usage lifts them above every other keep their indexed weight (no index insert);
     the pools rank them from the reweighed rows, so answers stay the exact ones. A fold once they
     grow many writes them into the index, rebuilt, and the answers stay the same."""
-    server, client = open_(pgvector_dsn, schema, search="server", ann=INDEXED), open_(pgvector_dsn, schema)
+    server, client, rng, centre, nodes, meta = served_around_one_centre(pgvector_dsn, schema, 25, (360, 720))
     try:
-        rng = np.random.default_rng(25)
-        centre, nodes = around_one_centre(rng)
-        meta = {n.id: hg.NodeMetadata(created_at=NOW - timedelta(days=float(rng.uniform(360, 720)))) for n in nodes}
-        client.apply_changeset(Changeset(additions=nodes, metadata=meta))
-        server.build_vector_index()
-        assert server.vector_index_stats()["semantic"]["depth"] == 20
         indexed = weighted_rows(pgvector_dsn, schema, current=False)
         lifted = {nodes[int(i)].id for i in rng.choice(len(nodes), 100, replace=False)}
         client.update_metadata(

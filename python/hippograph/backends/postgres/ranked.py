@@ -88,32 +88,21 @@ class Ranked:
             lists.append(
                 sql.SQL(
                     "(SELECT c.id FROM {s}.reweighed c WHERE c.repo = {repo} AND c.type = {kind} "
-                    "ORDER BY least({products}) LIMIT %(depth)s)"
+                    "ORDER BY {best} LIMIT %(depth)s)"
                 ).format(
                     s=s,
                     repo=repo,
                     kind=kind,
                     # unit query vectors: a row's score is its best cosine over them times its weight
-                    products=sql.SQL(", ").join(
-                        sql.SQL("c.val OPERATOR({e}.<#>) {u}::{e}.vector").format(e=e, u=sql.Placeholder(f"u{i}"))
-                        for i in range(vectors)
-                    ),
+                    best=_least(e, "c.val", "<#>", "u", vectors),
                 )
             )
             lists.append(
                 sql.SQL(
                     "(SELECT w.id FROM {s}.valued w JOIN {s}.vectors u ON u.repo = w.repo AND u.id = w.id "
                     "WHERE w.repo = {repo} AND w.type = {kind} AND w.val IS NULL "
-                    "ORDER BY least({near}) LIMIT %(depth)s)"
-                ).format(
-                    s=s,
-                    repo=repo,
-                    kind=kind,
-                    near=sql.SQL(", ").join(
-                        sql.SQL("u.vec OPERATOR({e}.<=>) {q}::{e}.vector").format(e=e, q=sql.Placeholder(f"q{i}"))
-                        for i in range(vectors)
-                    ),
-                )
+                    "ORDER BY {near} LIMIT %(depth)s)"
+                ).format(s=s, repo=repo, kind=kind, near=_least(e, "u.vec", "<=>", "q", vectors))
             )
             where = sql.SQL("{where} AND v.id IN ({lists})").format(where=where, lists=sql.SQL(" UNION ").join(lists))
         elif pooled:
@@ -217,6 +206,19 @@ class Ranked:
         with tx.conn.cursor(binary=True) as cur:
             cur.execute(statement, (Float4Array(v), k))
             return [list(row[0]) for row in cur]
+
+
+def _least(e: sql.Identifier, column: str, operator: str, prefix: str, vectors: int) -> sql.Composed:
+    """The least of `column` `operator` each query vector (placeholders `prefix`0, `prefix`1, ...):
+    a row's order by its best match over them."""
+    return sql.SQL("least({})").format(
+        sql.SQL(", ").join(
+            sql.SQL("{c} OPERATOR({e}.{o}) {p}::{e}.vector").format(
+                c=sql.SQL(column), e=e, o=sql.SQL(operator), p=sql.Placeholder(f"{prefix}{i}")
+            )
+            for i in range(vectors)
+        )
+    )
 
 
 def _unit(v: F32) -> F32:
