@@ -231,7 +231,9 @@ BEGIN
     SELECT NEW.repo, NEW.id, NEW.type, {s}.hg_valued(NEW.vec, (SELECT {s}.hg_weight(m.ts, m.accesses,
         m.reward_count, m.reward_sum) FROM {s}.metadata m WHERE m.repo = NEW.repo AND m.id = NEW.id))
     ON CONFLICT (repo, id) DO UPDATE SET type = EXCLUDED.type, val = EXCLUDED.val;
-    DELETE FROM {s}.reweighed WHERE repo = NEW.repo AND id = NEW.id;
+    IF TG_OP = 'UPDATE' THEN  -- a new vector's node has no reweighed row yet
+        DELETE FROM {s}.reweighed WHERE repo = NEW.repo AND id = NEW.id;
+    END IF;
     RETURN NULL;
 END
 $fn$""",
@@ -261,7 +263,9 @@ BEGIN
         IF v_held IS DISTINCT FROM v_now THEN
             UPDATE {s}.valued SET val = v_now WHERE repo = NEW.repo AND id = NEW.id;
         END IF;
-        DELETE FROM {s}.reweighed WHERE repo = NEW.repo AND id = NEW.id;
+        IF v_held IS NOT NULL THEN  -- only a weighted row has a reweighed one
+            DELETE FROM {s}.reweighed WHERE repo = NEW.repo AND id = NEW.id;
+        END IF;
     END IF;
     RETURN NULL;
 END
