@@ -14,7 +14,8 @@ many of the other types) is loaded through hippograph, the HNSW index is built, 
 - usage: one access is counted on each query's answers (``modify_metadata``, as ``Repo.recall``
   counts them), timed, and the queries with four tags are measured again;
 - throughput is measured with 1 and with ``--clients`` client processes searching at once;
-- the client's resident memory is read after its queries.
+- each search client process (which holds no vectors: the benchmark process, which generated the
+  data, is not one) reads its resident memory after opening the store and after its queries.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ SETTINGS = (
 
 
 def rss_mb() -> float:
+    """This process's resident memory (MB)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
@@ -66,21 +68,33 @@ def search(backend: Any, q: np.ndarray, exact: bool) -> list[tuple[str, float]]:
     return [(n.id, s) for n, s in got]
 
 
+@dataclasses.dataclass
+class Clients:
+    """What the client processes of one throughput run measured."""
+
+    rate: float
+    """Searches per second, all clients together."""
+    opened_mb: float
+    """The largest resident memory of a client after opening the store and five searches."""
+    after_mb: float
+    """The largest resident memory of a client after its searches."""
+
+
 def _client(dsn: str, repo: str, queries: list[np.ndarray], seconds: float, start: Any, out: Any) -> None:
     backend = open_server(dsn, repo)
     for q in queries[:5]:
         search(backend, q, False)
+    opened = rss_mb()
     start.wait()
     done, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         search(backend, queries[done % len(queries)], False)
         done += 1
-    out.put((done, time.perf_counter() - t0))
+    out.put((done, time.perf_counter() - t0, opened, rss_mb()))
     backend.close()
 
 
-def throughput(dsn: str, repo: str, queries: list[np.ndarray], clients: int, seconds: float) -> float:
-    """Searches per second, all clients together."""
+def throughput(dsn: str, repo: str, queries: list[np.ndarray], clients: int, seconds: float) -> Clients:
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_client, args=(dsn, repo, queries, seconds, start, out)) for _ in range(clients)]
@@ -91,7 +105,11 @@ def throughput(dsn: str, repo: str, queries: list[np.ndarray], clients: int, sec
     results = [out.get(timeout=seconds + 600) for _ in procs]
     for p in procs:
         p.join()
-    return sum(d for d, _ in results) / max(t for _, t in results)
+    return Clients(
+        rate=sum(r[0] for r in results) / max(r[1] for r in results),
+        opened_mb=max(r[2] for r in results),
+        after_mb=max(r[3] for r in results),
+    )
 
 
 def counted(_: str, meta: hg.NodeMetadata | None) -> hg.NodeMetadata | None:
@@ -189,7 +207,6 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
     backend.close()
 
     client = open_server(dsn, repo)
-    base_rss = rss_mb()
     rows = []
     workloads = {"query + 4 tags": query_sets(ds, args.queries), "query only": query_only(query_sets(ds, args.queries))}
     for name, sets in workloads.items():
@@ -205,7 +222,6 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
     rows.append(
         measured(client, f"query + 4 tags, after {len(updates) * 20:,} usage updates", workloads["query + 4 tags"])
     )
-    client_rss = rss_mb()
     calibrated = client.vector_index_stats()[SCANNED.value]
     rng = np.random.default_rng(5)
     commits = []
@@ -246,9 +262,10 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
         "|---|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
-        f"Throughput, query + 4 tags: 1 client {one:,.0f}/s, {args.clients} client processes {many:,.0f}/s "
-        f"({many / one:.2f}×). Client resident memory after its queries: {client_rss:.0f} MB "
-        f"({client_rss - base_rss:+.0f} MB during them) for {vector_mb:,.0f} MB of vectors held by the server. "
+        f"Throughput, query + 4 tags: 1 client {one.rate:,.0f}/s, {args.clients} client processes "
+        f"{many.rate:,.0f}/s ({many.rate / one.rate:.2f}×). Resident memory of a search client process (the "
+        f"largest of the {args.clients}): {many.opened_mb:.0f} MB after opening the store, {many.after_mb:.0f} MB "
+        f"after its {args.seconds:g} s of searches, for {vector_mb:,.0f} MB of vectors held by the server. "
         f"Calibrated pool depth per query vector: {calibrated['depth']} (0: the exact ranking answers), "
         "sample recall " + ("none" if calibrated["recall"] is None else f"{calibrated['recall']:.3f}") + ".",
         "",
