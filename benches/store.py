@@ -332,18 +332,25 @@ def ratios(rows: list[tuple[str, float, float, str]]) -> list[str]:
 
 
 def write_section(out: Path, lines: list[str], heading: str = HEADING) -> None:
-    """Replaces the section under `heading` (a script's own) of `out`, or appends it, leaving every
-    other section alone."""
+    """Replaces the section under `heading` (a script's own) of `out` where it stands, or appends
+    it, leaving every other section alone."""
     old = out.read_text().splitlines() if out.exists() else []
-    kept, skipping = [], False
+    before: list[str] = []
+    after: list[str] = []
+    found, skipping = False, False
     for line in old:
         if line.startswith("## "):
             skipping = line == heading
+            found = found or skipping
         if not skipping:
-            kept.append(line)
-    while kept and not kept[-1]:
-        kept.pop()
-    out.write_text("\n".join([*kept, "", *lines]).lstrip("\n") + "\n")
+            (after if found else before).append(line)
+    while before and not before[-1]:
+        before.pop()
+    section = [*lines]
+    while section and not section[-1]:
+        section.pop()
+    text = "\n".join([*before, "", *section, *([""] if after else []), *after])
+    out.write_text(text.strip("\n") + "\n")
 
 
 def main() -> None:
