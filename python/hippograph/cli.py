@@ -22,7 +22,6 @@ from . import __version__
 from .backends.lmdb import LMDB
 from .embedding import ENGLISH_STOP_WORDS, HashingEmbedder
 from .engine.checks import Progress
-from .engine.vector_index import NO_HNSWLIB, ann_available
 from .errors import HippographError, NotFoundError, ValidationError
 from .graph.changeset import Changeset
 from .graph.model import Episodic, IngestionReceipt, Node, NodeType, Semantic, Source, Subgoal
@@ -286,9 +285,7 @@ def _index(name: str, path: str | None, out: TextIO, err: TextIO) -> None:
     for kind, s in ready.items():
         how = "built and saved" if kind in built else "loaded from saved files" if s.get("loaded") else "ready"
         print(f"  {kind:<16} {s['live']:>10,} vectors  {how}", file=out)
-    if not ann_available():
-        print(f"  {NO_HNSWLIB}", file=out)
-    elif not ready:
+    if not ready:
         print("  no node type is large enough for a vector index: recall scans exactly", file=out)
 
 

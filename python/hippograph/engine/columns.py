@@ -642,7 +642,7 @@ class TypeColumns:
             ann is not None and not measured
         )
         error = None if self.build_error is None else f"{type(self.build_error).__name__}: {self.build_error}"
-        stats |= {} if ann_available() else {"exact_fallback": True, "fallback_reason": NO_HNSWLIB}
+        stats |= {} if ann_available(self.ann_config) else {"exact_fallback": True, "fallback_reason": NO_HNSWLIB}
         # A new measurement asked for or running (the rows changed, or the queries asked differ from
         # the samples); the last one holds until it is done.
         measuring = measured and (self._calibration_job is not None or self.calibrating.locked())

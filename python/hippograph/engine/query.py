@@ -207,8 +207,9 @@ def certified_scan(
         # A label no row holds maps to -1, past every row as uint32: the walk ignores such rows and repeats.
         hits = ann.row_of_label[labels.ravel()]
         rows = (np.concatenate([hits, pending]) if len(pending) else hits).astype(np.uint32)
-        # Float noise between hnswlib's and the Rust core's cosine is far below this margin.
-        bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max())) + 1e-6
+        # The engine's similarities lie within `sim_error` of the exact cosine (the core's codes; float
+        # noise between hnswlib's and the Rust core's cosine is far below the 1e-6 margin).
+        bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max()) + ann.sim_error) + 1e-6
         got = walk(rows, bound, max(n // 8, 1))
         if got is not None:
             return None if len(got) < top_k and threshold <= 0.0 else got

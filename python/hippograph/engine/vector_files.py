@@ -2,15 +2,17 @@
 
 One type's index is three files in a directory, each written to a private
 temporary file, fsynced and renamed into place (mode 0600): ``<type>.bin``
-(hnswlib's own file, deletion marks included), ``<type>.labels.msgpack`` (the
+(the engine's own file, deletion marks included), ``<type>.labels.msgpack`` (the
 live label → id map, and the index's regions when it had them: their centres,
 radii and each live label's region; rows belong to the loading process's
 `TypeColumns`, which gets the regions back for the ids unchanged since) and,
 written last, ``<type>.json``: `ANN_FORMAT`, the type, the store change the
-index reflects, dim, parameters, hnswlib version, counts, and the size and
-SHA-256 of the other two. `load` trusts nothing it has not checked, and
-hnswlib only ever reads a private copy of exactly the bytes that were hashed;
-any mismatch returns None and the caller builds afresh. docs/architecture.md
+index reflects, dim, parameters, the engine and its version, counts, and the size and
+SHA-256 of the other two. `load` trusts nothing it has not checked: the core
+engine maps the graph file copy-on-write and hashes that mapping itself (what it
+uses is what was hashed, and the pages stay shared between the processes that
+open it); hnswlib only ever reads a private copy of exactly the bytes that were
+hashed; any mismatch returns None and the caller builds afresh. docs/architecture.md
 lists every check.
 """
 
@@ -19,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import importlib.metadata
 import json
 import os
 import tempfile
@@ -33,6 +34,8 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
+from .. import _core
+from ..errors import StorageError, ValidationError
 from . import calibration, vector_index
 from .files import fsync_dir, read_sidecar
 from .regions import NO_REGION, Regions
@@ -55,13 +58,6 @@ _SAMPLE = 1024
 
 def _paths(directory: Path, name: str) -> tuple[Path, Path, Path]:
     return directory / f"{name}.bin", directory / f"{name}.labels.msgpack", directory / f"{name}.json"
-
-
-def _hnswlib_version() -> str:
-    try:
-        return importlib.metadata.version("hnswlib")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - built from source without metadata
-        return "unknown"
 
 
 _TEMP_MAX_AGE = 3600.0
@@ -169,7 +165,7 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int, regions: Region
             "dim": ann.dim,
             "M": ann.config.M,
             "ef_construction": ann.config.ef_construction,
-            "hnswlib": _hnswlib_version(),
+            "engine": vector_index.engine_version(ann.config),
             "count": count,
             "live": live,
             "regions": regions is not None,
@@ -215,7 +211,7 @@ def _valid_sidecar(doc: dict[str, Any], name: str, dim: int, config: AnnConfig, 
         and doc["dim"] == dim
         and doc["M"] == config.M
         and doc["ef_construction"] == config.ef_construction
-        and doc.get("hnswlib") == _hnswlib_version()
+        and doc.get("engine") == vector_index.engine_version(config)
         and doc["seq"] <= seq
         and doc["live"] <= doc["count"]
     )
@@ -315,12 +311,6 @@ def _verified_copy(
     return tmp
 
 
-def _unit(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-    v = vectors.astype(np.float64)
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    return v / np.where(norms > 0, norms, 1.0)
-
-
 @dataclass(frozen=True)
 class Saved:
     """A saved index read and verified from its files, not yet checked against a store's rows."""
@@ -333,10 +323,10 @@ class Saved:
 def read_saved(
     directory: Path, name: str, dim: int, config: AnnConfig, seq: int, cancelled: Callable[[], bool] | None = None
 ) -> Saved | None:
-    """The saved index `name` as hnswlib reads it, after its sidecar (saved at most at `seq`), sizes and
+    """The saved index `name` as its engine reads it, after its sidecar (saved at most at `seq`), sizes and
     SHA-256 passed (no store access: the expensive part of `load`, which a background thread runs
     without any lock); None as well when `cancelled()` turns true while the file is copied."""
-    if not vector_index.ann_available() or dim == 0:
+    if not vector_index.ann_available(config) or dim == 0:
         return None
     bin_path, map_path, json_path = _paths(directory, name)
     doc = read_sidecar(json_path)
@@ -345,11 +335,19 @@ def read_saved(
     mapping = _read_mapping(map_path, doc)
     if mapping is None:
         return None
+    if config.engine == "core":
+        try:
+            graph = _core.Hnsw.open(bin_path, doc["bin_sha256"])
+        except (ValueError, OSError, StorageError):
+            return None
+        if graph.element_count != doc["count"] or graph.dim != dim:
+            return None
+        return Saved(graph, doc, mapping)
     copy = _verified_copy(bin_path, directory, name, doc["bin_bytes"], doc["bin_sha256"], cancelled)
     if copy is None:
         return None
     try:
-        hnsw = vector_index.hnsw_index(dim)
+        hnsw = vector_index.hnsw_index(dim, config, 0)
         hnsw.load_index(str(copy))
     except (RuntimeError, ValueError, MemoryError):
         return None
@@ -380,9 +378,9 @@ def load(
     `changed_since(s)` returns the ids changed after store change `s` (up to
     `seq`), or None when the change log no longer reaches back that far (then
     the files are not even read). Every check is described in the module
-    docstring; hnswlib only reads a file whose SHA-256 matched.
+    docstring; an engine only reads a file whose SHA-256 matched.
     """
-    if not vector_index.ann_available() or columns.dim == 0:
+    if not vector_index.ann_available(config) or columns.dim == 0:
         return None
     doc = read_sidecar(_paths(directory, name)[2])
     if doc is None or not _valid_sidecar(doc, name, columns.dim, config, seq):
@@ -404,13 +402,11 @@ def _adopt(
     mapping: tuple[list[int], list[str], SavedRegions | None],
     changed: set[str],
 ) -> VectorIndex | None:
-    """Wraps a verified hnswlib index, replays `changed` ids and checks it against `columns`; None on mismatch.
+    """Wraps a verified graph, replays `changed` ids and checks it against `columns`; None on mismatch.
     Saved regions go back to `columns` (when it has none) for the ids unchanged since."""
     labels, ids, saved_regions = mapping
     count = doc["count"]
     ann = VectorIndex(columns.dim, config, capacity=max(count, len(columns)), hnsw=hnsw)
-    if config.threads:
-        hnsw.set_num_threads(config.threads)
     ann.next_label = count
     ann.reclaimable = count - len(labels)
     ann.label_of = dict(zip(ids, labels, strict=True))
@@ -431,11 +427,9 @@ def _adopt(
     if recheck or sample:
         probe = recheck + sample
         try:
-            stored = np.asarray(hnsw.get_items([ann.label_of[i] for i in probe]), np.float32)
-        except RuntimeError:  # a label the graph does not hold (live in the map, marked deleted)
+            same = ann.holds([ann.label_of[i] for i in probe], columns.vectors([columns.row[i] for i in probe]))
+        except (RuntimeError, ValidationError):  # a label the graph does not hold (live in the map, marked deleted)
             return None
-        current = _unit(columns.vectors([columns.row[i] for i in probe]))
-        same = np.all(np.abs(_unit(stored) - current) <= 1e-5, axis=1)
         if not same[len(recheck) :].all():
             return None
         for node_id, ok in zip(recheck, same[: len(recheck)].tolist(), strict=True):

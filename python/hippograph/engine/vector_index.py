@@ -1,4 +1,8 @@
-"""The vector index: HNSW graphs (hnswlib) that offer candidates, as derived data.
+"""The vector index: HNSW graphs that offer candidates, as derived data.
+
+Two engines draw the graph: ``"core"`` (the default, `hippograph._core.Hnsw`, compiled into
+every wheel), which keeps each vector as one-byte codes and leaves the exact rows to the scoring
+columns, and ``"hnswlib"`` (the `ann` extra), which keeps its own f32 copy.
 
 A `VectorIndex` mirrors one type's embeddings. It is only ever a source of
 *candidates*: every candidate is rescored exactly in Rust until the ranking is
@@ -7,7 +11,7 @@ graph's own neighbour recall. Labels are stable integers, never rows: a label
 maps back to an id only while that id is live in the owning `TypeColumns`, so
 a deleted node is never returned; re-embedding marks the old label deleted and
 adds a new one; deletions are marks, counted as ``reclaimable`` until a rebuild.
-hnswlib is not safe to add to while searching: every hnswlib call runs under
+hnswlib is not safe to add to while searching: every engine call runs under
 `VectorIndex.lock`. A write does not insert into the graph: it marks the old
 label deleted and puts the id in the *pending* segment, which queries score
 exactly beside the graph's candidates until the owner's upkeep thread has
@@ -17,6 +21,7 @@ loading these graphs is `hippograph.engine.vector_files`.
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import threading
 from collections import deque
@@ -27,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .. import _core
 from ..errors import ConfigError
 
 try:
@@ -36,9 +42,12 @@ except ImportError:  # the `ann` extra is not installed: every query is answered
 
 NO_HNSWLIB = (
     "hnswlib is not installed (pip install 'hippograph[ann]'; it builds from source, so it needs a C++ "
-    "compiler): the exact scan answers every query"
+    "compiler): the exact scan answers every query; AnnConfig(engine='core'), the default, needs nothing"
 )
-"""What `vector_index_stats()` says when no vector index can exist."""
+"""What `vector_index_stats()` says when the configured engine is hnswlib and it cannot be imported."""
+
+ENGINES = ("core", "hnswlib")
+"""The vector-index engines: the core's own graph (every wheel) and hnswlib (the `ann` extra)."""
 
 __all__ = [
     "DEFAULT_ANN",
@@ -52,27 +61,51 @@ __all__ = [
 ]
 
 
-def ann_available() -> bool:
-    return hnswlib is not None
+def ann_available(config: AnnConfig | None = None) -> bool:
+    """Whether `config`'s engine (None: the default, the core's) can build an index here."""
+    return config is None or config.engine == "core" or hnswlib is not None
 
 
-def hnsw_index(dim: int) -> Any:
-    """An empty hnswlib index over cosine distance (hnswlib must be installed)."""
+def hnsw_index(dim: int, config: AnnConfig, capacity: int, sample: npt.NDArray[np.float32] | None = None) -> Any:
+    """An empty graph of `config`'s engine over cosine similarity; `sample` (rows like those to come)
+    sets the core's code scales."""
+    if config.engine == "core":
+        rows = np.zeros((0, dim), np.float32) if sample is None else np.ascontiguousarray(sample[:_SCALE_SAMPLE])
+        return _core.Hnsw(dim, config.M, config.ef_construction, rows)
     if hnswlib is None:
         raise ConfigError(NO_HNSWLIB)
-    return hnswlib.Index(space="cosine", dim=dim)
+    index = hnswlib.Index(space="cosine", dim=dim)
+    index.init_index(max_elements=max(capacity, 1024), M=config.M, ef_construction=config.ef_construction)
+    return index
+
+
+def engine_version(config: AnnConfig) -> str:
+    """What a saved index of `config`'s engine must have been written by to be read back."""
+    if config.engine == "core":
+        return "core/1"
+    try:
+        return "hnswlib/" + importlib.metadata.version("hnswlib")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - built from source without metadata
+        return "hnswlib/unknown"
+
+
+_SCALE_SAMPLE = 16_384
+"""Rows that set the core engine's per-dimension code scales."""
 
 
 @dataclass(frozen=True)
 class AnnConfig:
     """When and how to build HNSW indexes.
 
+    `engine`: ``"core"`` (the default: compiled into every wheel, one-byte codes beside the
+    scoring columns, its saved graph mapped and shared between processes) or ``"hnswlib"`` (the
+    `ann` extra, which keeps an f32 copy of every vector).
     `min_nodes`: a type holding more nodes than this (counted with or without
     an embedding) uses the index; below it the exact scan is faster. `M`, `ef_construction`, `ef_search`
-    are hnswlib's parameters; `ef_search` is raised to the pool size per query (at least 16, and
+    are HNSW's parameters (links per node, build and search beam widths); `ef_search` is raised to the pool size per query (at least 16, and
     top_k). It is where calibration starts: the certified rescoring makes a shallow search enough
     on clustered data, and calibration deepens it only as far as the recall target needs.
-    `threads`: hnswlib's build threads (0: hnswlib's default, all cores).
+    `threads`: build threads (0: the engine's default, all cores).
     `target_recall`: each index is calibrated (`hippograph.engine.query.calibrate`) after an
     explicit build, at its first approximate query otherwise, and again after a quarter of its
     rows changed: ``ef_search`` is raised until the approximate answers' mean recall@k on
@@ -81,7 +114,7 @@ class AnnConfig:
     not used: the exact scan answers and `vector_index_stats()` says why.
     `background`: a non-exact query that finds no index answers with the exact
     scan and starts building one in a background thread, which takes no lock
-    while hnswlib works (a million nodes take minutes); writes made meanwhile
+    while the engine works (a million nodes take minutes); writes made meanwhile
     are replayed into it before queries use it. False: that query builds the
     index first, holding up the store's other callers. `build_vector_index()`
     always builds at once.
@@ -97,8 +130,11 @@ class AnnConfig:
     min_speedup: float = 3.0
     calibration_queries: int = 100
     max_ef_search: int = 2048
+    engine: str = "core"
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"AnnConfig.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if not isinstance(self.background, bool):
             raise ConfigError(f"AnnConfig.background must be a bool, got {self.background!r}")
         for name, least, most in (("target_recall", 0.0, 1.0), ("min_speedup", 0.0, 1e6)):
@@ -121,25 +157,30 @@ _ANN_LIMITS = {
     "calibration_queries": 1 << 16,
     "max_ef_search": 1 << 20,
 }
-"""Upper bounds of what reaches hnswlib, whose C++ would overflow or allocate without limit beyond them."""
+"""Upper bounds of what reaches an engine (hnswlib's C++ would overflow or allocate without limit beyond them)."""
 
 
-DEFAULT_ANN: AnnConfig | None = AnnConfig() if hnswlib is not None else None
-"""The built-in backends' default: HNSW above 20k nodes of a type, when hnswlib is installed."""
+DEFAULT_ANN: AnnConfig | None = AnnConfig()
+"""The built-in backends' default: the core's HNSW graph above 20k nodes of a type."""
 
 
 class VectorIndex:
     """One type's HNSW graph with stable labels."""
 
-    def __init__(self, dim: int, config: AnnConfig, capacity: int, hnsw: Any = None) -> None:
-        """An empty index, or (`hnsw`) one around an hnswlib index `vector_files` has read and verified."""
+    def __init__(
+        self,
+        dim: int,
+        config: AnnConfig,
+        capacity: int,
+        hnsw: Any = None,
+        sample: npt.NDArray[np.float32] | None = None,
+    ) -> None:
+        """An empty index (`sample`: rows like those to come), or (`hnsw`) one around a graph
+        `vector_files` has read and verified."""
         self.dim = dim
         self.config = config
         self.lock = threading.Lock()
-        if hnsw is None:
-            hnsw = hnsw_index(dim)
-            hnsw.init_index(max_elements=max(capacity, 1024), M=config.M, ef_construction=config.ef_construction)
-        self.index = hnsw
+        self.index = hnsw_index(dim, config, capacity, sample) if hnsw is None else hnsw
         if config.threads:
             self.index.set_num_threads(config.threads)
         self.label_of: dict[str, int] = {}
@@ -169,6 +210,20 @@ class VectorIndex:
 
     def __len__(self) -> int:
         return len(self.label_of)
+
+    @property
+    def sim_error(self) -> float:
+        """The most a similarity `knn` reports may differ from the exact cosine (the core's codes)."""
+        return float(self.index.max_error) if self.config.engine == "core" else 0.0
+
+    def holds(self, labels: list[int], vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
+        """Per label, whether the graph holds `vectors[i]` (as far as its stored form can tell)."""
+        if self.config.engine == "core":
+            return np.asarray(
+                self.index.holds(np.array(labels, np.uint32), np.ascontiguousarray(vectors, np.float32)), bool
+            )
+        stored = np.asarray(self.index.get_items(labels), np.float32)
+        return np.all(np.abs(_unit(stored) - _unit(vectors)) <= 1e-5, axis=1)
 
     def _reserve(self, extra: int) -> None:
         need = self.index.element_count + extra
@@ -280,7 +335,8 @@ class VectorIndex:
     def knn(
         self, queries: npt.NDArray[np.float32], k: int, ef: int | None = None
     ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]] | None:
-        """Labels and cosine similarities of the k nearest per query, or None if hnswlib cannot answer.
+        """Labels and cosine similarities (within `sim_error`) of the k nearest per query, or None if the
+        engine cannot answer.
         `ef`: the search depth (None: `ef_search`; at least k either way)."""
         k = min(k, len(self))
         if k == 0:
@@ -330,7 +386,7 @@ _ASKED_WINDOW = 64
 before any were asked, and whenever most of them were handed over to the exact scan."""
 
 _BUILD_CHUNK = 16_384
-"""Rows handed to hnswlib per call while building: progress is reported between calls."""
+"""Rows handed to the engine per call while building: progress is reported between calls."""
 
 
 def build_rows(
@@ -342,7 +398,7 @@ def build_rows(
 ) -> VectorIndex | None:
     """An HNSW graph over `matrix` (row i is `ids[i]`); None when `cancelled()` turned true between chunks."""
     n = len(ids)
-    ann = VectorIndex(matrix.shape[1], config, capacity=n)
+    ann = VectorIndex(matrix.shape[1], config, capacity=n, sample=_nonzero(matrix[:_SCALE_SAMPLE]))
     for start in range(0, n, _BUILD_CHUNK):
         if cancelled is not None and cancelled():
             return None
@@ -362,3 +418,13 @@ def replay(
     for node_id in changed.difference(present):
         ann.discard(node_id)
     ann.add_many(present, vectors, rows)
+
+
+def _nonzero(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    return rows[np.linalg.norm(rows, axis=1) > 0] if len(rows) else rows
+
+
+def _unit(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    v = vectors.astype(np.float64)
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.where(norms > 0, norms, 1.0)

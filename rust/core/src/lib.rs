@@ -6,6 +6,7 @@
 pub mod certified;
 pub mod etf;
 pub mod graph_write;
+pub mod hnsw;
 pub mod lexical;
 pub mod lmdbcheck;
 pub mod pairs;

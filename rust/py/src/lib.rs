@@ -8,6 +8,7 @@ mod certified;
 mod errors;
 mod etf;
 mod graph_write;
+mod hnsw;
 mod lexical;
 mod lmdbcheck;
 mod pairs;
@@ -22,6 +23,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pairs::register(m)?;
     etf::register(m)?;
     graph_write::register(m)?;
+    hnsw::register(m)?;
     lexical::register(m)?;
     lmdbcheck::register(m)?;
     Ok(())

@@ -1,0 +1,1123 @@
+//! The vector index of the core: an HNSW graph over one-byte codes.
+//!
+//! The graph holds no float vectors. Each node keeps its unit vector as `i8`
+//! codes on a per-dimension scale (a quarter of the f32 bytes) and the
+//! *residual* `‖u − decode(codes)‖`, rounded up: for a unit query `q`,
+//! `|q·u − q·decode(codes)| ≤ residual` (Cauchy–Schwarz), so a similarity the
+//! graph reports is within [`Index::max_error`] of the exact cosine. The
+//! caller rescoring candidates exactly from its own rows (the scoring
+//! columns) is what keeps one copy of the vectors per host: the codes and the
+//! level-0 links of a saved index are read from a copy-on-write mapping of its
+//! file, which every process opening it shares until it writes a page.
+//!
+//! Ids are dense (`0..len`), handed out in insertion order; deletion is a mark
+//! (a deleted node still routes searches and is never returned). Searches and
+//! inserts run concurrently on shared references: a neighbour list is written
+//! under its node's lock and read without one (each entry is an atomic).
+
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+use std::cell::RefCell;
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+/// How a graph is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Links per node above level 0 (twice as many at level 0).
+    pub m: usize,
+    /// Beam width while inserting.
+    pub ef_construction: usize,
+    /// Seed of the level draw (a node's level is a hash of its id and this).
+    pub seed: u64,
+}
+
+/// Why a call on an index failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexError {
+    /// A vector or query of the wrong length, or an id out of order or range.
+    Shape(String),
+    /// A parameter out of range.
+    Config(String),
+    /// A saved file that is not an index this code wrote, or not the one expected.
+    Corrupt(String),
+    /// The file could not be read or written.
+    Io(String),
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexError::Shape(m) | IndexError::Config(m) | IndexError::Corrupt(m) | IndexError::Io(m) => f.write_str(m),
+        }
+    }
+}
+
+const MAX_LEVEL: usize = 15;
+const EXTRA_SEGMENT: usize = 1 << 14;
+const MAGIC: &[u8; 8] = b"HGHNSW01";
+const HEADER: usize = 64;
+/// Float rounding of a code similarity (summed in f32 over at most a few thousand terms of
+/// magnitude at most one), added to the largest residual.
+const ROUNDING: f32 = 1e-5;
+
+/// One slot's state besides its codes and level-0 links.
+struct Meta {
+    level: u8,
+    deleted: AtomicBool,
+    residual: AtomicU32,
+    lock: Mutex<()>,
+    upper: OnceLock<Box<[AtomicU32]>>,
+}
+
+impl Meta {
+    fn new(level: u8) -> Self {
+        Meta {
+            level,
+            deleted: AtomicBool::new(false),
+            residual: AtomicU32::new(0),
+            lock: Mutex::new(()),
+            upper: OnceLock::new(),
+        }
+    }
+}
+
+enum Backing {
+    Owned { _codes: Box<[i8]>, _links: Box<[AtomicU32]> },
+    Mapped(#[allow(dead_code)] Arc<memmap2::MmapMut>),
+}
+
+/// A run of `cap` consecutive ids: their codes, level-0 links and states.
+struct Segment {
+    codes: *mut i8,
+    links: *const AtomicU32,
+    cap: usize,
+    meta: Box<[OnceLock<Meta>]>,
+    _backing: Backing,
+}
+
+// SAFETY: the raw pointers point into `_backing`, which the segment owns and never moves; a
+// node's codes are written once, by the thread inserting it, before any other thread can
+// learn its id (through a link stored with Release), and links are atomics.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    fn owned(cap: usize, dim: usize, m0: usize) -> Self {
+        let mut codes = vec![0i8; cap * dim].into_boxed_slice();
+        let links: Box<[AtomicU32]> = (0..cap * (m0 + 1)).map(|_| AtomicU32::new(0)).collect();
+        let codes_ptr = codes.as_mut_ptr();
+        let links_ptr = links.as_ptr();
+        Segment {
+            codes: codes_ptr,
+            links: links_ptr,
+            cap,
+            meta: (0..cap).map(|_| OnceLock::new()).collect(),
+            _backing: Backing::Owned { _codes: codes, _links: links },
+        }
+    }
+}
+
+/// Where each float of a query form goes: a unit vector times the per-dimension scale.
+type Kernel = fn(&[f32], &[i8]) -> f32;
+
+#[inline(always)]
+fn dot_body(q: &[f32], c: &[i8]) -> f32 {
+    const W: usize = 16;
+    let n = q.len().min(c.len());
+    let full = n - n % W;
+    let mut acc = [0f32; W];
+    for (qc, cc) in q[..full].chunks_exact(W).zip(c[..full].chunks_exact(W)) {
+        for j in 0..W {
+            acc[j] += qc[j] * f32::from(cc[j]);
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for i in full..n {
+        s += q[i] * f32::from(c[i]);
+    }
+    s
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2(q: &[f32], c: &[i8]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = q.len().min(c.len());
+    let full = n - n % 16;
+    let (qp, cp) = (q.as_ptr(), c.as_ptr());
+    let mut a0 = _mm256_setzero_ps();
+    let mut a1 = _mm256_setzero_ps();
+    let mut i = 0;
+    while i < full {
+        // SAFETY: i + 16 <= full <= n, within both slices.
+        let bytes = _mm_loadu_si128(cp.add(i).cast());
+        let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+        let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)));
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), lo, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 8)), hi, a1);
+        i += 16;
+    }
+    let v = _mm256_add_ps(a0, a1);
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps(v, 1);
+    let s = _mm_add_ps(lo, hi);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    let mut total = _mm_cvtss_f32(s);
+    for j in full..n {
+        total += q[j] * f32::from(c[j]);
+    }
+    total
+}
+
+fn dot_portable(q: &[f32], c: &[i8]) -> f32 {
+    dot_body(q, c)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dot_avx2_safe(q: &[f32], c: &[i8]) -> f32 {
+    // SAFETY: only chosen by `kernel` when the CPU has AVX2 and FMA.
+    unsafe { dot_avx2(q, c) }
+}
+
+fn kernel() -> Kernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            return dot_avx2_safe;
+        }
+    }
+    dot_portable
+}
+
+#[derive(Clone, Copy, PartialEq)]
+struct Near(f32, u32);
+impl Eq for Near {}
+impl PartialOrd for Near {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Near {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.0.total_cmp(&other.0).then_with(|| other.1.cmp(&self.1))
+    }
+}
+
+struct Visited {
+    marks: Vec<u32>,
+    stamp: u32,
+}
+
+impl Visited {
+    fn reset(&mut self, n: usize) {
+        if self.marks.len() < n {
+            self.marks.resize(n, 0);
+        }
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.marks.iter_mut().for_each(|m| *m = 0);
+            self.stamp = 1;
+        }
+    }
+    /// True the first time `id` is seen since the last reset.
+    #[inline]
+    fn first(&mut self, id: u32) -> bool {
+        let slot = &mut self.marks[id as usize];
+        if *slot == self.stamp {
+            return false;
+        }
+        *slot = self.stamp;
+        true
+    }
+}
+
+thread_local! {
+    static VISITED: RefCell<Visited> = const { RefCell::new(Visited { marks: Vec::new(), stamp: 0 }) };
+}
+
+struct Graph {
+    segments: Vec<Segment>,
+}
+
+/// The mutable state a write lock guards: where the entry point is.
+struct Entry {
+    node: u32,
+    level: usize,
+}
+
+/// An HNSW graph over one-byte codes of unit vectors.
+pub struct Index {
+    dim: usize,
+    config: Config,
+    m0: usize,
+    scale: Vec<f32>,
+    /// `scale²`: a stored node's codes times this are its query form.
+    scale2: Vec<f32>,
+    kernel: Kernel,
+    graph: RwLock<Graph>,
+    entry: Mutex<Option<Entry>>,
+    len: AtomicU32,
+    max_residual: AtomicU32,
+    reserve: Mutex<()>,
+    adding: Mutex<()>,
+}
+
+fn unit(v: &[f32]) -> Vec<f32> {
+    let norm = v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+    if norm > 0.0 && norm.is_finite() {
+        v.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
+    } else {
+        vec![0.0; v.len()]
+    }
+}
+
+/// Per-dimension scales from sample unit vectors: the largest magnitude seen maps to 127 (never
+/// below what four standard deviations of a random unit vector need, so a short sample does not
+/// clamp later vectors much; a clamped value only widens that row's residual).
+fn scales_for(sample: &[f32], dim: usize) -> Vec<f32> {
+    let floor = 4.0 / (dim.max(1) as f32).sqrt();
+    let mut top = vec![floor; dim];
+    for row in sample.chunks_exact(dim.max(1)) {
+        let u = unit(row);
+        for (t, x) in top.iter_mut().zip(&u) {
+            *t = t.max(x.abs());
+        }
+    }
+    top.iter().map(|t| t.min(1.0) / 127.0).collect()
+}
+
+impl Index {
+    /// An empty index of dimension `dim`; `sample` (rows of `dim` floats, possibly none) sets the
+    /// code scales.
+    pub fn new(dim: usize, config: Config, sample: &[f32]) -> Result<Self, IndexError> {
+        if dim == 0 || dim > 1 << 16 {
+            return Err(IndexError::Config(format!("dimension {dim} is not from 1 to 65536")));
+        }
+        if !(2..=2048).contains(&config.m) || config.ef_construction == 0 {
+            return Err(IndexError::Config(format!(
+                "M must be from 2 to 2048 and ef_construction at least 1, got {} and {}",
+                config.m, config.ef_construction
+            )));
+        }
+        let scale = scales_for(sample, dim);
+        Ok(Self::with_scale(dim, config, scale, Vec::new()))
+    }
+
+    fn with_scale(dim: usize, config: Config, scale: Vec<f32>, segments: Vec<Segment>) -> Self {
+        let scale2 = scale.iter().map(|s| s * s).collect();
+        Index {
+            dim,
+            config,
+            m0: 2 * config.m,
+            scale,
+            scale2,
+            kernel: kernel(),
+            graph: RwLock::new(Graph { segments }),
+            entry: Mutex::new(None),
+            len: AtomicU32::new(0),
+            max_residual: AtomicU32::new(0f32.to_bits()),
+            reserve: Mutex::new(()),
+            adding: Mutex::new(()),
+        }
+    }
+
+    /// The dimension of the vectors.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// How the graph is built.
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// Ids handed out so far (deleted ones included).
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire) as usize
+    }
+
+    /// True when no vector was ever added.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Slots allocated (ids below this need no new memory).
+    pub fn capacity(&self) -> usize {
+        self.graph.read().expect("graph lock").segments.iter().map(|s| s.cap).sum()
+    }
+
+    /// The most a reported similarity can differ from the exact cosine of the unit vectors.
+    pub fn max_error(&self) -> f32 {
+        f32::from_bits(self.max_residual.load(Ordering::Acquire)) + ROUNDING
+    }
+
+    /// Bytes of codes and links this index addresses (mapped or owned).
+    pub fn memory_bytes(&self) -> usize {
+        self.capacity() * (self.dim + 4 * (self.m0 + 1))
+    }
+
+    /// Grows the slots to at least `cap` (readers keep going; writers wait).
+    pub fn reserve(&self, cap: usize) {
+        let _one = self.reserve.lock().expect("reserve lock");
+        if self.capacity() >= cap {
+            return;
+        }
+        let mut graph = self.graph.write().expect("graph lock");
+        let mut have: usize = graph.segments.iter().map(|s| s.cap).sum();
+        while have < cap {
+            let size = if graph.segments.is_empty() { cap.max(EXTRA_SEGMENT) } else { EXTRA_SEGMENT };
+            graph.segments.push(Segment::owned(size, self.dim, self.m0));
+            have += size;
+        }
+    }
+
+    fn level_of(&self, id: u32) -> usize {
+        let mut z = self.config.seed ^ (u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let u = ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let ml = 1.0 / (self.config.m as f64).ln();
+        ((-u.ln() * ml) as usize).min(MAX_LEVEL)
+    }
+
+    /// Adds `vectors` (rows of `dim` floats) under the ids `first..first + rows`; `first` must be
+    /// `len()`. Zero vectors are refused. `threads`: 0 for rayon's pool, else a pool of that many.
+    pub fn add(&self, first: usize, vectors: &[f32], threads: usize) -> Result<(), IndexError> {
+        if vectors.len() % self.dim != 0 {
+            return Err(IndexError::Shape(format!("{} floats are not rows of {}", vectors.len(), self.dim)));
+        }
+        let rows = vectors.len() / self.dim;
+        if rows == 0 {
+            return Ok(());
+        }
+        for (i, row) in vectors.chunks_exact(self.dim).enumerate() {
+            if !row.iter().all(|x| x.is_finite()) || row.iter().all(|x| *x == 0.0) {
+                return Err(IndexError::Shape(format!("vector {i} is zero or not finite")));
+            }
+        }
+        let _adding = self.adding.lock().expect("add lock");
+        let start = self.len();
+        if first != start || start + rows > u32::MAX as usize - 1 {
+            return Err(IndexError::Shape(format!("ids must continue at {start}, got {first}")));
+        }
+        self.reserve(start + rows);
+        let graph = self.graph.read().expect("graph lock");
+        for i in 0..rows {
+            let id = (start + i) as u32;
+            let (seg, at) = locate(&graph, id);
+            seg.meta[at].get_or_init(|| Meta::new(self.level_of(id) as u8));
+        }
+        self.len.store((start + rows) as u32, Ordering::Release);
+        let insert = |i: usize| self.insert(&graph, (start + i) as u32, &vectors[i * self.dim..(i + 1) * self.dim]);
+        let serial = if self.entry.lock().expect("entry lock").is_none() { 1 } else { 0 };
+        (0..serial.min(rows)).for_each(insert);
+        if rows > serial {
+            if threads == 1 || rows - serial < 64 {
+                (serial..rows).for_each(insert);
+            } else if threads == 0 {
+                (serial..rows).into_par_iter().for_each(insert);
+            } else {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .map_err(|e| IndexError::Config(format!("thread pool: {e}")))?;
+                pool.install(|| (serial..rows).into_par_iter().for_each(insert));
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks `id` deleted: it still routes searches but is never returned.
+    pub fn mark_deleted(&self, id: u32) -> Result<(), IndexError> {
+        let graph = self.graph.read().expect("graph lock");
+        self.meta(&graph, id)?.deleted.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether `id` is marked deleted.
+    pub fn is_deleted(&self, id: u32) -> Result<bool, IndexError> {
+        let graph = self.graph.read().expect("graph lock");
+        Ok(self.meta(&graph, id)?.deleted.load(Ordering::Acquire))
+    }
+
+    fn meta<'g>(&self, graph: &'g Graph, id: u32) -> Result<&'g Meta, IndexError> {
+        if id as usize >= self.len() {
+            return Err(IndexError::Shape(format!("id {id} is not in the index ({} ids)", self.len())));
+        }
+        let (seg, at) = locate(graph, id);
+        seg.meta[at].get().ok_or_else(|| IndexError::Shape(format!("id {id} is not in the index")))
+    }
+
+    /// The codes of `vector` (made unit) and its residual, rounded up.
+    fn encode(&self, vector: &[f32], out: &mut [i8]) -> f32 {
+        let u = unit(vector);
+        let mut err = 0f64;
+        for ((o, x), s) in out.iter_mut().zip(&u).zip(&self.scale) {
+            let c = (x / s).round().clamp(-127.0, 127.0);
+            *o = c as i8;
+            let d = f64::from(*x) - f64::from(c) * f64::from(*s);
+            err += d * d;
+        }
+        let r = err.sqrt() * (1.0 + 1e-6) + 1e-7;
+        r as f32
+    }
+
+    /// True where the codes of `vectors[i]` are exactly those stored for `ids[i]` (the vector an
+    /// id was added with, as far as the codes can tell).
+    pub fn holds(&self, ids: &[u32], vectors: &[f32]) -> Result<Vec<bool>, IndexError> {
+        if vectors.len() != ids.len() * self.dim {
+            return Err(IndexError::Shape("one vector per id".into()));
+        }
+        let graph = self.graph.read().expect("graph lock");
+        let mut buf = vec![0i8; self.dim];
+        ids.iter()
+            .zip(vectors.chunks_exact(self.dim))
+            .map(|(&id, v)| {
+                self.meta(&graph, id)?;
+                self.encode(v, &mut buf);
+                Ok(self.codes(&graph, id) == buf.as_slice())
+            })
+            .collect()
+    }
+
+    /// The decoded unit vectors of `ids` (each within its residual of the vector added).
+    pub fn decode(&self, ids: &[u32]) -> Result<Vec<f32>, IndexError> {
+        let graph = self.graph.read().expect("graph lock");
+        let mut out = Vec::with_capacity(ids.len() * self.dim);
+        for &id in ids {
+            self.meta(&graph, id)?;
+            out.extend(self.codes(&graph, id).iter().zip(&self.scale).map(|(c, s)| f32::from(*c) * s));
+        }
+        Ok(out)
+    }
+
+    fn codes<'g>(&self, graph: &'g Graph, id: u32) -> &'g [i8] {
+        let (seg, at) = locate(graph, id);
+        // SAFETY: `at < seg.cap`, so the range lies in the segment's codes; they were written
+        // before `id` became reachable (see `Segment`).
+        unsafe { std::slice::from_raw_parts(seg.codes.add(at * self.dim), self.dim) }
+    }
+
+    fn links<'g>(&self, graph: &'g Graph, id: u32, level: usize) -> &'g [AtomicU32] {
+        let (seg, at) = locate(graph, id);
+        if level == 0 {
+            let w = self.m0 + 1;
+            // SAFETY: `at < seg.cap`, and the segment holds `cap * (m0 + 1)` link slots.
+            return unsafe { std::slice::from_raw_parts(seg.links.add(at * w), w) };
+        }
+        let w = self.config.m + 1;
+        match seg.meta[at].get().and_then(|m| m.upper.get()) {
+            Some(upper) if upper.len() >= level * w => &upper[(level - 1) * w..level * w],
+            _ => &[],
+        }
+    }
+
+    fn neighbours(&self, graph: &Graph, id: u32, level: usize, out: &mut Vec<u32>) {
+        out.clear();
+        let list = self.links(graph, id, level);
+        if let Some((count, rest)) = list.split_first() {
+            let n = (count.load(Ordering::Acquire) as usize).min(rest.len());
+            out.extend(rest[..n].iter().map(|x| x.load(Ordering::Acquire)));
+        }
+    }
+
+    #[inline]
+    fn sim(&self, graph: &Graph, form: &[f32], id: u32) -> f32 {
+        (self.kernel)(form, self.codes(graph, id))
+    }
+
+    /// `q` as a query form: its unit vector times the scales.
+    fn query_form(&self, q: &[f32]) -> Vec<f32> {
+        unit(q).iter().zip(&self.scale).map(|(x, s)| x * s).collect()
+    }
+
+    /// A stored node's query form: its codes times the squared scales.
+    fn node_form(&self, graph: &Graph, id: u32, out: &mut Vec<f32>) {
+        out.clear();
+        out.extend(self.codes(graph, id).iter().zip(&self.scale2).map(|(c, s)| f32::from(*c) * s));
+    }
+
+    fn greedy(&self, graph: &Graph, form: &[f32], mut at: Near, level: usize, scratch: &mut Vec<u32>) -> Near {
+        loop {
+            let mut moved = false;
+            self.neighbours(graph, at.1, level, scratch);
+            for &n in scratch.iter() {
+                let s = self.sim(graph, form, n);
+                if s > at.0 {
+                    at = Near(s, n);
+                    moved = true;
+                }
+            }
+            if !moved {
+                return at;
+            }
+        }
+    }
+
+    /// The `ef` nearest found from `starts` at `level`, best first; deleted nodes route but are
+    /// left out when `live`.
+    fn beam(&self, graph: &Graph, form: &[f32], starts: &[Near], ef: usize, level: usize, live: bool) -> Vec<Near> {
+        VISITED.with(|cell| {
+            let mut visited = cell.borrow_mut();
+            visited.reset(self.len());
+            let mut todo: BinaryHeap<Near> = BinaryHeap::new();
+            let mut best: BinaryHeap<Reverse<Near>> = BinaryHeap::new();
+            let mut floor = f32::NEG_INFINITY;
+            for &s in starts {
+                if !visited.first(s.1) {
+                    continue;
+                }
+                todo.push(s);
+                if !live || !self.deleted(graph, s.1) {
+                    best.push(Reverse(s));
+                }
+            }
+            while best.len() > ef {
+                best.pop();
+            }
+            if best.len() >= ef {
+                floor = best.peek().map_or(f32::NEG_INFINITY, |r| r.0 .0);
+            }
+            let mut scratch = Vec::with_capacity(self.m0);
+            while let Some(cur) = todo.pop() {
+                if best.len() >= ef && cur.0 < floor {
+                    break;
+                }
+                self.neighbours(graph, cur.1, level, &mut scratch);
+                for &n in &scratch {
+                    self.prefetch(graph, n);
+                }
+                for &n in &scratch {
+                    if n as usize >= visited.marks.len() || !visited.first(n) {
+                        continue;
+                    }
+                    let s = self.sim(graph, form, n);
+                    if best.len() < ef || s > floor {
+                        todo.push(Near(s, n));
+                        if !live || !self.deleted(graph, n) {
+                            best.push(Reverse(Near(s, n)));
+                            if best.len() > ef {
+                                best.pop();
+                            }
+                            if best.len() >= ef {
+                                floor = best.peek().map_or(f32::NEG_INFINITY, |r| r.0 .0);
+                            }
+                        }
+                    }
+                }
+            }
+            let mut out: Vec<Near> = best.into_iter().map(|r| r.0).collect();
+            out.sort_unstable_by(|a, b| b.cmp(a));
+            out
+        })
+    }
+
+    #[inline]
+    fn prefetch(&self, graph: &Graph, id: u32) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let c = self.codes(graph, id).as_ptr();
+            // SAFETY: prefetching is a hint; it reads nothing and cannot fault.
+            unsafe { std::arch::x86_64::_mm_prefetch(c, std::arch::x86_64::_MM_HINT_T0) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (graph, id);
+    }
+
+    fn deleted(&self, graph: &Graph, id: u32) -> bool {
+        let (seg, at) = locate(graph, id);
+        seg.meta[at].get().is_none_or(|m| m.deleted.load(Ordering::Relaxed))
+    }
+
+    /// HNSW's neighbour heuristic: from candidates best first, keep one only when it is nearer
+    /// to the base than to every one kept (spreads links across directions).
+    fn select(&self, graph: &Graph, cands: &[Near], m: usize, forms: &mut Vec<f32>) -> Vec<u32> {
+        let mut kept: Vec<u32> = Vec::with_capacity(m);
+        forms.clear();
+        let mut form = Vec::with_capacity(self.dim);
+        for &c in cands {
+            if kept.len() >= m {
+                break;
+            }
+            let codes = self.codes(graph, c.1);
+            if forms.chunks_exact(self.dim).all(|f| (self.kernel)(f, codes) < c.0) {
+                kept.push(c.1);
+                self.node_form(graph, c.1, &mut form);
+                forms.extend_from_slice(&form);
+            }
+        }
+        kept
+    }
+
+    fn write_list(list: &[AtomicU32], ids: &[u32]) {
+        for (slot, id) in list[1..].iter().zip(ids) {
+            slot.store(*id, Ordering::Release);
+        }
+        list[0].store(ids.len() as u32, Ordering::Release);
+    }
+
+    fn insert(&self, graph: &Graph, id: u32, vector: &[f32]) {
+        let (seg, at) = locate(graph, id);
+        let meta = seg.meta[at].get().expect("slot prepared by add");
+        // SAFETY: this thread alone inserts `id`; nobody reads its codes before it is linked.
+        let codes = unsafe { std::slice::from_raw_parts_mut(seg.codes.add(at * self.dim), self.dim) };
+        let residual = self.encode(vector, codes);
+        meta.residual.store(residual.to_bits(), Ordering::Release);
+        self.max_residual.fetch_max(residual.to_bits(), Ordering::AcqRel);
+        let level = meta.level as usize;
+        if level > 0 {
+            let w = self.config.m + 1;
+            let _ = meta.upper.set((0..level * w).map(|_| AtomicU32::new(0)).collect());
+        }
+        let form = self.query_form(vector);
+        let mut entry = self.entry.lock().expect("entry lock");
+        let (top_node, top_level) = match entry.as_ref() {
+            None => {
+                *entry = Some(Entry { node: id, level });
+                return;
+            }
+            Some(e) => (e.node, e.level),
+        };
+        let raise = level > top_level;
+        let mut held = if raise { Some(entry) } else { None };
+        let mut scratch = Vec::new();
+        let mut at_near = Near(self.sim(graph, &form, top_node), top_node);
+        for l in ((level + 1)..=top_level).rev() {
+            at_near = self.greedy(graph, &form, at_near, l, &mut scratch);
+        }
+        let mut starts = vec![at_near];
+        let mut nform = Vec::with_capacity(self.dim);
+        for l in (0..=level.min(top_level)).rev() {
+            let found = self.beam(graph, &form, &starts, self.config.ef_construction, l, false);
+            let cap = if l == 0 { self.m0 } else { self.config.m };
+            let chosen = self.select(graph, &found, self.config.m, &mut nform);
+            {
+                let _own = meta.lock.lock().expect("node lock");
+                Self::write_list(self.links(graph, id, l), &chosen);
+            }
+            for &n in &chosen {
+                self.link_back(graph, n, id, l, cap, &mut nform, &mut scratch);
+            }
+            starts = found;
+        }
+        if let Some(entry) = held.as_mut() {
+            **entry = Some(Entry { node: id, level });
+        }
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "scratch buffers reused across calls")]
+    fn link_back(
+        &self,
+        graph: &Graph,
+        node: u32,
+        new: u32,
+        level: usize,
+        cap: usize,
+        form: &mut Vec<f32>,
+        scratch: &mut Vec<u32>,
+    ) {
+        let (seg, at) = locate(graph, node);
+        let Some(meta) = seg.meta[at].get() else { return };
+        let _guard = meta.lock.lock().expect("node lock");
+        let list = self.links(graph, node, level);
+        if list.is_empty() {
+            return;
+        }
+        self.neighbours(graph, node, level, scratch);
+        if scratch.contains(&new) {
+            return;
+        }
+        if scratch.len() < cap {
+            list[1 + scratch.len()].store(new, Ordering::Release);
+            list[0].store(scratch.len() as u32 + 1, Ordering::Release);
+            return;
+        }
+        self.node_form(graph, node, form);
+        let mut cands: Vec<Near> =
+            scratch.iter().chain(std::iter::once(&new)).map(|&c| Near(self.sim(graph, form, c), c)).collect();
+        cands.sort_unstable_by(|a, b| b.cmp(a));
+        let chosen = self.select(graph, &cands, cap, form);
+        Self::write_list(list, &chosen);
+    }
+
+    /// The `k` nearest live ids to `query` with their code similarities (best first, at most `k`;
+    /// fewer when the graph holds fewer live ids than it finds). `ef`: the beam width (at least `k`).
+    pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<(u32, f32)>, IndexError> {
+        if query.len() != self.dim {
+            return Err(IndexError::Shape(format!("a query of {} floats for dimension {}", query.len(), self.dim)));
+        }
+        let graph = self.graph.read().expect("graph lock");
+        let Some((top_node, top_level)) = self.entry.lock().expect("entry lock").as_ref().map(|e| (e.node, e.level))
+        else {
+            return Ok(Vec::new());
+        };
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let form = self.query_form(query);
+        let mut scratch = Vec::new();
+        let mut at = Near(self.sim(&graph, &form, top_node), top_node);
+        for l in (1..=top_level).rev() {
+            at = self.greedy(&graph, &form, at, l, &mut scratch);
+        }
+        let found = self.beam(&graph, &form, &[at], ef.max(k), 0, true);
+        Ok(found.into_iter().take(k).map(|n| (n.1, n.0)).collect())
+    }
+
+    /// Writes the whole index to `out`: header, scales, per-node state, codes, level-0 links,
+    /// upper links. Searches may run meanwhile; the caller keeps inserts out.
+    pub fn write_to(&self, out: &mut impl Write) -> Result<(), IndexError> {
+        let graph = self.graph.read().expect("graph lock");
+        let n = self.len();
+        let entry = self.entry.lock().expect("entry lock").as_ref().map_or((u32::MAX, 0), |e| (e.node, e.level));
+        let io = |e: std::io::Error| IndexError::Io(e.to_string());
+        let layout = Layout::new(n, self.dim, self.m0);
+        let mut head = Vec::with_capacity(HEADER);
+        head.extend_from_slice(MAGIC);
+        for v in [self.dim as u64, self.config.m as u64, self.config.ef_construction as u64, n as u64] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        head.extend_from_slice(&self.config.seed.to_le_bytes());
+        head.extend_from_slice(&u64::from(entry.0).to_le_bytes());
+        head.extend_from_slice(&(entry.1 as u64).to_le_bytes());
+        out.write_all(&head).map_err(io)?;
+        let mut buf: Vec<u8> = Vec::with_capacity(layout.codes);
+        buf.extend(self.scale.iter().flat_map(|s| s.to_le_bytes()));
+        for id in 0..n as u32 {
+            let m = self.meta(&graph, id)?;
+            buf.extend_from_slice(&m.residual.load(Ordering::Acquire).to_le_bytes());
+        }
+        for id in 0..n as u32 {
+            let m = self.meta(&graph, id)?;
+            buf.push(m.level | if m.deleted.load(Ordering::Acquire) { 0x80 } else { 0 });
+        }
+        buf.resize(layout.codes - HEADER, 0);
+        out.write_all(&buf).map_err(io)?;
+        for id in 0..n as u32 {
+            let c = self.codes(&graph, id);
+            // SAFETY: i8 and u8 have the same layout.
+            out.write_all(unsafe { std::slice::from_raw_parts(c.as_ptr().cast::<u8>(), c.len()) }).map_err(io)?;
+        }
+        out.write_all(&vec![0u8; layout.links - layout.codes - n * self.dim]).map_err(io)?;
+        let mut words: Vec<u8> = Vec::with_capacity((self.m0 + 1) * 4 * 1024);
+        for id in 0..n as u32 {
+            for w in self.links(&graph, id, 0) {
+                words.extend_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
+            }
+            if words.len() >= (self.m0 + 1) * 4 * 1024 {
+                out.write_all(&words).map_err(io)?;
+                words.clear();
+            }
+        }
+        out.write_all(&words).map_err(io)?;
+        words.clear();
+        for id in 0..n as u32 {
+            let level = self.meta(&graph, id)?.level as usize;
+            for l in 1..=level {
+                for w in self.links(&graph, id, l) {
+                    words.extend_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
+                }
+            }
+        }
+        out.write_all(&words).map_err(io)?;
+        Ok(())
+    }
+
+    /// Writes the index to a new file at `path` (the caller fsyncs and renames it).
+    pub fn save(&self, path: &Path) -> Result<(), IndexError> {
+        let file = File::create(path).map_err(|e| IndexError::Io(format!("{}: {e}", path.display())))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        self.write_to(&mut out)?;
+        out.flush().map_err(|e| IndexError::Io(e.to_string()))
+    }
+
+    /// Opens the index saved at `path`, mapped copy-on-write (its codes and level-0 links stay
+    /// shared pages until written). `sha256`: the hex digest the bytes must have (checked over
+    /// the mapping itself, so what is used is what was hashed); every link is checked in range.
+    pub fn open(path: &Path, sha256: Option<&str>) -> Result<Self, IndexError> {
+        let file = File::open(path).map_err(|e| IndexError::Io(format!("{}: {e}", path.display())))?;
+        // SAFETY: a private (copy-on-write) mapping; the saved files are written once under a
+        // temporary name and renamed, never changed in place.
+        let map = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.map_err(|e| IndexError::Io(e.to_string()))?;
+        if let Some(want) = sha256 {
+            let got = Sha256::digest(&map[..]);
+            let hex: String = got.iter().map(|b| format!("{b:02x}")).collect();
+            if hex != want {
+                return Err(IndexError::Corrupt("the index file's SHA-256 does not match".into()));
+            }
+        }
+        Self::from_map(map)
+    }
+
+    fn from_map(map: memmap2::MmapMut) -> Result<Self, IndexError> {
+        let bad = |what: &str| IndexError::Corrupt(format!("not a hippograph index file: {what}"));
+        if map.len() < HEADER || &map[..8] != MAGIC {
+            return Err(bad("magic"));
+        }
+        let word = |i: usize| u64::from_le_bytes(map[8 + 8 * i..16 + 8 * i].try_into().expect("8 bytes"));
+        let (dim, m, efc, n, seed, entry_node, entry_level) = (
+            word(0) as usize,
+            word(1) as usize,
+            word(2) as usize,
+            word(3) as usize,
+            word(4),
+            word(5),
+            word(6) as usize,
+        );
+        if dim == 0 || dim > 1 << 16 || !(2..=2048).contains(&m) || efc == 0 || n >= u32::MAX as usize {
+            return Err(bad("parameters"));
+        }
+        let m0 = 2 * m;
+        let layout = Layout::new(n, dim, m0);
+        if map.len() < layout.upper {
+            return Err(bad("size"));
+        }
+        let f32_at = |off: usize| f32::from_le_bytes(map[off..off + 4].try_into().expect("4 bytes"));
+        let scale: Vec<f32> = (0..dim).map(|d| f32_at(HEADER + 4 * d)).collect();
+        if !scale.iter().all(|s| s.is_finite() && *s > 0.0) {
+            return Err(bad("scales"));
+        }
+        let residual: Vec<f32> = (0..n).map(|i| f32_at(layout.residual + 4 * i)).collect();
+        let flags = &map[layout.flags..layout.flags + n];
+        let w = m + 1;
+        let upper_words: usize = flags.iter().map(|f| usize::from(f & 0x7f) * w).sum();
+        if flags.iter().any(|f| usize::from(f & 0x7f) > MAX_LEVEL) || map.len() != layout.upper + 4 * upper_words {
+            return Err(bad("levels"));
+        }
+        if n == 0 && entry_node != u64::from(u32::MAX) || n > 0 && entry_node >= n as u64 {
+            return Err(bad("entry point"));
+        }
+        if n > 0 && usize::from(flags[entry_node as usize] & 0x7f) != entry_level {
+            return Err(bad("entry level"));
+        }
+        let word32 = |off: usize| u32::from_le_bytes(map[off..off + 4].try_into().expect("4 bytes"));
+        let valid_list = |off: usize, width: usize| {
+            let count = word32(off) as usize;
+            count < width && (0..count).all(|j| (word32(off + 4 * (1 + j)) as usize) < n)
+        };
+        if !(0..n).all(|i| valid_list(layout.links + 4 * i * (m0 + 1), m0 + 1)) {
+            return Err(bad("level-0 links"));
+        }
+        let mut meta: Vec<OnceLock<Meta>> = Vec::with_capacity(n);
+        let mut off = layout.upper;
+        let mut max_residual = 0f32;
+        for i in 0..n {
+            let level = flags[i] & 0x7f;
+            let m_ = Meta::new(level);
+            m_.deleted.store(flags[i] & 0x80 != 0, Ordering::Relaxed);
+            if !(residual[i].is_finite() && residual[i] >= 0.0) {
+                return Err(bad("residuals"));
+            }
+            m_.residual.store(residual[i].to_bits(), Ordering::Relaxed);
+            max_residual = max_residual.max(residual[i]);
+            if level > 0 {
+                let words = usize::from(level) * w;
+                for l in 0..usize::from(level) {
+                    if !valid_list(off + 4 * l * w, w) {
+                        return Err(bad("upper links"));
+                    }
+                }
+                let _ = m_.upper.set((0..words).map(|j| AtomicU32::new(word32(off + 4 * j))).collect());
+                off += 4 * words;
+            }
+            let cell = OnceLock::new();
+            let _ = cell.set(m_);
+            meta.push(cell);
+        }
+        let config = Config { m, ef_construction: efc, seed };
+        let mut map = map;
+        let base = map.as_mut_ptr();
+        let map = Arc::new(map);
+        let segments = if n == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: both offsets lie within the mapping (checked against its length above); the
+            // links start at a multiple of 64 from a page-aligned base, so the atomics are aligned.
+            let (codes, links) =
+                unsafe { (base.add(layout.codes).cast::<i8>(), base.add(layout.links).cast::<AtomicU32>()) };
+            vec![Segment { codes, links, cap: n, meta: meta.into_boxed_slice(), _backing: Backing::Mapped(map) }]
+        };
+        let index = Self::with_scale(dim, config, scale, segments);
+        index.len.store(n as u32, Ordering::Release);
+        index.max_residual.store(max_residual.to_bits(), Ordering::Release);
+        if n > 0 {
+            *index.entry.lock().expect("entry lock") = Some(Entry { node: entry_node as u32, level: entry_level });
+        }
+        Ok(index)
+    }
+}
+
+/// Byte offsets of a saved index's sections.
+struct Layout {
+    residual: usize,
+    flags: usize,
+    codes: usize,
+    links: usize,
+    upper: usize,
+}
+
+impl Layout {
+    fn new(n: usize, dim: usize, m0: usize) -> Self {
+        let up = |x: usize| x.div_ceil(64) * 64;
+        let residual = HEADER + 4 * dim;
+        let flags = residual + 4 * n;
+        let codes = up(flags + n);
+        let links = up(codes + n * dim);
+        let upper = links + 4 * n * (m0 + 1);
+        Layout { residual, flags, codes, links, upper }
+    }
+}
+
+#[inline]
+fn locate(graph: &Graph, id: u32) -> (&Segment, usize) {
+    let mut at = id as usize;
+    let first = &graph.segments[0];
+    if at < first.cap {
+        return (first, at);
+    }
+    at -= first.cap;
+    (&graph.segments[1 + at / EXTRA_SEGMENT], at % EXTRA_SEGMENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng(seed: &mut u64) -> f32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        ((*seed >> 11) as f64 / (1u64 << 53) as f64) as f32 * 2.0 - 1.0
+    }
+
+    fn data(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n * dim).map(|_| rng(&mut s)).collect()
+    }
+
+    fn exact(data: &[f32], dim: usize, q: &[f32], k: usize) -> Vec<u32> {
+        let qu = unit(q);
+        let mut all: Vec<(f32, u32)> = data
+            .chunks_exact(dim)
+            .enumerate()
+            .map(|(i, r)| (unit(r).iter().zip(&qu).map(|(a, b)| a * b).sum(), i as u32))
+            .collect();
+        all.sort_by(|a, b| b.0.total_cmp(&a.0));
+        all.into_iter().take(k).map(|x| x.1).collect()
+    }
+
+    fn config() -> Config {
+        Config { m: 16, ef_construction: 100, seed: 7 }
+    }
+
+    #[test]
+    fn finds_the_nearest_neighbours() {
+        let (n, dim) = (3000, 32);
+        let d = data(n, dim, 3);
+        let index = Index::new(dim, config(), &d[..256 * dim]).unwrap();
+        index.add(0, &d, 0).unwrap();
+        let qs = data(50, dim, 9);
+        let mut hit = 0;
+        for q in qs.chunks_exact(dim) {
+            let got: Vec<u32> = index.search(q, 10, 64).unwrap().into_iter().map(|x| x.0).collect();
+            let want = exact(&d, dim, q, 10);
+            hit += want.iter().filter(|w| got.contains(w)).count();
+        }
+        assert!(hit as f64 / 500.0 >= 0.9, "recall {}", hit as f64 / 500.0);
+    }
+
+    #[test]
+    fn reported_similarity_is_within_max_error() {
+        let (n, dim) = (500, 24);
+        let d = data(n, dim, 5);
+        let index = Index::new(dim, config(), &d[..10 * dim]).unwrap();
+        index.add(0, &d, 1).unwrap();
+        let err = index.max_error();
+        assert!(err < 0.05, "error bound {err}");
+        for q in data(20, dim, 11).chunks_exact(dim) {
+            let qu = unit(q);
+            for (id, s) in index.search(q, 20, 40).unwrap() {
+                let row = unit(&d[id as usize * dim..(id as usize + 1) * dim]);
+                let cos: f32 = row.iter().zip(&qu).map(|(a, b)| a * b).sum();
+                assert!((cos - s).abs() <= err, "{cos} vs {s} (bound {err})");
+            }
+        }
+    }
+
+    #[test]
+    fn deleted_ids_are_never_returned() {
+        let (n, dim) = (800, 16);
+        let d = data(n, dim, 13);
+        let index = Index::new(dim, config(), &d).unwrap();
+        index.add(0, &d, 1).unwrap();
+        for id in (0..n as u32).step_by(2) {
+            index.mark_deleted(id).unwrap();
+        }
+        for q in data(10, dim, 17).chunks_exact(dim) {
+            let got = index.search(q, 20, 50).unwrap();
+            assert_eq!(got.len(), 20);
+            assert!(got.iter().all(|(id, _)| id % 2 == 1));
+        }
+    }
+
+    #[test]
+    fn ids_must_continue_in_order_and_vectors_be_nonzero() {
+        let index = Index::new(4, config(), &[]).unwrap();
+        assert!(matches!(index.add(1, &[1.0, 0.0, 0.0, 0.0], 1), Err(IndexError::Shape(_))));
+        assert!(matches!(index.add(0, &[0.0; 4], 1), Err(IndexError::Shape(_))));
+        assert!(matches!(index.add(0, &[f32::NAN, 0.0, 0.0, 0.0], 1), Err(IndexError::Shape(_))));
+        assert!(index.is_empty());
+        index.add(0, &[1.0, 0.0, 0.0, 0.0], 1).unwrap();
+        assert!(matches!(index.mark_deleted(5), Err(IndexError::Shape(_))));
+        assert!(matches!(index.search(&[1.0], 1, 1), Err(IndexError::Shape(_))));
+    }
+
+    #[test]
+    fn grows_past_its_first_segment_and_round_trips_through_a_file() {
+        let (n, dim) = (EXTRA_SEGMENT + 700, 8);
+        let d = data(n, dim, 19);
+        let index = Index::new(dim, config(), &d[..100 * dim]).unwrap();
+        index.add(0, &d[..500 * dim], 0).unwrap();
+        index.add(500, &d[500 * dim..], 0).unwrap();
+        index.mark_deleted(3).unwrap();
+        let dir = std::env::temp_dir().join(format!("hg-hnsw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.bin");
+        index.save(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let hex: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+        let back = Index::open(&path, Some(&hex)).unwrap();
+        assert!(matches!(Index::open(&path, Some(&"0".repeat(64))), Err(IndexError::Corrupt(_))));
+        assert_eq!(back.len(), n);
+        assert!(back.is_deleted(3).unwrap());
+        assert_eq!(back.max_error(), index.max_error());
+        for q in data(5, dim, 23).chunks_exact(dim) {
+            assert_eq!(back.search(q, 10, 50).unwrap(), index.search(q, 10, 50).unwrap());
+        }
+        back.add(n, &d[..dim * 300], 1).unwrap();
+        assert_eq!(back.len(), n + 300);
+        let rows: Vec<u32> = (0..5).collect();
+        assert!(back.holds(&rows, &d[..5 * dim]).unwrap().iter().all(|x| *x));
+        let mut truncated = bytes.clone();
+        truncated.truncate(bytes.len() - 4);
+        std::fs::write(&path, &truncated).unwrap();
+        assert!(matches!(Index::open(&path, None), Err(IndexError::Corrupt(_))));
+        let mut wild = bytes;
+        let links = Layout::new(n, dim, 32).links;
+        wild[links + 4..links + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        wild[links..links + 4].copy_from_slice(&1u32.to_le_bytes());
+        std::fs::write(&path, &wild).unwrap();
+        assert!(matches!(Index::open(&path, None), Err(IndexError::Corrupt(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

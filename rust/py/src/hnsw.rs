@@ -1,0 +1,190 @@
+//! Bindings of `hippograph_core::hnsw`: the core's vector index, with the method names of the
+//! hnswlib index it stands in for; every call that searches or inserts releases the GIL.
+
+use crate::errors;
+use crate::scoring::contiguous;
+use hippograph_core::hnsw::{self, Config, IndexError};
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn mapped(py: Python<'_>, err: IndexError) -> PyErr {
+    match err {
+        IndexError::Shape(m) | IndexError::Config(m) => errors::validation(py, m),
+        IndexError::Corrupt(m) => PyValueError::new_err(m),
+        IndexError::Io(m) => errors::storage(py, m),
+    }
+}
+
+/// An HNSW graph over one-byte codes (`hippograph_core::hnsw::Index`).
+#[pyclass(frozen, module = "hippograph._core")]
+pub struct Hnsw {
+    inner: hnsw::Index,
+    ef: AtomicUsize,
+    threads: AtomicUsize,
+}
+
+fn wrap(inner: hnsw::Index) -> Hnsw {
+    Hnsw { inner, ef: AtomicUsize::new(16), threads: AtomicUsize::new(0) }
+}
+
+#[pymethods]
+impl Hnsw {
+    /// An empty index; `sample` (rows of `dim` floats) sets the code scales.
+    #[new]
+    #[pyo3(signature = (dim, m, ef_construction, sample, seed=0x5EED))]
+    fn new(
+        py: Python<'_>,
+        dim: usize,
+        m: usize,
+        ef_construction: usize,
+        sample: PyReadonlyArray2<'_, f32>,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let data = contiguous(py, "sample", &sample)?;
+        if sample.shape()[0] > 0 && sample.shape()[1] != dim {
+            return Err(errors::validation(py, "the sample's rows are not of the index's dimension"));
+        }
+        let config = Config { m, ef_construction, seed };
+        hnsw::Index::new(dim, config, data).map(wrap).map_err(|e| mapped(py, e))
+    }
+
+    /// The index saved at `path`, mapped copy-on-write, after its bytes matched `sha256`.
+    /// ValueError: not an index file, or not the one expected.
+    #[staticmethod]
+    #[pyo3(signature = (path, sha256=None))]
+    fn open(py: Python<'_>, path: PathBuf, sha256: Option<String>) -> PyResult<Self> {
+        let got = errors::detached(py, "Hnsw.open", || hnsw::Index::open(&path, sha256.as_deref()))?;
+        got.map(wrap).map_err(|e| mapped(py, e))
+    }
+
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    /// Ids added so far, deleted ones included.
+    #[getter]
+    fn element_count(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// The most a reported similarity differs from the exact cosine.
+    #[getter]
+    fn max_error(&self) -> f32 {
+        self.inner.max_error()
+    }
+
+    /// Bytes of codes and links the index addresses (mapped or owned).
+    #[getter]
+    fn memory_bytes(&self) -> usize {
+        self.inner.memory_bytes()
+    }
+
+    fn get_max_elements(&self) -> usize {
+        self.inner.capacity()
+    }
+
+    fn resize_index(&self, py: Python<'_>, size: usize) -> PyResult<()> {
+        errors::detached(py, "Hnsw.resize_index", || self.inner.reserve(size))
+    }
+
+    fn set_ef(&self, ef: usize) {
+        self.ef.store(ef.max(1), Ordering::Relaxed);
+    }
+
+    fn set_num_threads(&self, threads: usize) {
+        self.threads.store(threads, Ordering::Relaxed);
+    }
+
+    /// Adds `data` under `ids`, which must continue the ids given so far (`element_count`, ...).
+    #[pyo3(signature = (data, ids, num_threads=-1))]
+    fn add_items(
+        &self,
+        py: Python<'_>,
+        data: PyReadonlyArray2<'_, f32>,
+        ids: PyReadonlyArray1<'_, i64>,
+        num_threads: i64,
+    ) -> PyResult<()> {
+        let vectors = contiguous(py, "data", &data)?;
+        let ids = contiguous(py, "ids", &ids)?;
+        if data.shape()[0] != ids.len() || (!ids.is_empty() && data.shape()[1] != self.inner.dim()) {
+            return Err(errors::validation(py, "one vector of the index's dimension per id"));
+        }
+        let Some(&first) = ids.first() else { return Ok(()) };
+        if first < 0 || ids.windows(2).any(|w| w[1] != w[0] + 1) {
+            return Err(errors::validation(py, "ids must be consecutive and not negative"));
+        }
+        let threads = if num_threads < 0 { self.threads.load(Ordering::Relaxed) } else { num_threads as usize };
+        errors::detached(py, "Hnsw.add_items", || self.inner.add(first as usize, vectors, threads))?
+            .map_err(|e| mapped(py, e))
+    }
+
+    fn mark_deleted(&self, py: Python<'_>, label: u32) -> PyResult<()> {
+        self.inner.mark_deleted(label).map_err(|e| mapped(py, e))
+    }
+
+    /// Labels and cosine distances (1 − similarity) of the `k` nearest per query row.
+    /// RuntimeError when the graph finds fewer than `k` live ids (as hnswlib).
+    #[pyo3(signature = (data, k=1))]
+    #[expect(clippy::type_complexity, reason = "a pair of numpy arrays, as hnswlib returns")]
+    fn knn_query<'py>(
+        &self,
+        py: Python<'py>,
+        data: PyReadonlyArray2<'py, f32>,
+        k: usize,
+    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+        let queries = contiguous(py, "data", &data)?;
+        let rows = data.shape()[0];
+        if rows > 0 && data.shape()[1] != self.inner.dim() {
+            return Err(errors::validation(py, "queries are not of the index's dimension"));
+        }
+        let ef = self.ef.load(Ordering::Relaxed);
+        let dim = self.inner.dim();
+        let found = errors::detached(py, "Hnsw.knn_query", || {
+            queries.chunks_exact(dim).map(|q| self.inner.search(q, k, ef)).collect::<Result<Vec<_>, _>>()
+        })?
+        .map_err(|e| mapped(py, e))?;
+        if found.iter().any(|f| f.len() < k) {
+            return Err(PyRuntimeError::new_err("the graph found fewer live neighbours than asked for"));
+        }
+        let labels: Vec<u64> = found.iter().flat_map(|f| f.iter().map(|x| u64::from(x.0))).collect();
+        let dist: Vec<f32> = found.iter().flat_map(|f| f.iter().map(|x| 1.0 - x.1)).collect();
+        let labels = Array2::from_shape_vec((rows, k), labels).map_err(|e| errors::internal(py, e.to_string()))?;
+        let dist = Array2::from_shape_vec((rows, k), dist).map_err(|e| errors::internal(py, e.to_string()))?;
+        Ok((labels.into_pyarray(py), dist.into_pyarray(py)))
+    }
+
+    /// The decoded unit vectors of `ids`.
+    fn get_items<'py>(&self, py: Python<'py>, ids: Vec<u32>) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let out = self.inner.decode(&ids).map_err(|e| mapped(py, e))?;
+        let out = Array2::from_shape_vec((ids.len(), self.inner.dim()), out)
+            .map_err(|e| errors::internal(py, e.to_string()))?;
+        Ok(out.into_pyarray(py))
+    }
+
+    /// Per id, whether `vectors[i]` encodes to exactly the codes stored for `ids[i]`.
+    fn holds<'py>(
+        &self,
+        py: Python<'py>,
+        ids: PyReadonlyArray1<'py, u32>,
+        vectors: PyReadonlyArray2<'py, f32>,
+    ) -> PyResult<Bound<'py, PyArray1<bool>>> {
+        let ids = contiguous(py, "ids", &ids)?;
+        let vectors = contiguous(py, "vectors", &vectors)?;
+        let got = errors::detached(py, "Hnsw.holds", || self.inner.holds(ids, vectors))?.map_err(|e| mapped(py, e))?;
+        Ok(got.into_pyarray(py))
+    }
+
+    /// Writes the index to a new file at `path` (the caller fsyncs and renames it).
+    fn save_index(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        errors::detached(py, "Hnsw.save_index", || self.inner.save(&path))?.map_err(|e| mapped(py, e))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Hnsw>()
+}
