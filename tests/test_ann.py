@@ -23,9 +23,9 @@ import numpy.typing as npt
 import pytest
 
 import hippograph as hg
+from hippograph import _core
 from hippograph.backends import LMDB, InMemory
 from hippograph.backends import lmdb as lmdb_module
-from hippograph import _core
 from hippograph.engine import vector_files
 from hippograph.engine.vector_index import AnnConfig
 from pg_server import pg_dsn, pg_store, repo_for
@@ -781,9 +781,7 @@ def test_damaged_index_files_are_rebuilt_and_never_read_by_hnswlib(
 
 def test_index_saved_with_other_parameters_is_rebuilt(tmp_path: Path, spy: type[SpyIndex]) -> None:
     path = saved_store(tmp_path / "store")
-    loaded, hits, exact = reopen_and_query(
-        path, dataclasses.replace(CFG, M=8)
-    )
+    loaded, hits, exact = reopen_and_query(path, dataclasses.replace(CFG, M=8))
     assert not loaded and spy.loads == 0
     assert hits == exact
 

@@ -1,5 +1,6 @@
 """Stubs of the Rust extension. Arrays are numpy; matrices are C-contiguous, row-major."""
 
+import os
 from collections.abc import Callable
 from mmap import mmap
 from typing import Any, Literal, final
@@ -309,3 +310,47 @@ class GraphWrite:
         """The final values of every key the write touches (links, the first dimension, the
         change counter `seq + 1` and its change-log entry included): the puts by database,
         `(db_code, [(key, value)])` in key order, and the deletes, `(db_code, key)`."""
+
+@final
+class Hnsw:
+    """The core's approximate index: an HNSW graph over one-byte codes of unit vectors, with the
+    method names of the hnswlib index it stands in for. Ids are dense and added in order; deleted
+    ids still route searches but are never returned. A saved graph is opened mapped copy-on-write
+    and verified, so processes that open the same file share its pages."""
+
+    def __init__(
+        self, dim: int, m: int, ef_construction: int, sample: npt.NDArray[np.float32], seed: int = ...
+    ) -> None:
+        """An empty index; `sample` (rows of `dim` floats like those to come) sets the code scales."""
+    @staticmethod
+    def open(path: str | os.PathLike[str], sha256: str | None = None) -> Hnsw:
+        """The index saved at `path`; ValueError when it is not an index file or not the expected one."""
+    @property
+    def dim(self) -> int: ...
+    @property
+    def element_count(self) -> int:
+        """Ids added so far, deleted ones included."""
+    @property
+    def max_error(self) -> float:
+        """The most a reported similarity differs from the exact cosine."""
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of codes and links the index addresses (mapped or owned)."""
+    def get_max_elements(self) -> int: ...
+    def resize_index(self, size: int) -> None: ...
+    def set_ef(self, ef: int) -> None: ...
+    def set_num_threads(self, threads: int) -> None: ...
+    def add_items(self, data: npt.NDArray[np.float32], ids: npt.NDArray[np.int64], num_threads: int = -1) -> None:
+        """Adds `data` under `ids`, which must continue the ids given so far."""
+    def mark_deleted(self, label: int) -> None: ...
+    def knn_query(
+        self, data: npt.NDArray[np.float32], k: int = 1
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+        """Labels and cosine distances (1 − similarity) of the `k` nearest per query row;
+        RuntimeError when fewer than `k` live ids are found."""
+    def get_items(self, ids: list[int]) -> npt.NDArray[np.float32]:
+        """The decoded unit vectors of `ids`."""
+    def holds(self, ids: npt.NDArray[np.uint32], vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
+        """Per id, whether `vectors[i]` encodes to exactly the codes stored for `ids[i]`."""
+    def save_index(self, path: str | os.PathLike[str]) -> None:
+        """Writes the index to a new file at `path` (the caller fsyncs and renames it)."""

@@ -101,10 +101,11 @@ class AnnConfig:
     scoring columns, its saved graph mapped and shared between processes) or ``"hnswlib"`` (the
     `ann` extra, which keeps an f32 copy of every vector).
     `min_nodes`: a type holding more nodes than this (counted with or without
-    an embedding) uses the index; below it the exact scan is faster. `M`, `ef_construction`, `ef_search`
-    are HNSW's parameters (links per node, build and search beam widths); `ef_search` is raised to the pool size per query (at least 16, and
-    top_k). It is where calibration starts: the certified rescoring makes a shallow search enough
-    on clustered data, and calibration deepens it only as far as the recall target needs.
+    an embedding) uses the index; below it the exact scan is faster. `M`, `ef_construction`,
+    `ef_search` are HNSW's parameters (links per node, build and search beam widths); `ef_search`
+    is raised to the pool size per query (at least 16, and top_k). It is where calibration
+    starts: the certified rescoring makes a shallow search enough on clustered data, and
+    calibration deepens it only as far as the recall target needs.
     `threads`: build threads (0: the engine's default, all cores).
     `target_recall`: each index is calibrated (`hippograph.engine.query.calibrate`) after an
     explicit build, at its first approximate query otherwise, and again after a quarter of its
@@ -219,11 +220,13 @@ class VectorIndex:
     def holds(self, labels: list[int], vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
         """Per label, whether the graph holds `vectors[i]` (as far as its stored form can tell)."""
         if self.config.engine == "core":
-            return np.asarray(
-                self.index.holds(np.array(labels, np.uint32), np.ascontiguousarray(vectors, np.float32)), bool
+            held: npt.NDArray[np.bool_] = self.index.holds(
+                np.array(labels, np.uint32), np.ascontiguousarray(vectors, np.float32)
             )
+            return held
         stored = np.asarray(self.index.get_items(labels), np.float32)
-        return np.all(np.abs(_unit(stored) - _unit(vectors)) <= 1e-5, axis=1)
+        same: npt.NDArray[np.bool_] = np.all(np.abs(_unit(stored) - _unit(vectors)) <= 1e-5, axis=1)
+        return same
 
     def _reserve(self, extra: int) -> None:
         need = self.index.element_count + extra

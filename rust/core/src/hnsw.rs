@@ -393,7 +393,7 @@ impl Index {
     /// Adds `vectors` (rows of `dim` floats) under the ids `first..first + rows`; `first` must be
     /// `len()`. Zero vectors are refused. `threads`: 0 for rayon's pool, else a pool of that many.
     pub fn add(&self, first: usize, vectors: &[f32], threads: usize) -> Result<(), IndexError> {
-        if vectors.len() % self.dim != 0 {
+        if !vectors.len().is_multiple_of(self.dim) {
             return Err(IndexError::Shape(format!("{} floats are not rows of {}", vectors.len(), self.dim)));
         }
         let rows = vectors.len() / self.dim;
@@ -774,6 +774,31 @@ impl Index {
         Ok(found.into_iter().take(k).map(|n| (n.1, n.0)).collect())
     }
 
+    /// `search` finished by the caller's exact similarities: the `ef` nearest live ids by code,
+    /// each given its exact similarity by `exact` (None: the id stands for no row now, and is
+    /// dropped), the best `k` of them by that, and `outside`, a bound on the exact similarity of
+    /// every id not returned: the k-th exact similarity, or the worst code similarity the beam kept
+    /// plus `max_error` when that is larger (an id the beam did not reach is no nearer by code,
+    /// as far as the graph's own recall goes).
+    pub fn search_rescored(
+        &self,
+        query: &[f32],
+        k: usize,
+        ef: usize,
+        exact: impl Fn(&[u32]) -> Vec<Option<f32>>,
+    ) -> Result<Rescored, IndexError> {
+        let beam = self.search(query, ef.max(k), ef.max(k))?;
+        let ids: Vec<u32> = beam.iter().map(|x| x.0).collect();
+        let sims = exact(&ids);
+        let worst_code = beam.last().map_or(f32::NEG_INFINITY, |x| x.1);
+        let mut found: Vec<(u32, f32)> = ids.iter().zip(sims).filter_map(|(&id, s)| s.map(|s| (id, s))).collect();
+        found.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let kth = if found.len() > k { found[k].1 } else { f32::NEG_INFINITY };
+        found.truncate(k);
+        let outside = kth.max(worst_code + self.max_error());
+        Ok(Rescored { found, beam: beam.len(), outside })
+    }
+
     /// Writes the whole index to `out`: header, scales, per-node state, codes, level-0 links,
     /// upper links. Searches may run meanwhile; the caller keeps inserts out.
     pub fn write_to(&self, out: &mut impl Write) -> Result<(), IndexError> {
@@ -957,6 +982,17 @@ impl Index {
     }
 }
 
+/// The answer of [`Index::search_rescored`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rescored {
+    /// Up to `k` ids with their exact similarities, best first (ties by id).
+    pub found: Vec<(u32, f32)>,
+    /// Live ids the beam held (fewer than `ef` only when the graph has fewer it can reach).
+    pub beam: usize,
+    /// No id outside `found` has an exact similarity above this.
+    pub outside: f32,
+}
+
 /// Byte offsets of a saved index's sections.
 struct Layout {
     residual: usize,
@@ -1051,6 +1087,31 @@ mod tests {
                 let cos: f32 = row.iter().zip(&qu).map(|(a, b)| a * b).sum();
                 assert!((cos - s).abs() <= err, "{cos} vs {s} (bound {err})");
             }
+        }
+    }
+
+    #[test]
+    fn rescored_search_bounds_every_id_it_leaves_out() {
+        let (n, dim) = (2000, 24);
+        let d = data(n, dim, 29);
+        let index = Index::new(dim, config(), &d[..200 * dim]).unwrap();
+        index.add(0, &d, 0).unwrap();
+        let cos = |q: &[f32], id: u32| -> f32 {
+            let (qu, r) = (unit(q), unit(&d[id as usize * dim..(id as usize + 1) * dim]));
+            qu.iter().zip(&r).map(|(a, b)| a * b).sum()
+        };
+        for q in data(20, dim, 31).chunks_exact(dim) {
+            let got = index
+                .search_rescored(q, 10, 64, |ids| ids.iter().map(|&i| (i % 7 != 0).then(|| cos(q, i))).collect())
+                .unwrap();
+            assert_eq!(got.found.len(), 10);
+            assert!(got.found.iter().all(|(id, s)| id % 7 != 0 && (cos(q, *id) - s).abs() < 1e-6));
+            assert!(got.found.windows(2).all(|w| w[0].1 >= w[1].1));
+            let want = exact(&d, dim, q, 40);
+            let kept: Vec<u32> = got.found.iter().map(|x| x.0).collect();
+            let missed = want.iter().filter(|w| *w % 7 != 0 && !kept.contains(w)).map(|&w| cos(q, w));
+            let above = missed.filter(|s| *s > got.outside).count();
+            assert!(above <= 1, "{above} ids above the bound {}", got.outside);
         }
     }
 
