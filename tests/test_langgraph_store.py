@@ -52,6 +52,7 @@ from langgraph.store.base import (
     SearchOp,
     get_text_at_path,
     tokenize_path,
+    validate_op_namespace,
 )
 from langgraph.store.memory import InMemoryStore, _compare_values
 
@@ -164,7 +165,10 @@ class Reference(InMemoryStore):
 # -- strategies -----------------------------------------------------------------------------------
 
 labels = st.sampled_from(("a", "b", "c"))
-namespaces = st.lists(labels, min_size=1, max_size=2).map(tuple)
+namespaces = st.one_of(
+    *[st.lists(labels, min_size=1, max_size=2).map(tuple)] * 3,
+    st.sampled_from(((), ("langgraph",), ("langgraph", "a"))),  # a raw op may write where put may not
+)
 prefixes = st.one_of(st.just(()), st.lists(labels, min_size=1, max_size=2).map(tuple))
 keys = st.sampled_from(("k1", "k2", "k3", "k4"))
 words = st.sampled_from(WORDS)
@@ -513,18 +517,84 @@ def test_lmdb_keeps_items_across_opens(tmp_path: Path) -> None:
 # -- namespaces and bad input --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "namespace", [(), ("langgraph",), ("langgraph", "x"), ("a.b",), ("a", ""), ("a\x00",), ("a", 1)]
-)
-def test_put_refuses_what_langgraph_refuses(namespace: tuple[Any, ...]) -> None:
+@pytest.mark.parametrize("namespace", [(), ("langgraph",), ("langgraph", "x")])
+def test_put_refuses_the_reserved_root_and_the_empty_namespace(namespace: tuple[str, ...]) -> None:
+    with HippographStore() as store:
+        with pytest.raises(InvalidNamespaceError):
+            store.put(namespace, "k", {"v": 1})
+        with pytest.raises(InvalidNamespaceError):
+            asyncio.run(store.aput(namespace, "k", {"v": 1}))
+        assert store.list_namespaces() == [] and store.get(namespace, "k") is None
+
+
+@pytest.mark.parametrize("namespace", [(), ("langgraph",), ("langgraph", "x")])
+def test_a_raw_batch_writes_where_put_refuses(namespace: tuple[str, ...]) -> None:
+    """LangGraph refuses these namespaces in `put`/`aput` only; it writes its own items under the
+    ``"langgraph"`` root through `batch`/`abatch`, so they must land, be found and be deletable."""
+    with indexed() as store:
+        store.batch([PutOp(namespace, "k", {"text": "apple"})])
+        asyncio.run(store.abatch([PutOp(namespace, "a", {"text": "dog"})]))
+        assert store.get(namespace, "k").value == {"text": "apple"}  # type: ignore[union-attr]
+        assert asyncio.run(store.aget(namespace, "a")).value == {"text": "dog"}  # type: ignore[union-attr]
+        assert [h.key for h in store.search(namespace, query="apple")] == ["k", "a"]
+        assert namespace in store.list_namespaces()
+        store.delete(namespace, "k")
+        asyncio.run(store.adelete(namespace, "a"))
+        assert store.get(namespace, "k") is None and store.get(namespace, "a") is None
+        assert store.search(namespace) == [] and store.list_namespaces() == []
+
+
+@pytest.mark.parametrize("namespace", [("a.b",), ("a", ""), ("a\x00",), ("a", 1)])
+def test_put_and_batch_refuse_bad_labels(namespace: tuple[Any, ...]) -> None:
     with HippographStore() as store:
         with pytest.raises(InvalidNamespaceError):
             store.put(namespace, "k", {"v": 1})
         with pytest.raises(InvalidNamespaceError):  # also in a raw batch, with nothing else applied
             store.batch([PutOp(("ok",), "k", {"v": 1}), PutOp(namespace, "k", {"v": 1})])
         with pytest.raises(InvalidNamespaceError):
+            asyncio.run(store.abatch([PutOp(("ok",), "k", {"v": 1}), PutOp(namespace, "k", {"v": 1})]))
+        with pytest.raises(InvalidNamespaceError):
             asyncio.run(store.aput(namespace, "k", {"v": 1}))
         assert store.list_namespaces() == []
+
+
+any_labels = st.sampled_from(("a", "b", "langgraph", "", "a.b", "x\x00", 1))
+
+
+def _refused(call: Any) -> bool:
+    try:
+        call()
+    except InvalidNamespaceError:
+        return True
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(namespace=st.lists(any_labels, max_size=3).map(tuple))
+def test_namespaces_are_refused_exactly_where_langgraph_refuses_them(namespace: tuple[Any, ...]) -> None:
+    """`put`/`aput` refuse what `InMemoryStore`'s do; `batch`/`abatch` refuse what LangGraph's
+    `validate_op_namespace` (the check its SQL stores run on every op) refuses; what is accepted
+    reads back as `InMemoryStore` reads it."""
+    doc = {"v": 1}
+    theirs = InMemoryStore()
+    put_refused = _refused(lambda: theirs.put(namespace, "p", doc))
+    assert _refused(lambda: asyncio.run(theirs.aput(namespace, "q", doc))) == put_refused
+    batch_refused = _refused(lambda: validate_op_namespace(PutOp(namespace, "b", doc)))
+    if not batch_refused:
+        theirs.batch([PutOp(namespace, "b", doc)])
+        asyncio.run(theirs.abatch([PutOp(namespace, "c", doc)]))
+    with HippographStore() as ours:
+        assert _refused(lambda: ours.put(namespace, "p", doc)) == put_refused
+        assert _refused(lambda: asyncio.run(ours.aput(namespace, "q", doc))) == put_refused
+        assert _refused(lambda: ours.batch([PutOp(namespace, "b", doc)])) == batch_refused
+        assert _refused(lambda: asyncio.run(ours.abatch([PutOp(namespace, "c", doc)]))) == batch_refused
+        if batch_refused:
+            assert ours.list_namespaces() == []
+            return
+        for key in "pqbc":
+            a, b = theirs.get(namespace, key), ours.get(namespace, key)
+            assert (a is None) == (b is None) and (b is None or b.value == doc), key
+        assert ours.list_namespaces() == theirs.list_namespaces() == [namespace]
 
 
 @pytest.mark.parametrize("namespace", [("a.b",), ("a", ""), ("a\x00",), ("a", 1)])
@@ -550,14 +620,17 @@ def test_every_op_checks_labels(namespace: tuple[Any, ...]) -> None:
         assert store.get(("ok",), "k") is not None
 
 
-def test_delete_matches_langgraph_where_nothing_can_be() -> None:
-    """LangGraph's `delete` checks labels only: a delete under the reserved root or of the empty
-    namespace finds nothing and does nothing, in its stores and here."""
+def test_delete_matches_langgraph_where_nothing_is() -> None:
+    """LangGraph's `delete` checks labels only: a delete under the reserved root, of the empty
+    namespace or of one hippograph cannot hold, with nothing there, does nothing, in its stores and
+    here."""
     with HippographStore() as store:
-        for namespace in [("langgraph", "x"), ()]:
+        store.put(("ok",), "k", {"v": 1})
+        for namespace in [("langgraph", "x"), (), ("x" * 256,)]:
             store.delete(namespace, "k")
             InMemoryStore().delete(namespace, "k")
         store.batch([PutOp(("langgraph",), "k", None)])
+        assert store.get(("ok",), "k") is not None and store.list_namespaces() == [("ok",)]
 
 
 def test_hippograph_limits_are_namespace_errors() -> None:

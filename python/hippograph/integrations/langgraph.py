@@ -44,7 +44,6 @@ try:
         SearchItem,
         SearchOp,
         TTLConfig,
-        _validate_namespace,
         ensure_embeddings,
         get_text_at_path,
         tokenize_path,
@@ -361,13 +360,14 @@ class HippographStore(BaseStore):
         return plan
 
     def _prepare_put(self, op: PutOp) -> _Write | None:
+        """The labels are checked already (`validate_op_namespace`). LangGraph refuses the empty
+        namespace and the root label ``"langgraph"`` in `put`/`aput` only, and its stores let a raw
+        `PutOp` write there, so `batch` does too."""
         if op.value is None:
-            # LangGraph's `delete` checks the labels alone (`validate_op_namespace`, above): deleting
-            # where nothing can be (an empty namespace, one hippograph cannot hold) is a no-op there.
+            # A delete where hippograph can hold nothing (too many labels, too long a label) is a no-op.
             if not _addressable(op.namespace, op.key):
                 return None
             return _Write(check_scope(op.namespace), check_key(op.key), None)
-        _validate_namespace(op.namespace)
         scope, key = _put_scope(op.namespace), check_key(op.key)
         value = check_value(op.value)
         ttl = None
