@@ -128,11 +128,12 @@ def test_stats_of_a_missing_repo_exits_1_and_creates_nothing(
     code, out, err = run(capsys, "stats", "--path", str(missing))
     assert code == 1
     assert out == ""
-    assert "no hippograph repo" in err
+    assert "no hippograph store" in err
     assert "Traceback" not in err
     assert not missing.exists()
     # ... and it says how to make one
-    assert "hippograph.open_repo('demo', path=...)" in err and f"hippograph demo --path {missing}" in err
+    assert f"hippograph.open_repo('nothing-here', path={str(missing)!r})" in err
+    assert f"hippograph demo --path {missing}" in err
 
 
 def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -281,7 +282,7 @@ def test_index_of_a_small_repo_says_recall_scans_exactly(capsys: pytest.CaptureF
 
 def test_index_of_a_missing_repo_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run(capsys, "index", "--path", str(tmp_path / "nothing"))
-    assert code == 1 and "no hippograph repo" in err
+    assert code == 1 and "no graph repo" in err
     assert not (tmp_path / "nothing").exists()
 
 

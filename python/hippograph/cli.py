@@ -1,9 +1,11 @@
 """The ``hippograph`` command line: ``demo``, ``stats``, ``verify``, ``index`` and ``store``.
 
-Each command works on an LMDB repo (``--path DIR``, or ``./.hippograph/<name>``); ``store stats |
-verify | search`` look at the scoped store kept in such a directory.
-docs/graph-memory.md describes every command and its exit status: 0 on
-success, 2 on a usage error, 1 when hippograph reports an error (on stderr).
+``--path`` names a store's directory or a directory of stores (default ``./.hippograph``), and
+``--name`` one store there (`hippograph.inventory`). ``stats`` prints every family each selected
+store holds; ``verify`` and ``index`` work on a graph repo, ``store stats | verify | search`` on a
+scoped store, and refuse a store without one rather than report an empty one. Only ``demo`` and
+``index`` write. docs/graph-memory.md describes every command and its exit status: 0 on success,
+2 on a usage error, 1 when hippograph reports an error (on stderr).
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ from typing import Any, TextIO
 
 from . import __version__
 from .backends.lmdb import LMDB
+from .backends.lmdb.families import GRAPH, STORE, families
+from .context import ContextStore
 from .embedding import ENGLISH_STOP_WORDS, HashingEmbedder
 from .engine.checks import Progress
-from .errors import HippographError, NotFoundError, ValidationError
+from .errors import HippographError, ValidationError
 from .graph.changeset import Changeset
 from .graph.model import Episodic, IngestionReceipt, Node, NodeType, Semantic, Source, Subgoal
 from .graph.repo import Hit, Repo, open_repo, store_path
 from .graph.structuring import episodic
 from .graph.trajectory import Step, Trajectory
+from .inventory import LABELS, one, select, store_name
 from .store import Store
 from .store.inspect import print_hits, print_stats, verify_entries
 
@@ -115,9 +120,20 @@ def human_size(n: int) -> str:
     return f"{n:,} bytes" if unit == "bytes" else f"{value:.1f} {unit} ({n:,} bytes)"
 
 
-def _print_stats(repo: Repo, name: str, where: Path, out: TextIO) -> None:
+def _print_disk(n: int | None, others: Sequence[str], out: TextIO) -> None:
+    """The bytes the store's directory takes; said to be shared when it holds other families too."""
+    shared = f" (the directory's, shared with the {' and the '.join(LABELS[f] for f in others)})" if others else ""
+    print(f"  {'on disk':<18} {'n/a' if n is None else human_size(n)}{shared}", file=out)
+
+
+def _disk_bytes(where: Path) -> int:
+    """The blocks the LMDB files take, counted as `LMDB.stats` counts them for a graph repo."""
+    return sum(f.stat().st_blocks * 512 for f in where.iterdir() if f.name.endswith(".mdb"))
+
+
+def _print_stats(repo: Repo, name: str, where: Path, out: TextIO, others: Sequence[str] = ()) -> None:
     s = repo.stats()
-    print(f"repo {name!r} at {where}", file=out)
+    print(f"graph repo {name!r} at {where}", file=out)
     print(f"  nodes              {s.total_nodes}", file=out)
     for kind, count in s.nodes.items():
         print(f"    {kind:<16} {count}", file=out)
@@ -129,7 +145,20 @@ def _print_stats(repo: Repo, name: str, where: Path, out: TextIO) -> None:
     )
     for label, value in figures:
         print(f"  {label:<18} {'n/a' if value is None else value}", file=out)
-    print(f"  {'on disk':<18} {'n/a' if s.disk_bytes is None else human_size(s.disk_bytes)}", file=out)
+    _print_disk(s.disk_bytes, others, out)
+
+
+def _print_context(context: ContextStore, name: str, where: Path, out: TextIO, others: Sequence[str]) -> None:
+    s, memories, jobs = context.stats(), context.memory_stats(), context.queue_stats()
+    print(f"context store {name!r} at {where}", file=out)
+    rows = [("documents", s["documents"], {}), ("directories", s["directories"], {}),
+            ("memories", memories["total"], memories["by_status"]),
+            ("sessions", len(context.list_session_ids()), {}), ("jobs", sum(jobs.values()), jobs)]  # fmt: skip
+    for label, value, parts in rows:
+        print(f"  {label:<18} {value}", file=out)
+        for part, count in parts.items():
+            print(f"    {part:<16} {count}", file=out)
+    _print_disk(_disk_bytes(where), others, out)
 
 
 def _demo(path: str | None, out: TextIO) -> None:
@@ -149,7 +178,7 @@ def _demo(path: str | None, out: TextIO) -> None:
                 existing += 1
             else:
                 inserted += 1
-        print(f"hippograph demo: repo {DEMO_NAME!r} at {where}", file=out)
+        print(f"hippograph demo: graph repo {store_name(where)!r} at {where}", file=out)
         print(
             f"ingested {len(trajectories)} trajectories ({nodes} nodes): {inserted} INSERTED, {existing} EXISTING",
             file=out,
@@ -181,7 +210,7 @@ def _demo(path: str | None, out: TextIO) -> None:
             print(f"\nrecall {text!r} (types: {kinds}; top {TOP_K} per type)", file=out)
             print(format_hits(hits), file=out)
         print(file=out)
-        _print_stats(repo, DEMO_NAME, where, out)
+        _print_stats(repo, store_name(where), where, out)
 
 
 def _never_called(trajectory: Trajectory) -> Changeset:
@@ -189,33 +218,49 @@ def _never_called(trajectory: Trajectory) -> Changeset:
     raise ValidationError(f"{trajectory.source_id!r} was expected to be ingested already")
 
 
-def _stats(name: str, path: str | None, out: TextIO) -> None:
-    where = _existing_store(name, path)
-    with open_repo(name, path=where, flush_interval=0) as repo:
-        _print_stats(repo, name, where, out)
+def _stats(name: str | None, path: str | None, out: TextIO, err: TextIO) -> bool:
+    """Print every family each selected store holds, with its figures, one store after another;
+    False when a store could not be read (its error is on `err`, the others are still printed)."""
+    ok = True
+    for i, where in enumerate(select(path, name)[1]):
+        if i:
+            print(file=out)
+        try:
+            _print_store(where, out, err)
+        except HippographError as exc:
+            print(f"hippograph: error: {exc}", file=err)
+            ok = False
+    return ok
 
 
-def _existing_store(name: str, path: str | None) -> Path:
-    """The directory of an existing repo or store; `NotFoundError` saying how to make one."""
-    where = store_path(name, path)
-    if not (where / "data.mdb").is_file():
-        option = f" --path {where}" if path is not None else ""
-        raise NotFoundError(
-            "repo",
-            str(where),
-            f"no hippograph repo at {str(where)!r}: create one from Python with "
-            f"hippograph.open_repo({name!r}, path=...) or hippograph.open_store({name!r}, path=...), "
-            f"or try the sample one with `hippograph demo{option}`",
-        )
-    return where
+def _print_store(where: Path, out: TextIO, err: TextIO) -> None:
+    """The figures of each family in one store's directory, read through one read-only handle."""
+    name = store_name(where)
+    with LMDB(where, readonly=True) as backend:
+        held = families(backend)
+        if not held:
+            print(f"store {name!r} at {where}: nothing written yet", file=out)
+            _print_disk(_disk_bytes(where), (), out)
+        for family in held:
+            others = [f for f in held if f != family]
+            if family == GRAPH:
+                _print_stats(Repo(backend, flush_interval=0), name, where, out, others)
+            elif family == STORE:
+                with Store(backend) as store:
+                    store.refresh(progress=progress_bar(err))
+                    print_stats(store, f"scoped store {name!r} at {where}", out)
+                _print_disk(_disk_bytes(where), others, out)
+            else:
+                with ContextStore(backend) as context:
+                    _print_context(context, name, where, out, others)
 
 
-def _verify(name: str, path: str | None, out: TextIO, err: TextIO) -> bool:
+def _verify(name: str | None, path: str | None, out: TextIO, err: TextIO) -> bool:
     """Print the `Repo.verify` report of an existing repo; True when it found no problem."""
-    where = _existing_store(name, path)
+    where = one(path, name, GRAPH)
     with Repo(LMDB(where, readonly=True), flush_interval=0) as repo:
         report = repo.verify(progress=progress_bar(err))
-    print(f"repo {name!r} at {where}", file=out)
+    print(f"graph repo {store_name(where)!r} at {where}", file=out)
     print(f"  checked nodes      {report.checked_nodes}", file=out)
     print(f"  checked records    {report.checked_records}", file=out)
     if report.ok:
@@ -229,18 +274,18 @@ def _verify(name: str, path: str | None, out: TextIO, err: TextIO) -> bool:
 
 def _store(args: argparse.Namespace, out: TextIO, err: TextIO) -> bool:
     """One ``store`` subcommand on an existing directory; False when ``verify`` found a problem."""
-    where = _existing_store(args.name, args.path)
-    with LMDB(where, readonly=True) as backend:
-        store = Store(backend)
+    where = one(args.path, args.name, STORE)
+    title = f"scoped store {store_name(where)!r} at {where}"
+    with LMDB(where, readonly=True) as backend, Store(backend) as store:
         if args.action != "verify":
             store.refresh(progress=progress_bar(err))  # the derived index, built from a scan
         if args.action == "stats":
-            print_stats(store, str(where), out)
+            print_stats(store, title, out)
         elif args.action == "search":
             print_hits(store, tuple(args.scope), args.text, args.limit, out)
         else:
             count, problems = verify_entries(backend)
-            print(f"store at {where}\n  checked entries    {count}", file=out)
+            print(f"{title}\n  checked entries    {count}", file=out)
             for problem in problems:
                 print(f"    - {problem}", file=out)
             if not problems:
@@ -274,13 +319,13 @@ def progress_bar(
     return show
 
 
-def _index(name: str, path: str | None, out: TextIO, err: TextIO) -> None:
+def _index(name: str | None, path: str | None, out: TextIO, err: TextIO) -> None:
     """Build (or adopt the saved) vector indexes of an existing repo and report them."""
-    where = _existing_store(name, path)
+    where = one(path, name, GRAPH)
     with Repo(LMDB(where), flush_interval=0) as repo:
         built = repo.build_vector_index(progress=progress_bar(err))
         stats = repo.vector_index_stats()
-    print(f"repo {name!r} at {where}", file=out)
+    print(f"graph repo {store_name(where)!r} at {where}", file=out)
     ready = {kind: s for kind, s in stats.items() if s["available"]}
     for kind, s in ready.items():
         how = "built and saved" if kind in built else "loaded from saved files" if s.get("loaded") else "ready"
@@ -295,22 +340,22 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser("demo", help="ingest sample trajectories and show recalls")
     demo.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/demo)")
-    stats = commands.add_parser("stats", help="print the counts of a repo")
-    stats.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/NAME)")
-    stats.add_argument("--name", default=DEMO_NAME, help="repo name (default: demo)")
-    verify = commands.add_parser("verify", help="check a repo's invariants (exit 1 when broken)")
-    verify.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/NAME)")
-    verify.add_argument("--name", default=DEMO_NAME, help="repo name (default: demo)")
-    index = commands.add_parser("index", help="build (or load) and save the vector indexes of a repo")
-    index.add_argument("--path", metavar="DIR", help="repo directory (default: ./.hippograph/NAME)")
-    index.add_argument("--name", default=DEMO_NAME, help="repo name (default: demo)")
-    store = commands.add_parser("store", help="look at the scoped store in a directory")
+    where = "a store's directory, or a directory of stores (default: ./.hippograph)"
+    stats = commands.add_parser("stats", help="print what each store in a directory holds, by family")
+    stats.add_argument("--path", metavar="DIR", help=where)
+    stats.add_argument("--name", help="only the store of this name (default: every store there)")
+    verify = commands.add_parser("verify", help="check a graph repo's invariants (exit 1 when broken)")
+    index = commands.add_parser("index", help="build (or load) and save the vector indexes of a graph repo")
+    for sub in (verify, index):
+        sub.add_argument("--path", metavar="DIR", help=where)
+        sub.add_argument("--name", help="the store's name (default: the one graph repo there)")
+    store = commands.add_parser("store", help="look at a scoped store")
     actions = store.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, about in (("stats", "entries by status, scopes, dimension"), ("verify", "check every entry"),
                           ("search", "search the entries by words")):  # fmt: skip
         sub = actions.add_parser(action, help=about)
-        sub.add_argument("--path", metavar="DIR", help="store directory (default: ./.hippograph/NAME)")
-        sub.add_argument("--name", default=DEMO_NAME, help="store name (default: demo)")
+        sub.add_argument("--path", metavar="DIR", help=where)
+        sub.add_argument("--name", help="the store's name (default: the one scoped store there)")
         if action == "search":
             sub.add_argument("text", help="the words to look for")
             sub.add_argument("--scope", nargs="*", default=[], metavar="SEGMENT", help="only under this scope")
@@ -335,8 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         elif args.command == "index":
             _index(args.name, args.path, sys.stdout, sys.stderr)
-        else:
-            _stats(args.name, args.path, sys.stdout)
+        elif not _stats(args.name, args.path, sys.stdout, sys.stderr):
+            return 1
     except HippographError as exc:
         print(f"hippograph: error: {exc}", file=sys.stderr)
         return 1

@@ -12,11 +12,12 @@ from .store import Store
 __all__ = ["print_hits", "print_stats", "verify_entries"]
 
 
-def print_stats(store: Store, where: str, out: TextIO) -> None:
+def print_stats(store: Store, title: str, out: TextIO) -> None:
+    """`title` (the store's name and directory), then the store's figures, one a line."""
     stats = store.stats()
-    print(f"store at {where}", file=out)
+    print(title, file=out)
     for name in ("entries", *STATUSES, "expired", "scopes", "dim", "embedded", "change_counter"):
-        print(f"  {name:<16} {stats[name] if stats[name] is not None else '-'}", file=out)
+        print(f"  {name:<18} {stats[name] if stats[name] is not None else '-'}", file=out)
 
 
 def print_hits(store: Store, scope: Scope, text: str, limit: int, out: TextIO) -> None:
