@@ -247,6 +247,15 @@ def _search_any_dimension(
     return ContextStore.search_vector(self, q, min(max(top_k, 1), 1000), scope_prefix, fields)
 
 
+def _search_positive_only(self: ContextStore, *args: Any, min_score: float | None = None, **kw: Any) -> Any:
+    """Keeps only documents of positive cosine, whatever the caller asked for."""
+    return ContextStore.search_vector(self, *args, min_score=0.0 if min_score is None else max(min_score, 0.0), **kw)
+
+
+def _search_floor_ignored(self: ContextStore, *args: Any, min_score: float | None = None, **kw: Any) -> Any:
+    return ContextStore.search_vector(self, *args, **kw)
+
+
 def _embed_unchecked(self: ContextStore, job_id: int, uri: str, vector: object) -> str:
     segments, emb = check_uri(uri), as_embedding(vector)
 
@@ -712,6 +721,14 @@ MUTANTS: dict[str, Mutant] = {
     "AnyQueryDimension": Mutant(
         ("test_search_vector_refuses_bad_bounds_and_dimensions",),
         store=_overriding(search_vector=_search_any_dimension),
+    ),
+    "PositiveCosinesOnly": Mutant(
+        ("test_search_vector_returns_the_k_nearest_however_far",),
+        store=_overriding(search_vector=_search_positive_only),
+    ),
+    "MinScoreIgnored": Mutant(
+        ("test_search_vector_returns_the_k_nearest_however_far",),
+        store=_overriding(search_vector=_search_floor_ignored),
     ),
     "RewriteKeepsVector": Mutant(
         ("test_a_rewritten_document_is_not_ranked_on_its_old_vector",),

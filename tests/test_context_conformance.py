@@ -57,7 +57,7 @@ def test_a_search_ranks_one_snapshot_of_the_vector_cache(tmp_path: Path) -> None
                 for uri in ("a/1", "a/2"):  # rows sorting before the scope's: every later row moves
                     store.put_document(uri, uri)
                 embed_pending(store, {"a/1": v(1), "a/2": v(1)})
-                assert [h.uri for h in store.search_vector(v(1), 10)] == ["a/1", "a/2", "x/2", "x/1"]
+                assert [h.uri for h in store.search_vector(v(1), 10)] == ["a/1", "a/2", "x/2", "x/1", "y/1"]
         finally:
             resume.set()
             searcher.join(10)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..engine.checks import as_embedding
+from ..engine.checks import as_embedding, finite_float
 from ..engine.paths import check_repo_name, store_path
 from ..errors import NotFoundError, ValidationError
 from . import jobs, tree
@@ -355,20 +355,28 @@ class ContextStore(MemoryCalls, QueueCalls):
         return query
 
     def search_vector(
-        self, vector: object, top_k: int = 10, scope_prefix: str | None = None, fields: Iterable[str] | None = None
+        self,
+        vector: object,
+        top_k: int = 10,
+        scope_prefix: str | None = None,
+        fields: Iterable[str] | None = None,
+        *,
+        min_score: float | None = None,
     ) -> list[ContextHit]:
-        """Nearest enabled documents by cosine under `scope_prefix`, best first (ties by URI). A
-        hit is only returned for a document the store holds now; rows it does not hold do not
-        count towards `top_k`."""
+        """The `top_k` enabled documents under `scope_prefix` nearest the query by cosine, best
+        first (ties by URI), however far they are: None for `min_score` sets no floor, a number
+        keeps only hits scoring above it. A hit is only returned for a document the store holds
+        now; rows it does not hold do not count towards `top_k`."""
         check_limit(top_k, "top_k", MAX_TOP_K)
         segments = scope_of(scope_prefix, "scope_prefix")
         chosen = fields_of(fields)
+        floor = None if min_score is None else finite_float(min_score, "min_score")
 
         def run(t: KvTxn) -> list[ContextHit]:
             query = self._query(t, vector)
             cache = self._vectors.current(t, self._active_dim(t))
             lo, hi = cache.slice_of(segments)
-            rows, sims = cache.ranked(query, lo, hi)
+            rows, sims = cache.ranked(query, lo, hi, floor)
             out = []
             for row, sim in zip(rows, sims, strict=True):
                 key = cache.keys[row]

@@ -38,19 +38,23 @@ class VectorSnapshot:
         hi = len(self.keys) if stop is None else bisect.bisect_left(self.keys, stop)
         return lo, hi
 
-    def ranked(self, query: npt.NDArray[np.float32], lo: int, hi: int) -> tuple[list[int], list[float]]:
-        """Rows of ``[lo, hi)`` by cosine, best first (ties by key), only those above 0."""
+    def ranked(
+        self, query: npt.NDArray[np.float32], lo: int, hi: int, floor: float | None = None
+    ) -> tuple[list[int], list[float]]:
+        """Every row of ``[lo, hi)`` by cosine, best first (ties by key): nearest neighbours have no
+        similarity floor, so a far row still fills `top_k`; with `floor`, only rows scoring above
+        it. A zero vector, queried or stored, has cosine 0 with everything."""
         if hi <= lo:
             return [], []
-        qn = float(np.linalg.norm(query))
-        if qn == 0.0:
-            return [], []
+        qn = np.float32(np.linalg.norm(query))
         with np.errstate(divide="ignore", invalid="ignore"):
             sims = (self.matrix[lo:hi] @ query) / (self.norms[lo:hi] * qn)
-        sims = np.nan_to_num(sims, nan=0.0, posinf=0.0, neginf=0.0)
-        order = np.lexsort((np.arange(hi - lo), -sims))
-        keep = order[sims[order] > 0]
-        return (keep + lo).tolist(), np.minimum(sims[keep], 1.0).astype(float).tolist()
+        # in float64, the scores' type: a float32 comparison would round the floor to float32 first
+        scores = np.clip(np.nan_to_num(sims, nan=0.0, posinf=0.0, neginf=0.0), -1.0, 1.0).astype(np.float64)
+        order = np.argsort(-scores, kind="stable")  # stable: ties stay in key order
+        if floor is not None:
+            order = order[scores[order] > floor]
+        return (order + lo).tolist(), scores[order].tolist()
 
 
 class VectorCache:

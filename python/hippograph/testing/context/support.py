@@ -282,6 +282,8 @@ _REFUSALS: list[tuple[str, Callable[[Any, dict[str, Any]], object], type[Hippogr
     ("vector wrong dimension", lambda s, x: s.search_vector([1.0, 0.0, 0.0]), ValidationError),
     ("vector nan", lambda s, x: s.search_vector([math.nan] * _DIM), ValidationError),
     ("vector strings", lambda s, x: s.search_vector(["a"] * _DIM), ValidationError),
+    ("vector min_score nan", lambda s, x: s.search_vector(v(1), min_score=math.nan), ValidationError),
+    ("vector min_score str", lambda s, x: s.search_vector(v(1), min_score="0"), ValidationError),
     ("enabled not bool", lambda s, x: s.set_node_enabled("seed/doc", "no"), ValidationError),
     ("enable missing", lambda s, x: s.set_node_enabled("seed/missing", False), NotFoundError),
     ("group with nul", lambda s, x: s.set_node_group("seed/doc", "a\x00"), ValidationError),

@@ -51,6 +51,30 @@ class ContextVectors(SuiteBase):
         assert _uris(slim) == ["v/a/one"] and slim[0].content is None and slim[0].abstract is None
         assert slim[0].score == pytest.approx(1.0)
 
+    def test_search_vector_returns_the_k_nearest_however_far(self, store: ContextStore, other: ContextStore) -> None:
+        """Nearest neighbours have no similarity floor: orthogonal and opposite documents still fill
+        `top_k`, ranked by cosine (ties by URI); `min_score` asks for a floor."""
+        for uri in ("n/a", "n/b", "n/c"):
+            store.put_document(uri, uri)
+        embed_pending(store, {"n/a": v(1), "n/b": v(0, 1), "n/c": v(-1, 0.1)})
+        got = other.search_vector(v(1), 3)
+        assert _uris(got) == ["n/a", "n/b", "n/c"]
+        assert [h.score for h in got] == pytest.approx([1.0, 0.0, -1 / math.sqrt(1.01)], abs=1e-6)
+        assert _uris(other.search_vector(v(-1), 3)) == ["n/c", "n/b", "n/a"]
+        assert _uris(other.search_vector(v(1), 2)) == ["n/a", "n/b"]
+        for far in (v(0, 0, 1), v()):  # orthogonal to every document, and the zero vector: cosine 0
+            hits = other.search_vector(far, 3)
+            assert _uris(hits) == ["n/a", "n/b", "n/c"] and [h.score for h in hits] == pytest.approx([0.0] * 3)
+        assert _uris(other.search_vector(v(1), 3, min_score=None)) == ["n/a", "n/b", "n/c"]
+        assert _uris(other.search_vector(v(1), 3, min_score=0.0)) == ["n/a"]
+        assert _uris(other.search_vector(v(1), 3, min_score=-0.5)) == ["n/a", "n/b"]
+        assert _uris(other.search_vector(v(1), 3, min_score=-1)) == ["n/a", "n/b", "n/c"]
+        assert other.search_vector(v(1), 3, min_score=1) == [] and other.search_vector(v(0, 0, 1), 3, min_score=0) == []
+        bad_floors: tuple[Any, ...] = (math.nan, math.inf, -math.inf, True, "0.5", [0.0], 10**400)
+        for bad in bad_floors:
+            with pytest.raises(ValidationError):
+                store.search_vector(v(1), 3, min_score=bad)
+
     def test_search_vector_refuses_bad_bounds_and_dimensions(self, store: ContextStore) -> None:
         store.put_document("v/a", "x")
         embed_pending(store, {"v/a": v(1)})
