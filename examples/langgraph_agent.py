@@ -11,9 +11,9 @@ and a real embedder (``init_embeddings``) and nothing else changes.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
-import uuid
 import zlib
 from collections.abc import Sequence
 from typing import Annotated, Any, TypedDict
@@ -42,6 +42,13 @@ def embed(texts: Sequence[str]) -> list[list[float]]:
     return out
 
 
+def key_of(fact: str) -> str:
+    """A key the fact itself gives (a digest of its words, lower-cased): saying it again overwrites
+    the memory instead of adding a copy, as a fresh ``uuid4()`` key per write would."""
+    words = " ".join(re.findall(r"\w+", fact.lower()))
+    return hashlib.sha256(words.encode()).hexdigest()[:16]
+
+
 class State(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
 
@@ -57,7 +64,8 @@ def build(store: BaseStore, replies: list[str]) -> Any:
         known = "\n".join(f"- {m.value['text']} (score {m.score:.2f})" for m in memories)
         reply = model.invoke([SystemMessage(f"What you remember about the user:\n{known}"), *state["messages"]])
         if said.lower().startswith("remember"):
-            store.put(("memories", user), uuid.uuid4().hex, {"text": said.removeprefix("remember").strip(" :,")})
+            fact = said.removeprefix("remember").strip(" :,")
+            store.put(("memories", user), key_of(fact), {"text": fact})
         return {"messages": [reply]}
 
     graph = StateGraph(State)
