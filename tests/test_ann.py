@@ -640,24 +640,31 @@ QUERY = np.random.default_rng(77).standard_normal(DIM).astype(np.float32)
 
 class SpyIndex(hnswlib.Index):  # type: ignore[misc]
     """Counts the files an engine reads: hnswlib's loads, and the core's opens that got past the hash
-    (the core hashes the mapping before it parses a byte of it)."""
+    (the core hashes the mapping before it parses a byte of it). Both wait while `SpyCore.opening`
+    is clear."""
 
     loads = 0
 
     def load_index(self, *args: Any, **kwargs: Any) -> None:
+        SpyCore.opening.wait(timeout=60)
         type(self).loads += 1
         super().load_index(*args, **kwargs)
 
 
 class SpyCore:
-    """Stands in for `hippograph._core` in `vector_files`, counting the graphs it opened."""
+    """Stands in for `hippograph._core` in `vector_files`, counting the graphs it opened. An open
+    waits (at most a minute) while `opening` is clear: a test holds the saved graph back that way."""
+
+    opening = threading.Event()
 
     def __init__(self) -> None:
         real = _core.Hnsw
+        SpyCore.opening.set()
 
         class Hnsw:
             @staticmethod
             def open(path: Any, sha256: str | None = None) -> Any:
+                SpyCore.opening.wait(timeout=60)
                 graph = real.open(path, sha256)
                 SpyIndex.loads += 1
                 return graph
@@ -1070,16 +1077,22 @@ def test_a_query_racing_close_starts_no_build_that_outlives_it(
 
 
 def reopen_in_background(path: Path, answered: list[bool]) -> tuple[bool, Hits, Hits]:
-    """As `reopen_and_query`, with the default background mode: the first query scans, the index arrives later."""
-    with LMDB(path, ann=BACKGROUND) as b:
-        vf = params(0.0, 15)
-        first = find(b, QUERY, vf=vf)
-        assert answered == [] or not answered[0], "the first query waited for the saved index"
-        wait_until(lambda: available(b), "the saved index was adopted or rebuilt in the background")
-        hits = find(b, QUERY, vf=vf)
-        exact = find(b, QUERY, vf=vf, exact=True)
-        assert first == exact
-        return bool(b.vector_index_stats()["semantic"]["loaded"]), hits, exact
+    """As `reopen_and_query`, with the default background mode: the first query scans while the saved
+    graph is held back, the index arrives later."""
+    SpyCore.opening.clear()
+    try:
+        with LMDB(path, ann=BACKGROUND) as b:
+            vf = params(0.0, 15)
+            first = find(b, QUERY, vf=vf)
+            assert not available(b), "the first query waited for the saved index"
+            SpyCore.opening.set()
+            wait_until(lambda: available(b), "the saved index was adopted or rebuilt in the background")
+            hits = find(b, QUERY, vf=vf)
+            exact = find(b, QUERY, vf=vf, exact=True)
+            assert first == exact
+            return bool(b.vector_index_stats()["semantic"]["loaded"]), hits, exact
+    finally:
+        SpyCore.opening.set()
 
 
 def test_a_saved_index_is_adopted_in_the_background_and_caught_up(

@@ -190,14 +190,17 @@ def certified_walk(
     budget: int,
     regions: tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64], npt.NDArray[np.uint32] | None] | None = None,
     shadow: tuple[npt.NDArray[np.uint16], npt.NDArray[np.float32]] | None = None,
+    outside_score: float = ...,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """Exact top_k over `pool` and every row that could beat it given `bound` (the relevance
-    of any row outside the pool), walking `order` and re-checking `stale` rows; None when more
-    than `budget` rows beyond the pool would need scoring. `regions`: each row's region (past the
-    end of the bounds: none), each region's relevance bound (a tighter bound per row), and
-    optionally the region at each position of `order` (read in order; for a row not in `stale`
-    its region or none). `shadow`: the rows' half-precision shadow and residuals, read first once
-    the top_k is full (the same answer, fewer f32 rows read). GIL released."""
+    of any row outside the pool; `outside_score`, default +inf: the score of any row outside it,
+    which below the k-th score found makes the pool the answer), walking `order` and re-checking
+    `stale` rows; None when more than `budget` rows beyond the pool would need scoring.
+    `regions`: each row's region (past the end of the bounds: none), each region's relevance
+    bound (a tighter bound per row), and optionally the region at each position of `order` (read
+    in order; for a row not in `stale` its region or none). `shadow`: the rows' half-precision
+    shadow and residuals, read first once the top_k is full (the same answer, fewer f32 rows
+    read). GIL released."""
 
 def region_bounds(
     centres: npt.NDArray[np.float32],
@@ -333,6 +336,8 @@ class Hnsw:
     @property
     def max_error(self) -> float:
         """The most a reported similarity differs from the exact cosine."""
+    def error_split(self, most: int) -> tuple[float, npt.NDArray[np.uint32]]:
+        """The error bound all but at most `most` ids keep, and those ids (scored exactly instead)."""
     @property
     def memory_bytes(self) -> int:
         """Bytes of codes and links the index addresses (mapped or owned)."""
@@ -352,5 +357,23 @@ class Hnsw:
         """The decoded unit vectors of `ids`."""
     def holds(self, ids: npt.NDArray[np.uint32], vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
         """Per id, whether `vectors[i]` encodes to exactly the codes stored for `ids[i]`."""
+    def valued_pool(
+        self,
+        queries: npt.NDArray[np.float32],
+        ef: int,
+        ceiling: float,
+        error: float,
+        row_of_label: npt.NDArray[np.int64],
+        live: int,
+        usage: UsageColumns,
+        now: float,
+        params: ValueParams,
+    ) -> tuple[npt.NDArray[np.uint32], float, float]:
+        """The rows of largest relevance × value per query row, by a search weighted with each row's
+        value factor at `now`: the rows, a score no other row exceeds (as far as the graph's recall
+        goes), and the largest code similarity found. `row_of_label[l]`: the row of id `l`
+        (negative: none); `live`: how many ids stand for a row. `ceiling`: nodes are explored
+        while similarity × ceiling could still enter. `error`: the most a product found by codes
+        differs from the exact score of a row outside the pool. GIL released."""
     def save_index(self, path: str | os.PathLike[str]) -> None:
         """Writes the index to a new file at `path` (the caller fsyncs and renames it)."""

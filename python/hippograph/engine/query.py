@@ -52,9 +52,14 @@ Hits = list[tuple[int, float]]
 RowValues = Callable[[list[str], F32], F64]
 """A custom value function over rows: ``values(ids, relevance)`` → one value per row (NaN: leave the row out)."""
 
-Walk = Callable[[npt.NDArray[np.uint32], float, int], "Hits | None"]
-"""(pool rows, relevance bound of every other row, scoring budget) → the exact top rows, or None past the budget.
-The pool may repeat rows and hold rows past the last (labels no row holds): they are ignored."""
+Walk = Callable[[npt.NDArray[np.uint32], float, int, float], "Hits | None"]
+"""(pool rows, relevance bound of every other row, scoring budget, score bound of every other row)
+→ the exact top rows, or None past the budget. The pool may repeat rows and hold rows past the last
+(labels no row holds): they are ignored."""
+
+Valued = Callable[[F32, int, float], tuple[npt.NDArray[np.uint32], float, float]]
+"""(queries, search depth, similarity error) → a value-weighted search's pool rows, the score no
+other row exceeds, and the largest similarity found (`_core.Hnsw.valued_pool`)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,8 @@ def scan(
     if ann is not None and ann.calibration is not None and ann.calibration.usable:
         walk = _walk(columns, queries, params, now, values)
         floor = ann.calibration.min_similarity
-        got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk, floor=floor)
+        valued = _valued(columns, ann, params, now, values)
+        got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk, floor=floor, valued=valued)
         ann.remember(queries.copy(), got is None)  # a copy: the caller's array may change after the call
         if got is not None:
             return [(columns.ids[r], s) for r, s in got]
@@ -169,6 +175,7 @@ def certified_scan(
     floor: float = -np.inf,
     tops: list[float] | None = None,
     ef: int | None = None,
+    valued: Valued | None = None,
 ) -> Hits | None:
     """Top rows by exact score from vector-index candidate pools, or None when the exact scan must answer.
 
@@ -185,9 +192,30 @@ def certified_scan(
     neighbours) goes to the exact scan as well; `tops` receives that
     similarity, for calibration to choose `floor`. `ef`: the search depth to measure (None: the
     index's own), passed per call so queries answered meanwhile keep the depth last chosen.
+
+    `valued` (the default value function on the core's index) first searches by score itself: its
+    pool holds the rows of largest relevance × value, and when its bound on every other row's
+    score lies below the k-th score found, the pool is the answer with no walk at all. Otherwise
+    the similarity search and its walk below decide.
     """
     n = len(columns.ids)
     pending = columns.pending_rows(ann)  # before the search: see `TypeColumns.pending_rows`
+    # The engine's similarities lie within `error` of the exact cosine, except on the exempt rows,
+    # which every pool holds (float noise between hnswlib's and the core's cosine is far below 1e-6).
+    error, exempt = ann.sim_error()
+    pending = np.concatenate([pending.astype(np.uint32), exempt]) if len(exempt) else pending
+    if valued is not None:
+        depth = max(ann.ef_search if ef is None else ef, 2 * top_k)
+        rows, outside, top = valued(queries, depth, error)
+        if tops is not None:
+            tops.append(top)
+        if top < floor:
+            return None
+        if len(pending):
+            rows = np.concatenate([rows, pending.astype(np.uint32)])
+        got = walk(rows, 1.0, 0, outside)
+        if got is not None:
+            return None if len(got) < top_k and threshold <= 0.0 else got
     # Per query vector: the walk makes a deeper first pool rarely worth its search cost. With tags
     # the answer is shared among the vectors: half as deep each, for searches that cost about as
     # much per vector as they are deep, and the walk finishes the rest.
@@ -197,7 +225,7 @@ def certified_scan(
         if found is None:
             return None
         labels, sims = found
-        if pool == first:
+        if pool == first and valued is None:
             top = float(sims[:, 0].max())
             if tops is not None:
                 tops.append(top)
@@ -207,10 +235,8 @@ def certified_scan(
         # A label no row holds maps to -1, past every row as uint32: the walk ignores such rows and repeats.
         hits = ann.row_of_label[labels.ravel()]
         rows = (np.concatenate([hits, pending]) if len(pending) else hits).astype(np.uint32)
-        # The engine's similarities lie within `sim_error` of the exact cosine (the core's codes; float
-        # noise between hnswlib's and the Rust core's cosine is far below the 1e-6 margin).
-        bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max()) + ann.sim_error) + 1e-6
-        got = walk(rows, bound, max(n // 8, 1))
+        bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max()) + error) + 1e-6
+        got = walk(rows, bound, max(n // 8, 1), np.inf)
         if got is not None:
             return None if len(got) < top_k and threshold <= 0.0 else got
         if exhausted or 4 * pool > n // 4:
@@ -222,7 +248,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
     """How `certified_scan` finishes a pool: in Rust for the default value function, else in Python."""
     if values is not None:
 
-        def bounded(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
+        def bounded(pool: npt.NDArray[np.uint32], bound: float, budget: int, outside: float) -> Hits | None:
             # The function never exceeds relevance: rows outside the pool stay below `bound`,
             # and under either gate a row passes only with a value (or relevance) >= threshold.
             rows = np.unique(pool[pool < len(columns.ids)]).astype(np.int64)  # as the Rust walk takes a pool
@@ -237,7 +263,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
     regions = columns.regions
     region_bounds = None if regions is None else regions.bounds(queries)
 
-    def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
+    def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int, outside: float) -> Hits | None:
         order = columns.usage_order(params.core_params)
         in_regions = None
         if regions is not None and region_bounds is not None:
@@ -260,12 +286,43 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
             budget,
             in_regions,
             shadow,
+            outside,
         )
         if got is None:
             return None
         return list(zip(got[0].tolist(), got[1].tolist(), strict=True))
 
     return walk
+
+
+def _valued(
+    columns: TypeColumns, ann: VectorIndex, params: ScanParams, now: float, values: RowValues | None
+) -> Valued | None:
+    """The value-weighted search of the core's index under the default value function (None for a
+    custom function, whose values only Python knows, or another engine)."""
+    if values is not None or ann.config.engine != "core":
+        return None
+    usage = columns.usage()
+    order = columns.usage_order(params.core_params)
+    # The largest value factor now (rows without metadata: one): it scales the codes' error.
+    most = order.keys[0] - params.core_params.lambda_ * now / 3600.0 if len(order.keys) else 0.0
+    ceiling = 1.0 if order.stale or most >= 0 else float(np.exp(most))
+
+    def valued(queries: F32, depth: int, error: float) -> tuple[npt.NDArray[np.uint32], float, float]:
+        # A row's product errs by its similarity's error times its value factor, at most `ceiling`.
+        return ann.valued_pool(
+            queries, depth, ceiling * VALUED_CEILING, error * ceiling, usage, now, params.core_params
+        )
+
+    return valued
+
+
+VALUED_CEILING = 0.0
+"""How far past the products the value-weighted search explores, as a share of the largest value
+factor (`_core.Hnsw.search_weighted`'s ceiling): at zero the products alone lead it, which on
+clustered data with aged usage found the same answers at a third less search time than exploring
+every node that could reach the answer at the largest factor; calibration deepens the search
+where they do not."""
 
 
 def _score(
@@ -371,9 +428,8 @@ def _trials(
         tops: list[float] = []
         with hold():
             start = time.perf_counter()
-            got = certified_scan(
-                columns, ann, q, params.top_k, params.threshold, _walk(columns, q, params, now, None), tops=tops, ef=ef
-            )
+            walk, valued = _walk(columns, q, params, now, None), _valued(columns, ann, params, now, None)
+            got = certified_scan(columns, ann, q, params.top_k, params.threshold, walk, tops=tops, ef=ef, valued=valued)
             seconds = time.perf_counter() - start
         recall = None if got is None else len({r for r, _ in got} & want) / len(want) if want else 1.0
         out.append(Trial(recall, seconds, tops[0] if tops else np.inf))

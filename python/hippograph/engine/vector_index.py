@@ -205,6 +205,7 @@ class VectorIndex:
         self._pending_lock = threading.Lock()
         self._token = 0
         self._recent: deque[npt.NDArray[np.float32]] = deque(maxlen=_RECENT_QUERIES)
+        self._error: tuple[int, float, npt.NDArray[np.int64]] | None = None
         self.handovers: deque[bool] = deque(maxlen=_ASKED_WINDOW)
         """Per approximate query since the last calibration (the last `_ASKED_WINDOW`): whether the
         certified path handed it over to the exact scan."""
@@ -212,10 +213,19 @@ class VectorIndex:
     def __len__(self) -> int:
         return len(self.label_of)
 
-    @property
-    def sim_error(self) -> float:
-        """The most a similarity `knn` reports may differ from the exact cosine (the core's codes)."""
-        return float(self.index.max_error) if self.config.engine == "core" else 0.0
+    def sim_error(self) -> tuple[float, npt.NDArray[np.uint32]]:
+        """The most a similarity `knn` reports may differ from the exact cosine (the core's codes), and
+        the rows exempt from that bound, which a certified answer scores exactly whatever the search
+        found (at most `_EXEMPT` rows whose codes are far less exact than the rest's)."""
+        if self.config.engine != "core":
+            return 0.0, np.zeros(0, np.uint32)
+        count = int(self.index.element_count)
+        cached = self._error
+        if cached is None or cached[0] != count:
+            bound, labels = self.index.error_split(_EXEMPT)
+            self._error = cached = (count, float(bound), labels.astype(np.int64))
+        rows = self.row_of_label[cached[2]]
+        return cached[1], rows[rows >= 0].astype(np.uint32)
 
     def holds(self, labels: list[int], vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
         """Per label, whether the graph holds `vectors[i]` (as far as its stored form can tell)."""
@@ -352,6 +362,22 @@ class VectorIndex:
                 return None
         return labels, 1.0 - distances
 
+    def valued_pool(
+        self,
+        queries: npt.NDArray[np.float32],
+        ef: int,
+        ceiling: float,
+        error: float,
+        usage: _core.UsageColumns,
+        now: float,
+        params: _core.ValueParams,
+    ) -> tuple[npt.NDArray[np.uint32], float, float]:
+        """The core graph's value-weighted pool (`_core.Hnsw.valued_pool`) with labels mapped to rows."""
+        got: tuple[npt.NDArray[np.uint32], float, float] = self.index.valued_pool(
+            queries, ef, ceiling, error, self.row_of_label, len(self), usage, now, params
+        )
+        return got
+
     def remember(self, queries: npt.NDArray[np.float32], handed: bool) -> None:
         """Keeps an approximate query for the next calibration (`recent_queries`), and whether the
         certified path handed it over to the exact scan."""
@@ -382,6 +408,9 @@ class VectorIndex:
 
 
 _RECENT_QUERIES = 128
+
+_EXEMPT = 64
+"""Most rows `sim_error` exempts from its bound: each query scores them exactly."""
 """Approximate queries an index keeps for its next calibration."""
 
 _ASKED_WINDOW = 64

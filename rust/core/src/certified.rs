@@ -245,6 +245,9 @@ pub struct WalkRequest<'a> {
     pub pool: &'a [u32],
     /// No row outside `pool` has a relevance above this.
     pub bound: f64,
+    /// No row outside `pool` has a score above this (a value-weighted search's bound; `+∞` when
+    /// the pool came from similarity alone). Below the k-th score, the pool is the answer.
+    pub outside_score: f64,
     /// A [`UsageOrder`] taken when the rows in `stale` had other metadata (or did not exist);
     /// each row at most once.
     pub order: &'a [u32],
@@ -305,6 +308,77 @@ pub fn region_bounds(centres: Stored<'_>, radius: &[f64], queries: &[f32], slack
         .zip(radius)
         .map(|(&c, &r)| ((f64::from(c).min(1.0).acos() - r).max(0.0).cos() + slack).clamp(0.0, 1.0))
         .collect())
+}
+
+/// A candidate pool from a value-weighted search of the vector index (see [`valued_pool`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValuedPool {
+    /// Rows found for any query vector, each once.
+    pub rows: Vec<u32>,
+    /// No row outside `rows` scores above this (the [`WalkRequest::outside_score`] to pass),
+    /// as far as the graph's recall goes.
+    pub outside_score: f64,
+    /// The largest code similarity of a row found (the nearest the queries land to the data).
+    pub top: f32,
+}
+
+/// The rows of largest `relevance × value` per query vector, found by searching `index` with each
+/// row's value factor (the default value function at `now`, at most one) as the search's weight.
+/// `row_of_label[l]` is the row of the index's id `l` (negative, past the rows or past the end: an
+/// id that stands for no row, which routes but is never returned). The factor does not grow with
+/// relevance, so a score is the weighted similarity, and the codes' error bounds the bound's.
+/// `live`: how many ids stand for a row; a search that finds fewer than `ef` and fewer than
+/// those bounds nothing (part of the graph was out of its reach). `error`: the most a code
+/// product differs from the exact score for a row outside the pool (the caller scores the rows
+/// `Index::error_split` lists anyway; weights at most `w` scale its bound by `w`).
+#[expect(clippy::too_many_arguments, reason = "the search, the rows it maps to, and the value function's inputs")]
+pub fn valued_pool(
+    index: &crate::hnsw::Index,
+    queries: &[f32],
+    ef: usize,
+    ceiling: f32,
+    error: f32,
+    row_of_label: &[i64],
+    live: usize,
+    meta: MetaColumns<'_>,
+    now: f64,
+    params: &ValueParams,
+) -> Result<ValuedPool, ShapeError> {
+    let dim = index.dim();
+    let n = meta.has_meta.len();
+    meta.check(n)?;
+    if dim == 0 || !queries.len().is_multiple_of(dim) {
+        return Err(ShapeError(format!("query values ({}) are not rows of the dimension {dim}", queries.len())));
+    }
+    let weight = |label: u32| -> Option<f32> {
+        let row = *row_of_label.get(label as usize)?;
+        let row = usize::try_from(row).ok().filter(|&r| r < n)?;
+        let w = default_value(1.0, meta.row(row), now, params) as f32;
+        Some(if w.is_nan() { 1.0 } else { w.clamp(0.0, 1.0) })
+    };
+    let mut rows = Vec::new();
+    let mut outside = f64::NEG_INFINITY;
+    let mut top = f32::NEG_INFINITY;
+    for q in queries.chunks_exact(dim) {
+        let found = index.search_weighted(q, ef, ceiling, weight).map_err(|e| ShapeError(e.to_string()))?;
+        if found.len() < ef.min(live) {
+            outside = f64::INFINITY;
+        } else if found.len() >= ef {
+            let last = found.last().map_or(f64::NEG_INFINITY, |x| f64::from(x.1));
+            // Relevance is a cosine clamped at zero: no score is below zero.
+            outside = outside.max((last + f64::from(error) + 1e-6).max(0.0));
+        }
+        for (label, product) in found {
+            let w = weight(label).unwrap_or(1.0);
+            if w > 0.0 {
+                top = top.max(product / w);
+            }
+            rows.push(row_of_label[label as usize] as u32);
+        }
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    Ok(ValuedPool { rows, outside_score: outside, top })
 }
 
 /// The exact top-k over every row whose relevance respects `bound`, best first; `None` past the budget.
@@ -403,7 +477,7 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
         }
         consider(&mut heap, r as usize);
     }
-    if !outside_can_pass {
+    if !outside_can_pass || req.outside_score < cutoff(&heap) {
         return Ok(Some(heap.into_sorted_vec().into_iter().map(|k| (k.row, k.score)).collect()));
     }
     let offset = scan.params.lambda * scan.now / 3600.0;
@@ -773,6 +847,7 @@ mod tests {
                         scan: req,
                         pool: &pool,
                         bound,
+                        outside_score: f64::INFINITY,
                         order: &order.rows,
                         order_keys: &order.keys,
                         stale: &stale,
@@ -810,6 +885,7 @@ mod tests {
             scan: gated,
             pool: &pool,
             bound: 0.5,
+            outside_score: f64::INFINITY,
             order: &order.rows,
             order_keys: &order.keys,
             stale: &[],
@@ -830,6 +906,7 @@ mod tests {
             scan: req,
             pool: &[],
             bound: 1.0,
+            outside_score: f64::INFINITY,
             order: &order.rows,
             order_keys: &order.keys,
             stale: &[],
@@ -846,5 +923,77 @@ mod tests {
         let far = [10_000u32, 2];
         let w = WalkRequest { pool: &far, stale: &far, budget: usize::MAX, ..w };
         assert!(walk(&w).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_score_bound_below_the_kth_score_makes_the_pool_the_answer() {
+        let d = data(400, 4, 17);
+        let req = d.scan(0.0, 10);
+        let exact = scan_default(&req).unwrap();
+        let kth = exact[9].1;
+        let order = usage_order(d.meta(), &req.params).unwrap();
+        // The pool: the exact top 10 and a few rows that score less, as a weighted search returns.
+        let pool: Vec<u32> = exact.iter().map(|&(r, _)| r as u32).chain([0, 1, 2]).collect();
+        let w = WalkRequest {
+            scan: req,
+            pool: &pool,
+            bound: 1.0,
+            outside_score: kth - 1e-9,
+            order: &order.rows,
+            order_keys: &order.keys,
+            stale: &[],
+            budget: 0,
+            regions: None,
+            shadow: None,
+        };
+        assert_eq!(walk(&w).unwrap().unwrap(), exact);
+        // A bound at or above the k-th score proves nothing: the walk must go on (here: past its budget).
+        let open = WalkRequest { outside_score: kth, ..w };
+        assert_eq!(walk(&open).unwrap(), None);
+    }
+
+    #[test]
+    fn a_value_weighted_pool_answers_as_the_exact_scan() {
+        let (n, dim) = (3000, 16);
+        let d = data(n, dim, 41);
+        let index = crate::hnsw::Index::new(
+            dim,
+            crate::hnsw::Config { m: 16, ef_construction: 100, seed: 3 },
+            &d.data[..300 * dim],
+        )
+        .unwrap();
+        index.add(0, &d.data, 0).unwrap();
+        // Labels are rows, except that the last label stands for no row.
+        let mut row_of_label: Vec<i64> = (0..n as i64).collect();
+        row_of_label[n - 1] = -1;
+        let req = d.scan(0.0, 10);
+        let order = usage_order(d.meta(), &req.params).unwrap();
+        let mut agreed = 0;
+        for q in d.data[..20 * dim].chunks_exact(dim) {
+            let req = ScanRequest { queries: q, ..req };
+            let pool =
+                valued_pool(&index, q, 64, 1.0, index.max_error(), &row_of_label, n - 1, d.meta(), NOW, &req.params)
+                    .unwrap();
+            assert!(!pool.rows.contains(&(n as u32 - 1)) && pool.rows.windows(2).all(|w| w[0] < w[1]));
+            assert!(pool.outside_score.is_finite() && pool.top > 0.5, "{} {}", pool.outside_score, pool.top);
+            let w = WalkRequest {
+                scan: req,
+                pool: &pool.rows,
+                bound: 1.0,
+                outside_score: pool.outside_score,
+                order: &order.rows,
+                order_keys: &order.keys,
+                stale: &[],
+                budget: 0,
+                regions: None,
+                shadow: None,
+            };
+            if let Some(got) = walk(&w).unwrap() {
+                let mut exact = scan_default(&req).unwrap();
+                exact.retain(|&(r, _)| r != n - 1 || got.iter().any(|g| g.0 == r));
+                agreed += usize::from(got[..] == exact[..got.len().min(exact.len())]);
+            }
+        }
+        assert!(agreed >= 18, "{agreed} of 20 answered exactly from the pool");
     }
 }

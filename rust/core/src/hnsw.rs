@@ -360,6 +360,25 @@ impl Index {
         f32::from_bits(self.max_residual.load(Ordering::Acquire)) + ROUNDING
     }
 
+    /// A tighter error bound than `max_error` for all but a few ids: the bound that at most `most`
+    /// ids' residuals exceed, and those ids (a vector clamped by the scales, say), which a caller
+    /// scores exactly instead. With `most` or fewer ids, `max_error` and none.
+    pub fn error_split(&self, most: usize) -> (f32, Vec<u32>) {
+        let graph = self.graph.read().expect("graph lock");
+        let n = self.len();
+        if n <= most {
+            return (self.max_error(), Vec::new());
+        }
+        let residual = |id: u32| {
+            let (seg, at) = locate(&graph, id);
+            seg.meta[at].get().map_or(0.0, |m| f32::from_bits(m.residual.load(Ordering::Acquire)))
+        };
+        let mut all: Vec<f32> = (0..n as u32).map(residual).collect();
+        let (_, &mut cut, _) = all.select_nth_unstable_by(most, |a, b| b.total_cmp(a));
+        let above = (0..n as u32).filter(|&id| residual(id) > cut).collect();
+        (cut + ROUNDING, above)
+    }
+
     /// Bytes of codes and links this index addresses (mapped or owned).
     pub fn memory_bytes(&self) -> usize {
         self.capacity() * (self.dim + 4 * (self.m0 + 1))
@@ -564,9 +583,19 @@ impl Index {
         }
     }
 
-    /// The `ef` nearest found from `starts` at `level`, best first; deleted nodes route but are
-    /// left out when `live`.
-    fn beam(&self, graph: &Graph, form: &[f32], starts: &[Near], ef: usize, level: usize, live: bool) -> Vec<Near> {
+    /// The `ef` best found from `starts` at `level`, best first. `weigh(id, sim)` gives a node's
+    /// priority in the search (explored while it exceeds the worst objective kept) and its
+    /// objective (its code similarity, or that weighted), or None for a node that routes the search
+    /// but is never returned: a deleted one, or one that stands for nothing.
+    fn beam(
+        &self,
+        graph: &Graph,
+        form: &[f32],
+        starts: &[Near],
+        ef: usize,
+        level: usize,
+        weigh: impl Fn(u32, f32) -> (f32, Option<f32>),
+    ) -> Vec<Near> {
         VISITED.with(|cell| {
             let mut visited = cell.borrow_mut();
             visited.reset(self.len());
@@ -577,9 +606,10 @@ impl Index {
                 if !visited.first(s.1) {
                     continue;
                 }
-                todo.push(s);
-                if !live || !self.deleted(graph, s.1) {
-                    best.push(Reverse(s));
+                let (priority, kept) = weigh(s.1, s.0);
+                todo.push(Near(priority, s.1));
+                if let Some(f) = kept {
+                    best.push(Reverse(Near(f, s.1)));
                 }
             }
             while best.len() > ef {
@@ -602,10 +632,11 @@ impl Index {
                         continue;
                     }
                     let s = self.sim(graph, form, n);
-                    if best.len() < ef || s > floor {
-                        todo.push(Near(s, n));
-                        if !live || !self.deleted(graph, n) {
-                            best.push(Reverse(Near(s, n)));
+                    let (priority, kept) = weigh(n, s);
+                    if best.len() < ef || priority > floor {
+                        todo.push(Near(priority, n));
+                        if let Some(f) = kept.filter(|&f| best.len() < ef || f > floor) {
+                            best.push(Reverse(Near(f, n)));
                             if best.len() > ef {
                                 best.pop();
                             }
@@ -641,21 +672,43 @@ impl Index {
 
     /// HNSW's neighbour heuristic: from candidates best first, keep one only when it is nearer
     /// to the base than to every one kept (spreads links across directions).
-    fn select(&self, graph: &Graph, cands: &[Near], m: usize, forms: &mut Vec<f32>) -> Vec<u32> {
+    /// Up to `m` of `cands` (best first), the neighbours of `node`, by HNSW's heuristic: a
+    /// candidate nearer to one already kept than to the node is left out, so links spread in all
+    /// directions. A candidate with the same codes as one kept is its twin and adds no direction;
+    /// a kept twin of the node itself leaves out nothing (it is as near as the node). A quarter of
+    /// the slots may then go to the nearest left out: near-duplicates would otherwise leave nodes
+    /// with one link each and parts of the graph unreachable. Equally near candidates are taken in
+    /// an order of their own per node, so that twins do not all link to the same few.
+    fn select(&self, graph: &Graph, node: u32, cands: &[Near], m: usize, forms: &mut Vec<f32>) -> Vec<u32> {
+        let mut cands = cands.to_vec();
+        let mix = |id: u32| (u64::from(id ^ node)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        cands.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| mix(a.1).cmp(&mix(b.1))));
         let mut kept: Vec<u32> = Vec::with_capacity(m);
+        let mut passed: Vec<u32> = Vec::new();
+        let own = self.codes(graph, node);
         forms.clear();
         let mut form = Vec::with_capacity(self.dim);
-        for &c in cands {
+        for &c in &cands {
             if kept.len() >= m {
                 break;
             }
             let codes = self.codes(graph, c.1);
+            if kept.iter().any(|&k| self.codes(graph, k) == codes) {
+                passed.push(c.1);
+                continue;
+            }
             if forms.chunks_exact(self.dim).all(|f| (self.kernel)(f, codes) < c.0) {
                 kept.push(c.1);
-                self.node_form(graph, c.1, &mut form);
-                forms.extend_from_slice(&form);
+                if codes != own {
+                    self.node_form(graph, c.1, &mut form);
+                    forms.extend_from_slice(&form);
+                }
+            } else {
+                passed.push(c.1);
             }
         }
+        let room = m.saturating_sub(kept.len()).min(passed.len()).min(m / 4);
+        kept.extend_from_slice(&passed[..room]);
         kept
     }
 
@@ -698,9 +751,9 @@ impl Index {
         let mut starts = vec![at_near];
         let mut nform = Vec::with_capacity(self.dim);
         for l in (0..=level.min(top_level)).rev() {
-            let found = self.beam(graph, &form, &starts, self.config.ef_construction, l, false);
+            let found = self.beam(graph, &form, &starts, self.config.ef_construction, l, |_, s| (s, Some(s)));
             let cap = if l == 0 { self.m0 } else { self.config.m };
-            let chosen = self.select(graph, &found, self.config.m, &mut nform);
+            let chosen = self.select(graph, id, &found, self.config.m, &mut nform);
             {
                 let _own = meta.lock.lock().expect("node lock");
                 Self::write_list(self.links(graph, id, l), &chosen);
@@ -746,13 +799,46 @@ impl Index {
         let mut cands: Vec<Near> =
             scratch.iter().chain(std::iter::once(&new)).map(|&c| Near(self.sim(graph, form, c), c)).collect();
         cands.sort_unstable_by(|a, b| b.cmp(a));
-        let chosen = self.select(graph, &cands, cap, form);
+        let chosen = self.select(graph, node, &cands, cap, form);
         Self::write_list(list, &chosen);
     }
 
     /// The `k` nearest live ids to `query` with their code similarities (best first, at most `k`;
     /// fewer when the graph holds fewer live ids than it finds). `ef`: the beam width (at least `k`).
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<(u32, f32)>, IndexError> {
+        let mut found =
+            self.search_by(query, ef.max(k), |graph, id, s| (s, (!self.deleted(graph, id)).then_some(s)))?;
+        found.truncate(k);
+        Ok(found)
+    }
+
+    /// The `ef` live ids of largest `similarity × weight(id)`, with that product by their codes
+    /// (best first): a beam over the weighted objective, so a row's value steers the search
+    /// rather than filtering after it. `weight(id)` is None for an id that stands for nothing now
+    /// (it routes and is never returned). A node is explored while the larger of its product and
+    /// `similarity × ceiling` exceeds the worst product kept: `ceiling` at least every weight
+    /// explores each node whose neighbours could still enter (as far as the graph's recall goes),
+    /// a lower one trusts the products to lead the way. With weights in [0, 1], a reported
+    /// product is within `max_error` of the exact similarity's.
+    pub fn search_weighted(
+        &self,
+        query: &[f32],
+        ef: usize,
+        ceiling: f32,
+        weight: impl Fn(u32) -> Option<f32>,
+    ) -> Result<Vec<(u32, f32)>, IndexError> {
+        self.search_by(query, ef, |graph, id, s| {
+            let kept = if self.deleted(graph, id) { None } else { weight(id).map(|w| s * w) };
+            (kept.map_or(s * ceiling, |f| f.max(s * ceiling)), kept)
+        })
+    }
+
+    fn search_by(
+        &self,
+        query: &[f32],
+        ef: usize,
+        weigh: impl Fn(&Graph, u32, f32) -> (f32, Option<f32>),
+    ) -> Result<Vec<(u32, f32)>, IndexError> {
         if query.len() != self.dim {
             return Err(IndexError::Shape(format!("a query of {} floats for dimension {}", query.len(), self.dim)));
         }
@@ -761,7 +847,7 @@ impl Index {
         else {
             return Ok(Vec::new());
         };
-        if k == 0 {
+        if ef == 0 {
             return Ok(Vec::new());
         }
         let form = self.query_form(query);
@@ -770,33 +856,8 @@ impl Index {
         for l in (1..=top_level).rev() {
             at = self.greedy(&graph, &form, at, l, &mut scratch);
         }
-        let found = self.beam(&graph, &form, &[at], ef.max(k), 0, true);
-        Ok(found.into_iter().take(k).map(|n| (n.1, n.0)).collect())
-    }
-
-    /// `search` finished by the caller's exact similarities: the `ef` nearest live ids by code,
-    /// each given its exact similarity by `exact` (None: the id stands for no row now, and is
-    /// dropped), the best `k` of them by that, and `outside`, a bound on the exact similarity of
-    /// every id not returned: the k-th exact similarity, or the worst code similarity the beam kept
-    /// plus `max_error` when that is larger (an id the beam did not reach is no nearer by code,
-    /// as far as the graph's own recall goes).
-    pub fn search_rescored(
-        &self,
-        query: &[f32],
-        k: usize,
-        ef: usize,
-        exact: impl Fn(&[u32]) -> Vec<Option<f32>>,
-    ) -> Result<Rescored, IndexError> {
-        let beam = self.search(query, ef.max(k), ef.max(k))?;
-        let ids: Vec<u32> = beam.iter().map(|x| x.0).collect();
-        let sims = exact(&ids);
-        let worst_code = beam.last().map_or(f32::NEG_INFINITY, |x| x.1);
-        let mut found: Vec<(u32, f32)> = ids.iter().zip(sims).filter_map(|(&id, s)| s.map(|s| (id, s))).collect();
-        found.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let kth = if found.len() > k { found[k].1 } else { f32::NEG_INFINITY };
-        found.truncate(k);
-        let outside = kth.max(worst_code + self.max_error());
-        Ok(Rescored { found, beam: beam.len(), outside })
+        let found = self.beam(&graph, &form, &[at], ef, 0, |id, s| weigh(&graph, id, s));
+        Ok(found.into_iter().map(|n| (n.1, n.0)).collect())
     }
 
     /// Writes the whole index to `out`: header, scales, per-node state, codes, level-0 links,
@@ -982,17 +1043,6 @@ impl Index {
     }
 }
 
-/// The answer of [`Index::search_rescored`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rescored {
-    /// Up to `k` ids with their exact similarities, best first (ties by id).
-    pub found: Vec<(u32, f32)>,
-    /// Live ids the beam held (fewer than `ef` only when the graph has fewer it can reach).
-    pub beam: usize,
-    /// No id outside `found` has an exact similarity above this.
-    pub outside: f32,
-}
-
 /// Byte offsets of a saved index's sections.
 struct Layout {
     residual: usize,
@@ -1091,28 +1141,61 @@ mod tests {
     }
 
     #[test]
-    fn rescored_search_bounds_every_id_it_leaves_out() {
-        let (n, dim) = (2000, 24);
+    fn weighted_search_finds_the_best_products_and_skips_ids_that_stand_for_nothing() {
+        let (n, dim) = (3000, 24);
         let d = data(n, dim, 29);
         let index = Index::new(dim, config(), &d[..200 * dim]).unwrap();
         index.add(0, &d, 0).unwrap();
+        let weight = |id: u32| {
+            (!id.is_multiple_of(7)).then(|| 0.3 + 0.7 * (id.wrapping_mul(2_654_435_761) % 1000) as f32 / 1000.0)
+        };
         let cos = |q: &[f32], id: u32| -> f32 {
             let (qu, r) = (unit(q), unit(&d[id as usize * dim..(id as usize + 1) * dim]));
             qu.iter().zip(&r).map(|(a, b)| a * b).sum()
         };
-        for q in data(20, dim, 31).chunks_exact(dim) {
-            let got = index
-                .search_rescored(q, 10, 64, |ids| ids.iter().map(|&i| (i % 7 != 0).then(|| cos(q, i))).collect())
-                .unwrap();
-            assert_eq!(got.found.len(), 10);
-            assert!(got.found.iter().all(|(id, s)| id % 7 != 0 && (cos(q, *id) - s).abs() < 1e-6));
-            assert!(got.found.windows(2).all(|w| w[0].1 >= w[1].1));
-            let want = exact(&d, dim, q, 40);
-            let kept: Vec<u32> = got.found.iter().map(|x| x.0).collect();
-            let missed = want.iter().filter(|w| *w % 7 != 0 && !kept.contains(w)).map(|&w| cos(q, w));
-            let above = missed.filter(|s| *s > got.outside).count();
-            assert!(above <= 1, "{above} ids above the bound {}", got.outside);
+        let (mut hit, mut asked) = (0, 0);
+        for q in data(30, dim, 31).chunks_exact(dim) {
+            let got = index.search_weighted(q, 40, 1.0, weight).unwrap();
+            assert_eq!(got.len(), 40);
+            assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
+            for &(id, f) in &got {
+                let w = weight(id).expect("an id that stands for nothing is never returned");
+                assert!((cos(q, id) * w - f).abs() <= index.max_error() + 1e-6);
+            }
+            let mut all: Vec<(f32, u32)> =
+                (0..n as u32).filter_map(|i| weight(i).map(|w| (cos(q, i) * w, i))).collect();
+            all.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let kept: Vec<u32> = got.iter().map(|x| x.0).collect();
+            hit += all[..10].iter().filter(|x| kept.contains(&x.1)).count();
+            asked += 10;
         }
+        assert!(hit as f64 / asked as f64 >= 0.95, "recall {}", hit as f64 / asked as f64);
+    }
+
+    #[test]
+    fn error_split_bounds_every_id_it_does_not_list() {
+        let (n, dim) = (2000, 24);
+        let mut d = data(n, dim, 37);
+        for v in &mut d[5 * dim..6 * dim] {
+            *v *= 40.0; // far outside the scales' sample: clamped codes, a large residual
+        }
+        d[5 * dim] = 1.0;
+        let index = Index::new(dim, config(), &d[100 * dim..400 * dim]).unwrap();
+        index.add(0, &d, 0).unwrap();
+        let (bound, listed) = index.error_split(8);
+        assert!(listed.len() <= 8 && bound <= index.max_error());
+        for q in data(10, dim, 41).chunks_exact(dim) {
+            let qu = unit(q);
+            for (id, s) in index.search(q, 50, 60).unwrap() {
+                if listed.contains(&id) {
+                    continue;
+                }
+                let row = unit(&d[id as usize * dim..(id as usize + 1) * dim]);
+                let cos: f32 = row.iter().zip(&qu).map(|(a, b)| a * b).sum();
+                assert!((cos - s).abs() <= bound, "{cos} vs {s} (bound {bound})");
+            }
+        }
+        assert_eq!(index.error_split(n), (index.max_error(), Vec::new()));
     }
 
     #[test]

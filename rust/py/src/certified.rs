@@ -82,7 +82,7 @@ type RegionArrays<'py> = (PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>
 #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
 #[pyo3(signature = (
     matrix, norms, queries, usage, rank, now, params, selection, pool, bound, order, order_keys, stale, budget,
-    regions=None, shadow=None
+    regions=None, shadow=None, outside_score=f64::INFINITY
 ))]
 fn certified_walk<'py>(
     py: Python<'py>,
@@ -102,6 +102,7 @@ fn certified_walk<'py>(
     budget: usize,
     regions: Option<RegionArrays<'py>>,
     shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
+    outside_score: f64,
 ) -> PyResult<Option<Scan<'py>>> {
     let dim = matrix.dim();
     let shadow = match &shadow {
@@ -113,6 +114,7 @@ fn certified_walk<'py>(
         scan: arrays.request(py, now, params.get(), selection.get())?,
         pool: contiguous(py, "pool", &pool)?,
         bound,
+        outside_score,
         order: contiguous(py, "order", &order)?,
         order_keys: contiguous(py, "order_keys", &order_keys)?,
         stale: contiguous(py, "stale", &stale)?,

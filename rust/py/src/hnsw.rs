@@ -2,7 +2,8 @@
 //! hnswlib index it stands in for; every call that searches or inserts releases the GIL.
 
 use crate::errors;
-use crate::scoring::contiguous;
+use crate::scoring::{contiguous, shape, UsageColumns, ValueParams};
+use hippograph_core::certified;
 use hippograph_core::hnsw::{self, Config, IndexError};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
@@ -76,6 +77,12 @@ impl Hnsw {
     #[getter]
     fn max_error(&self) -> f32 {
         self.inner.max_error()
+    }
+
+    /// The error bound all but at most `most` ids keep, and those ids (`Index::error_split`).
+    fn error_split<'py>(&self, py: Python<'py>, most: usize) -> PyResult<(f32, Bound<'py, PyArray1<u32>>)> {
+        let (bound, ids) = errors::detached(py, "Hnsw.error_split", || self.inner.error_split(most))?;
+        Ok((bound, ids.into_pyarray(py)))
     }
 
     /// Bytes of codes and links the index addresses (mapped or owned).
@@ -177,6 +184,41 @@ impl Hnsw {
         let vectors = contiguous(py, "vectors", &vectors)?;
         let got = errors::detached(py, "Hnsw.holds", || self.inner.holds(ids, vectors))?.map_err(|e| mapped(py, e))?;
         Ok(got.into_pyarray(py))
+    }
+
+    /// The rows of largest `relevance × value` per query row, by a search weighted with each row's
+    /// value factor at `now` (`hippograph_core::certified::valued_pool`): the rows, a score no
+    /// other row exceeds, and the largest code similarity found. `row_of_label[l]`: the row of id
+    /// `l` (negative: none); `live`: how many ids stand for a row. `ceiling`: see `search_weighted`;
+    /// `error`: see `hippograph_core::certified::valued_pool`.
+    #[pyo3(signature = (queries, ef, ceiling, error, row_of_label, live, usage, now, params))]
+    #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
+    fn valued_pool<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        ef: usize,
+        ceiling: f32,
+        error: f32,
+        row_of_label: PyReadonlyArray1<'py, i64>,
+        live: usize,
+        usage: &Bound<'py, UsageColumns>,
+        now: f64,
+        params: &Bound<'py, ValueParams>,
+    ) -> PyResult<(Bound<'py, PyArray1<u32>>, f64, f32)> {
+        if queries.shape()[0] > 0 && queries.shape()[1] != self.inner.dim() {
+            return Err(errors::validation(py, "queries are not of the index's dimension"));
+        }
+        let q = contiguous(py, "queries", &queries)?;
+        let labels = contiguous(py, "row_of_label", &row_of_label)?;
+        let view = usage.get().borrow(py)?;
+        let meta = view.columns(py)?;
+        let p = params.get().0;
+        let got = errors::detached(py, "Hnsw.valued_pool", || {
+            certified::valued_pool(&self.inner, q, ef.max(1), ceiling, error, labels, live, meta, now, &p)
+        })?
+        .map_err(|e| shape(py, e))?;
+        Ok((got.rows.into_pyarray(py), got.outside_score, got.top))
     }
 
     /// Writes the index to a new file at `path` (the caller fsyncs and renames it).
