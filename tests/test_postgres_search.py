@@ -420,6 +420,12 @@ def weighted_rows(dsn: str, schema: str, current: bool = True) -> dict[str, tupl
     return {bytes(k).decode(): (t, None if v is None else np.asarray(v, np.float32)) for k, t, v in rows}
 
 
+def settled(dsn: str, schema: str) -> None:
+    """Every pending row of the test's repo indexed (usage of a pending row rewrites it in place)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        vectors.settle(conn, schema, "r", wait=True)
+
+
 def reweighed_ids(dsn: str, schema: str) -> set[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(f'SELECT id FROM "{schema}".reweighed WHERE repo = %s', ("r",)).fetchall()
@@ -465,6 +471,7 @@ def test_weighted_vectors_follow_every_write(pgvector_dsn: str, schema: str) -> 
         check(
             {"a": ("semantic", vecs[0], meta["a"]), "b": ("semantic", vecs[1], meta["b"]), "c": ("tag", vecs[2], None)}
         )
+        settled(pgvector_dsn, schema)
         indexed = weighted_rows(pgvector_dsn, schema, current=False)
         used = hg.NodeMetadata(created_at=old, access_count=3, last_accessed_at=NOW)
         b.update_metadata({"a": used, "c": meta["a"]})
@@ -487,6 +494,7 @@ def test_weighted_vectors_follow_every_write(pgvector_dsn: str, schema: str) -> 
             }
         )
         assert reweighed_ids(pgvector_dsn, schema) == set()
+        settled(pgvector_dsn, schema)  # the lowered weight, pending, goes into the index
         b.update_metadata({"a": used})
         assert reweighed_ids(pgvector_dsn, schema) == {"a"}
         assert b.verify_storage()[0] == []
@@ -594,6 +602,7 @@ def test_usage_that_lifts_rows_reaches_the_pools_without_touching_the_index(
     grow many writes them into the index, rebuilt, and the answers stay the same."""
     server, client, rng, centre, nodes, meta = served_around_one_centre(pgvector_dsn, schema, 25, (360, 720))
     try:
+        settled(pgvector_dsn, schema)
         indexed = weighted_rows(pgvector_dsn, schema, current=False)
         lifted = {nodes[int(i)].id for i in rng.choice(len(nodes), 100, replace=False)}
         client.update_metadata(
@@ -734,6 +743,7 @@ def test_a_schema_weighted_by_an_earlier_release_gains_its_reweighed_rows(pgvect
         conn.execute(f'DROP FUNCTION "{schema}".hg_heavier')
     b = open_(pgvector_dsn, schema, search="server")
     try:
+        settled(pgvector_dsn, schema)  # indexed rows, not pending ones
         indexed = weighted_rows(pgvector_dsn, schema, current=False)
         b.update_metadata({"s0004": hg.NodeMetadata(created_at=NOW, access_count=9, last_accessed_at=NOW)})
         assert reweighed_ids(pgvector_dsn, schema) == {"s0004"}
@@ -745,14 +755,15 @@ def test_a_schema_weighted_by_an_earlier_release_gains_its_reweighed_rows(pgvect
 
 
 def index_options(dsn: str, schema: str) -> dict[str, list[str]]:
-    """The repo's HNSW indexes by name suffix (`_w`, `_v` or the type's dimension), with their options."""
+    """The repo's HNSW indexes by name suffix (`_s`, `_ws`; an earlier release's `_w`, `_v` or the
+    type's dimension), with their options."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relname LIKE 'hg_hnsw_%%semantic%%'",
             (schema,),
         ).fetchall()
-    return {name.rsplit("_", 1)[1]: sorted(options) for name, options in rows}
+    return {name.rsplit("_", 1)[1]: sorted(options or []) for name, options in rows}
 
 
 def test_the_value_weighted_index_is_denser_and_replaces_an_earlier_releases(pgvector_dsn: str, schema: str) -> None:
@@ -765,14 +776,14 @@ def test_the_value_weighted_index_is_denser_and_replaces_an_earlier_releases(pgv
         server.apply_changeset(graph(31, 300))
         server.build_vector_index(["semantic"])
         assert index_options(pgvector_dsn, schema) == {
-            str(DIM): ["ef_construction=40", "m=8"],
-            "w": ["ef_construction=80", "m=16"],
+            "s": ["ef_construction=40", "m=8"],
+            "ws": ["ef_construction=80", "m=16"],
         }
         assert vectors.value_graph(64, 100) == (100, 200) and vectors.value_graph(60, 600) == (100, 1000)
         assert vectors.value_graph(16, 20) == (32, 64)  # ef_construction at least twice m
         # As an earlier release left it: the value-weighted index under its old name, built sparse.
         dense = vectors.value_index_name("r", hg.NodeType.SEMANTIC, DIM)
-        sparse = vectors.sparse_value_index_name("r", hg.NodeType.SEMANTIC, DIM)
+        sparse = vectors.earlier_value_index_names("r", hg.NodeType.SEMANTIC, DIM)[1]
         with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
             conn.execute(f'DROP INDEX "{schema}"."{dense}"')
             conn.execute(
@@ -784,17 +795,116 @@ def test_the_value_weighted_index_is_denser_and_replaces_an_earlier_releases(pgv
     reader = open_(pgvector_dsn, schema, search="server", ann=None)  # builds nothing
     try:
         assert reader.vector_index_stats()["semantic"]["pools"] == "value-weighted"
-        assert set(index_options(pgvector_dsn, schema)) == {str(DIM), "v"}
+        assert set(index_options(pgvector_dsn, schema)) == {"s", "v"}
     finally:
         reader.close()
     server = open_(pgvector_dsn, schema, search="server", ann=ann)
     try:
         assert index_options(pgvector_dsn, schema) == {
-            str(DIM): ["ef_construction=40", "m=8"],
-            "w": ["ef_construction=80", "m=16"],
+            "s": ["ef_construction=40", "m=8"],
+            "ws": ["ef_construction=80", "m=16"],
         }
         assert server.vector_index_stats()["semantic"]["pools"] == "value-weighted"
         q, tags = next(queries(3, 1))
         assert answers(server, q, tags, exact=False)
+    finally:
+        server.close()
+
+
+def pending_rows(dsn: str, schema: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            f'SELECT (SELECT count(*) FROM "{schema}".vectors WHERE pending) '
+            f'+ (SELECT count(*) FROM "{schema}".valued WHERE pending)'
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_writes_land_pending_answered_exactly_until_they_settle(
+    pgvector_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write into an indexed type inserts no HNSW element: its rows are pending, which every pool
+    scans exactly beside its index lists, until `settle` inserts them into the indexes."""
+    from hippograph.backends.postgres import builder
+
+    server = open_(pgvector_dsn, schema, search="server", ann=INDEXED)
+    try:
+        server.apply_changeset(graph(41, 600))
+        server.build_vector_index(["semantic", "episodic"])
+        assert pending_rows(pgvector_dsn, schema) == 0
+        monkeypatch.setattr(builder.Settler, "nudge", lambda self: None)  # nothing settles meanwhile
+        rng = np.random.default_rng(42)
+        cs = Changeset()
+        late = clustered(rng, 40)
+        for j, vec in enumerate(late):
+            cs.add_node(hg.Semantic(id=f"late{j:02d}", embedding=vec, proposition="p", confidence=1.0))
+            cs.put_metadata(f"late{j:02d}", hg.NodeMetadata(created_at=NOW, access_count=50 + j, last_accessed_at=NOW))
+        server.apply_changeset(cs)
+        assert pending_rows(pgvector_dsn, schema) == 80  # the vectors and their weighted rows: no index insert
+        for q, tags in queries(43, 10):
+            assert answers(server, q, tags, exact=False) == answers(server, q, tags)
+        found = 0
+        for j, q in enumerate(late[:10]):
+            got = answers(server, q, [], exact=False)
+            assert got == answers(server, q, [])
+            found += f"late{j:02d}" in {i for i, _ in got}
+        assert found > 5  # pending rows answer
+        with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+            assert vectors.settle(conn, schema, "r") == 80
+        assert pending_rows(pgvector_dsn, schema) == 0
+        for q, tags in queries(43, 10):
+            assert answers(server, q, tags, exact=False) == answers(server, q, tags)
+        assert server.verify_storage()[0] == []
+    finally:
+        server.close()
+
+
+def test_a_schema_without_pending_rows_is_upgraded_in_place(pgvector_dsn: str, schema: str) -> None:
+    """As the release before the pending segment left it (no ``pending`` columns, indexes over every
+    row under their earlier names): opening adds the columns, the earlier indexes serve meanwhile,
+    writes land pending, and the next index check builds the new indexes and drops the old ones."""
+    server = open_(pgvector_dsn, schema, search="server", ann=INDEXED)
+    server.apply_changeset(graph(51, 600))
+    server.build_vector_index(["semantic"])
+    server.close()
+    cosine, (weighted, _) = (
+        vectors.earlier_index_names("r", hg.NodeType.SEMANTIC, DIM)[0],
+        vectors.earlier_value_index_names("r", hg.NodeType.SEMANTIC, DIM),
+    )
+    with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+        s = f'"{schema}"'
+        conn.execute(f"ALTER TABLE {s}.vectors DROP COLUMN pending CASCADE")
+        conn.execute(f"ALTER TABLE {s}.valued DROP COLUMN pending CASCADE")
+        conn.execute(f"DROP FUNCTION {s}.hg_pending() CASCADE")
+        conn.execute(
+            f'CREATE INDEX "{cosine}" ON {s}.vectors USING hnsw ((vec::vector({DIM})) vector_cosine_ops) '
+            "WHERE repo = 'r' AND type = 'semantic'"
+        )
+        conn.execute(
+            f'CREATE INDEX "{weighted}" ON {s}.valued USING hnsw ((val::vector({DIM})) vector_ip_ops) '
+            "WITH (m = 32, ef_construction = 200) WHERE repo = 'r' AND type = 'semantic'"
+        )
+    assert set(index_options(pgvector_dsn, schema)) == {str(DIM), "w"}
+    reader = open_(pgvector_dsn, schema, search="server", ann=None)  # builds nothing
+    try:
+        stats = reader.vector_index_stats()["semantic"]
+        assert stats["index"] and stats["available"]
+        rng = np.random.default_rng(52)
+        cs = Changeset()
+        for j, vec in enumerate(clustered(rng, 9)):
+            cs.add_node(hg.Semantic(id=f"new{j}", embedding=vec, proposition="p", confidence=1.0))
+            cs.put_metadata(f"new{j}", hg.NodeMetadata(created_at=NOW))
+        reader.apply_changeset(cs)
+        for q, tags in queries(53, 10):
+            assert answers(reader, q, tags, exact=False) == answers(reader, q, tags)
+        assert reader.verify_storage()[0] == []
+    finally:
+        reader.close()
+    server = open_(pgvector_dsn, schema, search="server", ann=INDEXED)
+    try:
+        assert set(index_options(pgvector_dsn, schema)) == {"s", "ws"}
+        assert pending_rows(pgvector_dsn, schema) == 0
+        for q, tags in queries(53, 10):
+            assert answers(server, q, tags, exact=False) == answers(server, q, tags)
     finally:
         server.close()

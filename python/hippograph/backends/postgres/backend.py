@@ -55,7 +55,7 @@ from .._base import (
 )
 from . import prepared, vectors
 from .arrays import register as register_arrays
-from .builder import IndexBuilder, connector
+from .builder import IndexBuilder, Settler, connector
 from .cache import _Cache
 from .config import _check_repo, _positive_int, _resolve_dsn, _seconds, _where
 from .context import PgKvTxn
@@ -143,6 +143,7 @@ class Postgres(DerivedBackend):
         self._search: ServerSearch | None = None  # set at open when search == "server"
         self._shared = Shared()
         self._builder: IndexBuilder | None = None
+        self._settler: Settler | None = None
         self._sql = _sql_map(self.schema)
         self._pid = os.getpid()
         self._cache_lock = RWLock()
@@ -174,6 +175,7 @@ class Postgres(DerivedBackend):
                 conn.execute(statement)
 
         self._open_and_migrate(kwargs, configure, server=search == "server")
+        self._connect = connector(self.dsn, kwargs, configure)
         self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             self.dsn,
             kwargs=kwargs,
@@ -268,10 +270,18 @@ class Postgres(DerivedBackend):
         self._guard(operation)
         result = self._runner.run(operation, run, write=True, resolves_doubt=resolves_doubt, single=single)
         self._statistics.wrote(written[0])
+        if self._shared.vectors:
+            self._settle()
         if seq[0] is not None and seq[0] % _TRIM_EVERY == 0:
             with contextlib.suppress(StorageError):  # housekeeping: the next trigger tries again
                 self.trim_log()
         return result
+
+    def _settle(self) -> None:
+        """Wakes the thread that indexes the rows writes leave pending (`builder.Settler`)."""
+        if self._settler is None:
+            self._settler = Settler(self.schema, self.repo, self._connect, f"hippograph-settle:{self.repo}")
+        self._settler.nudge()
 
     # -- scoped-store entries ----------------------------------------------------------------
 
@@ -515,6 +525,7 @@ class Postgres(DerivedBackend):
         if ann is not None and ann.background:
             self._builder = IndexBuilder(search, ann, connector(self.dsn, kwargs, configure), f"hippograph:{self.repo}")
             self._builder.start()
+        self._settle()  # rows an earlier process left pending
 
     def build_vector_index(
         self, types: Iterable[NodeType | str] | None = None, progress: Progress | None = None
@@ -670,6 +681,8 @@ class Postgres(DerivedBackend):
             self._closed = True
             if self._builder is not None:
                 self._builder.close()
+            if self._settler is not None:
+                self._settler.close()
             self._cache.close()
             self._statistics.close()
             if os.getpid() == self._pid:

@@ -1,4 +1,5 @@
-"""`IndexBuilder`: builds and calibrates a repo's server-side HNSW indexes in a background thread.
+"""`IndexBuilder`: builds and calibrates a repo's server-side HNSW indexes in a background thread;
+`Settler`: indexes the rows writes leave pending, in another.
 
 The thread works on a connection of its own (an index build takes minutes per million rows and
 must not hold a pooled connection). `due` starts it again every `RECHECK` seconds, for types that
@@ -17,10 +18,11 @@ from typing import Any
 import psycopg
 
 from ...engine.vector_index import AnnConfig
+from . import vectors
 from .search import ServerSearch
 from .tx import Conn
 
-__all__ = ["RECHECK", "IndexBuilder"]
+__all__ = ["RECHECK", "IndexBuilder", "Settler"]
 
 RECHECK = 300.0
 """Seconds between a server-side search process's checks for indexes to build or calibrate."""
@@ -72,6 +74,68 @@ class IndexBuilder:
         deadline = time.monotonic() + timeout
         while thread is not None and thread.is_alive() and time.monotonic() < deadline:
             for conn in list(conns):
+                with contextlib.suppress(psycopg.Error):
+                    conn.cancel()
+            thread.join(timeout=0.2)
+
+
+class Settler:
+    """Inserts the repo's pending rows into its HNSW indexes (`vectors.settle`) on a connection of its
+    own, woken by each write (`nudge`): the writer has committed without those inserts, and queries
+    scan the rows exactly until they settle. The thread ends after `IDLE` seconds without a write."""
+
+    IDLE = 30.0
+
+    def __init__(self, schema: str, repo: str, connect: Callable[[], Conn], name: str) -> None:
+        self.schema = schema
+        self.repo = repo
+        self.connect = connect
+        self.name = name
+        self.wake = threading.Event()
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.conn: Conn | None = None
+
+    def nudge(self) -> None:
+        """Asks for a settle soon; starts the thread unless it runs (or the settler is closed)."""
+        self.wake.set()
+        with self.lock:
+            if not self.stop.is_set() and self.thread is None:
+                self.thread = threading.Thread(target=self._work, name=self.name, daemon=True)
+                self.thread.start()
+
+    def _work(self) -> None:
+        try:
+            while not self.stop.is_set():
+                if not self.wake.wait(self.IDLE):
+                    with self.lock:
+                        if not self.wake.is_set():
+                            self.thread = None
+                            return
+                self.wake.clear()
+                if self.conn is None:
+                    self.conn = self.connect()
+                vectors.settle(self.conn, self.schema, self.repo, self.stop)
+        except psycopg.Error:
+            with self.lock:
+                self.thread = None
+        finally:
+            conn, self.conn = self.conn, None
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stops the thread; the statement it runs is cancelled (a chunk rolls back and stays pending)."""
+        self.stop.set()
+        self.wake.set()
+        with self.lock:
+            thread = self.thread
+        deadline = time.monotonic() + timeout
+        while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+            conn = self.conn
+            if conn is not None:
                 with contextlib.suppress(psycopg.Error):
                     conn.cancel()
             thread.join(timeout=0.2)

@@ -80,9 +80,19 @@ class Ranked:
             # vector, found by scanning them (`ServerSearch.prepare`: they are few).
             lists = [
                 sql.SQL(
-                    "(SELECT w.id FROM {s}.valued w WHERE w.repo = {repo} AND w.type = {kind} "
+                    "(SELECT w.id FROM {s}.valued w WHERE w.repo = {repo} AND w.type = {kind} AND NOT w.pending "
                     "ORDER BY (w.val::{e}.vector({d})) OPERATOR({e}.<#>) ({q}::{e}.vector({d})) LIMIT %(depth)s)"
                 ).format(s=s, repo=repo, kind=kind, e=e, d=d, q=sql.Placeholder(f"q{i}"))
+                for i in range(vectors)
+            ]
+            # Per query vector, the same list over the pending rows (`vectors._PENDING`: written since
+            # the index last took rows), scanned: the pool holds what a whole index would hand out.
+            # (An expression no index matches: an earlier release's index also lists pending rows.)
+            lists += [
+                sql.SQL(
+                    "(SELECT w.id FROM {s}.valued w WHERE w.repo = {repo} AND w.type = {kind} AND w.pending "
+                    "AND w.val IS NOT NULL ORDER BY w.val OPERATOR({e}.<#>) {q}::{e}.vector LIMIT %(depth)s)"
+                ).format(s=s, repo=repo, kind=kind, e=e, q=sql.Placeholder(f"q{i}"))
                 for i in range(vectors)
             ]
             lists.append(
@@ -108,9 +118,16 @@ class Ranked:
         elif pooled:
             lists = [
                 sql.SQL(
-                    "(SELECT v.id FROM {s}.vectors v WHERE {where} "
+                    "(SELECT v.id FROM {s}.vectors v WHERE {where} AND NOT v.pending "
                     "ORDER BY (v.vec::{e}.vector({d})) OPERATOR({e}.<=>) ({q}::{e}.vector({d})) LIMIT %(depth)s)"
                 ).format(s=s, where=where, e=e, d=d, q=sql.Placeholder(f"q{i}"))
+                for i in range(vectors)
+            ]
+            lists += [
+                sql.SQL(
+                    "(SELECT v.id FROM {s}.vectors v WHERE {where} AND v.pending "
+                    "ORDER BY v.vec OPERATOR({e}.<=>) {q}::{e}.vector LIMIT %(depth)s)"
+                ).format(s=s, where=where, e=e, q=sql.Placeholder(f"q{i}"))
                 for i in range(vectors)
             ]
             where = sql.SQL("{where} AND v.id IN ({lists})").format(where=where, lists=sql.SQL(" UNION ").join(lists))
@@ -194,7 +211,7 @@ class Ranked:
         """The vectors of the type's `k` rows nearest to `v` (through its HNSW index)."""
         e = sql.Identifier(self.ext)
         statement = sql.SQL(
-            "SELECT v.vec::real[] FROM {s}.vectors v WHERE v.repo = {repo} AND v.type = {kind} "
+            "SELECT v.vec::real[] FROM {s}.vectors v WHERE v.repo = {repo} AND v.type = {kind} AND NOT v.pending "
             "ORDER BY (v.vec::{e}.vector({d})) OPERATOR({e}.<=>) (%s::{e}.vector({d})) LIMIT %s"
         ).format(
             s=sql.Identifier(self.schema),

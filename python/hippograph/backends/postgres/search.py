@@ -93,6 +93,8 @@ class ServerSearch:
         }
         built: list[NodeType] = []
         if ann is not None:
+            with vectors._no_timeout(conn):
+                vectors.settle(conn, self.schema, self.repo, stop, wait=True)
             wanted = set(NodeType if types is None else types)
             large = [t for t, c in counts.items() if c > ann.min_nodes and t in wanted]
             names = {vectors.index_name(self.repo, t, dim): t for t in large}
@@ -102,15 +104,27 @@ class ServerSearch:
             )
             built = list(dict.fromkeys(names[n] for n in made))
         valid = vectors.existing_indexes(conn, self.schema, self.repo)
-        indexed = {t for t in NodeType if valid.get(vectors.index_name(self.repo, t, dim))}
+        # An earlier release's indexes serve until their replacements are built.
+        indexed = {
+            t
+            for t in NodeType
+            if any(
+                valid.get(n)
+                for n in (vectors.index_name(self.repo, t, dim), *vectors.earlier_index_names(self.repo, t, dim))
+            )
+        }
         # Pools of the default value function come from the value-weighted index where it serves and
         # the rows without a weight (no metadata), scanned exactly with each pool, are few.
-        # An earlier release's sparser value-weighted index serves until its replacement is built.
-        value_indexes = (vectors.value_index_name, vectors.sparse_value_index_name)
         self.ranked.weighted = {
             t
             for t in indexed
-            if any(valid.get(name(self.repo, t, dim)) for name in value_indexes)
+            if any(
+                valid.get(n)
+                for n in (
+                    vectors.value_index_name(self.repo, t, dim),
+                    *vectors.earlier_value_index_names(self.repo, t, dim),
+                )
+            )
             and vectors.unweighted(conn, self.schema, self.repo, t, _UNWEIGHTED_MOST + 1) <= _UNWEIGHTED_MOST
         }
         if ann is not None:
@@ -178,20 +192,22 @@ class ServerSearch:
         parts = []
         for i in range(lists):
             distance = sql.SQL("{vec} OPERATOR({e}.<=>) (%s::{e}.vector({d}))").format(vec=vec, e=e, d=sql.Literal(dim))
-            if exact:  # an expression no index matches: the server scans the type and sorts
-                distance = sql.SQL("(({}) + 0)").format(distance)
-            parts.append(
-                sql.SQL(
-                    "(SELECT {i} AS i, v.id, {dist} AS d FROM {s}.vectors v "
-                    "WHERE v.repo = {repo} AND v.type = {type} ORDER BY d LIMIT %s)"
-                ).format(
-                    i=sql.Literal(i),
-                    dist=distance,
-                    s=s,
-                    repo=sql.Literal(self.repo),
-                    type=sql.Literal(node_type.value),
-                )
+            # An expression no index matches: the server scans and sorts.
+            scanned = sql.SQL("(({}) + 0)").format(distance)
+            where = sql.SQL("v.repo = {repo} AND v.type = {type}").format(
+                repo=sql.Literal(self.repo), type=sql.Literal(node_type.value)
             )
+            if exact:
+                part = sql.SQL(
+                    "(SELECT {i} AS i, v.id, {dist} AS d FROM {s}.vectors v WHERE {where} ORDER BY d LIMIT %s)"
+                ).format(i=sql.Literal(i), dist=scanned, s=s, where=where)
+            else:  # the index's nearest settled rows and the nearest pending rows (`vectors._PENDING`)
+                part = sql.SQL(
+                    "(SELECT {i} AS i, z.id, z.d FROM ((SELECT v.id, {dist} AS d FROM {s}.vectors v "
+                    "WHERE {where} AND NOT v.pending ORDER BY d LIMIT %s) UNION ALL (SELECT v.id, {scanned} AS d "
+                    "FROM {s}.vectors v WHERE {where} AND v.pending ORDER BY d LIMIT %s)) z ORDER BY z.d LIMIT %s)"
+                ).format(i=sql.Literal(i), dist=distance, scanned=scanned, s=s, where=where)
+            parts.append(part)
         composed = sql.SQL(
             "SELECT x.i, x.id, x.d, (SELECT e.vec FROM {s}.embeddings e WHERE e.repo = {repo} AND e.id = x.id), "
             "(SELECT m.record FROM {s}.metadata m WHERE m.repo = {repo} AND m.id = x.id) FROM ({lists}) x"
@@ -203,7 +219,7 @@ class ServerSearch:
         statement = self._pool_sql(node_type, dim, len(queries), exact)
         params: list[Any] = []
         for q in queries:
-            params += [Float4Array(q), n]
+            params += [Float4Array(q), n] if exact else [Float4Array(q), n, Float4Array(q), n, n]
         with tx.conn.cursor(binary=True) as cur:
             cur.execute(statement, params)
             return [(int(i), bytes(k), float(d), bytes(v), None if m is None else bytes(m)) for i, k, d, v, m in cur]
