@@ -15,7 +15,11 @@ many of the other types) is loaded through hippograph, the HNSW index is built, 
   counts them), timed, and the queries with four tags are measured again;
 - throughput is measured with 1 and with ``--clients`` client processes searching at once;
 - each search client process (which holds no vectors: the benchmark process, which generated the
-  data, is not one) reads its resident memory after opening the store and after its queries.
+  data, is not one) reads its resident memory after opening the store and after its queries;
+- capacity: the CPU time a query and a write cost the clients (their processes) and the server (every
+  ``postgres`` process of this host, the writes' background settling included), from which the
+  throughput of N client processes on C cores is predicted (`predicted`) and checked against the
+  measured runs. With a server on another host the server's figures are left out.
 """
 
 from __future__ import annotations
@@ -57,6 +61,30 @@ def rss_mb() -> float:
     return float("nan")
 
 
+def server_cpu() -> float | None:
+    """CPU seconds every ``postgres`` process of this host has used, with the children they have reaped
+    (a backend that exited counts in its postmaster's), or None when no server runs here."""
+    total, found = 0.0, False
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        if name == "postgres":
+            found = True
+            total += sum(int(f) for f in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    return total if found else None
+
+
+def predicted(clients: int, cores: int, latency: float, cpu: float) -> float:
+    """Operations per second of `clients` closed-loop client processes on `cores` cores: each client
+    does one operation per `latency` (one client's measured time) until the cores, each giving
+    `cpu` seconds (client and server CPU of one operation) per operation, are all busy."""
+    return min(clients / latency, cores / cpu)
+
+
 def open_server(dsn: str, repo: str) -> Any:
     from hippograph.backends.postgres import Postgres
 
@@ -74,6 +102,10 @@ class Clients:
 
     rate: float
     """Searches per second, all clients together."""
+    client_cpu: float
+    """Client CPU seconds per search (the client processes' own time)."""
+    server_cpu: float | None
+    """Server CPU seconds per search (None: the server is on another host)."""
     opened_mb: float
     """The largest resident memory of a client after opening the store and five searches."""
     after_mb: float
@@ -86,11 +118,11 @@ def _client(dsn: str, repo: str, queries: list[np.ndarray], seconds: float, star
         search(backend, q, False)
     opened = rss_mb()
     start.wait()
-    done, t0 = 0, time.perf_counter()
+    done, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         search(backend, queries[done % len(queries)], False)
         done += 1
-    out.put((done, time.perf_counter() - t0, opened, rss_mb()))
+    out.put((done, time.perf_counter() - t0, opened, rss_mb(), time.process_time() - c0))
     backend.close()
 
 
@@ -101,12 +133,17 @@ def throughput(dsn: str, repo: str, queries: list[np.ndarray], clients: int, sec
     for p in procs:
         p.start()
     time.sleep(2.0 + 0.5 * clients)  # every client opened and warmed
+    before = server_cpu()
     start.set()
     results = [out.get(timeout=seconds + 600) for _ in procs]
+    after = server_cpu()
     for p in procs:
         p.join()
+    done = sum(r[0] for r in results)
     return Clients(
-        rate=sum(r[0] for r in results) / max(r[1] for r in results),
+        rate=done / max(r[1] for r in results),
+        client_cpu=sum(r[4] for r in results) / done,
+        server_cpu=None if before is None or after is None else (after - before) / done,
         opened_mb=max(r[2] for r in results),
         after_mb=max(r[3] for r in results),
     )
@@ -186,7 +223,8 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
     ds = make_dataset(args.n, dim=args.dim)
     backend = open_server(dsn, repo)
     t0 = time.perf_counter()
-    reused = backend.stats()["nodes"][SCANNED.value] == args.n  # a repo kept from an earlier run is reused
+    # A repo kept from an earlier run is reused (with the writes earlier runs added).
+    reused = backend.stats()["nodes"][SCANNED.value] >= args.n
     if not reused:
         for cs in graph_changesets(ds, chunk=5000):
             backend.apply_changeset(cs)
@@ -224,11 +262,13 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
     )
     calibrated = client.vector_index_stats()[SCANNED.value]
     rng = np.random.default_rng(5)
+    run_id = uuid.uuid4().hex[:8]
     commits = []
+    writes_cpu, writes_server = time.process_time(), server_cpu()
     for k in range(100):  # trajectory-sized writes into the indexed type: the HNSW inserts count
         cs = hg.Changeset()
         for j, vec in enumerate(ds.centers[rng.integers(0, len(ds.centers), 9)] + rng.standard_normal((9, args.dim))):
-            node_id = f"commit-{k:04d}-{j}"
+            node_id = f"commit-{run_id}-{k:04d}-{j}"  # new nodes on every run
             cs.add_node(hg.Semantic(id=node_id, embedding=vec.astype(np.float32), proposition="p", confidence=1.0))
             # Stamped at the data's time, as the queries are: rows written at the wall clock's now, 18 months
             # after the queries' `now`, would make every query after this phase one "as of" the past.
@@ -236,10 +276,42 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
         t = time.perf_counter()
         client.apply_changeset(cs)
         commits.append(time.perf_counter() - t)
+    write_client = (time.process_time() - writes_cpu) / len(commits)
+    settled = wait_settled(dsn, repo)
+    after_writes = server_cpu()
+    write_server = (
+        None if writes_server is None or after_writes is None else (after_writes - writes_server) / len(commits)
+    )
     client.close()
     one = throughput(dsn, repo, workloads["query + 4 tags"], 1, args.seconds)
     many = throughput(dsn, repo, workloads["query + 4 tags"], args.clients, args.seconds)
     vector_mb = args.n * args.dim * 4 / 2**20
+    cores = os.cpu_count() or 1
+    query_cpu = one.client_cpu + (one.server_cpu or 0.0)
+    write_cpu = write_client + (write_server or 0.0)
+    latency = 1 / one.rate
+    write_latency = statistics.mean(commits)
+    capacity = (
+        "Capacity (throughput of N client processes on C cores, predicted as min(N / latency, C / CPU per "
+        "operation): each client does one operation per one client's latency until the cores are busy): "
+        + (
+            "the server runs on another host, so its CPU is not measured here."
+            if one.server_cpu is None or write_server is None
+            else f"a query with four tags costs {one.client_cpu * 1e3:.2f} ms of client CPU and "
+            f"{one.server_cpu * 1e3:.2f} ms of server CPU ({query_cpu * 1e3:.2f} ms in all; one client's latency "
+            f"{latency * 1e3:.2f} ms); a 9-node write {write_client * 1e3:.2f} ms of client CPU and "
+            f"{write_server * 1e3:.2f} ms of server CPU, its background settling included ({write_cpu * 1e3:.2f} ms; "
+            f"latency {write_latency * 1e3:.2f} ms mean, settled {settled:.1f} s after the last write). "
+            f"Queries predicted: 1 client {predicted(1, cores, latency, query_cpu):,.0f}/s (measured "
+            f"{one.rate:,.0f}/s), {args.clients} clients on {cores} cores "
+            f"{predicted(args.clients, cores, latency, query_cpu):,.0f}/s (measured {many.rate:,.0f}/s, "
+            f"{(many.rate / predicted(args.clients, cores, latency, query_cpu) - 1) * 100:+.0f}%); 8 clients on 8 "
+            f"cores {predicted(8, 8, latency, query_cpu):,.0f}/s. Writes, sustained (settling keeps up): 1 client "
+            f"{predicted(1, cores, write_latency, write_cpu):,.0f}/s, 8 clients on 8 cores "
+            f"{predicted(8, 8, write_latency, write_cpu):,.0f}/s ({predicted(8, 8, write_latency, write_cpu) * 9:,.0f} "
+            "nodes/s)."
+        )
+    )
     return [
         HEADING,
         "",
@@ -273,10 +345,25 @@ def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]
         f"`modify_metadata` of 20 nodes median {statistics.median(updates) * 1e3:.1f} ms, "
         f"p99 {pct(updates, 99) * 1e3:.1f} ms.",
         "",
-        f"A 9-node write with metadata into the indexed type (`apply_changeset`, fsync on; vectors, usage and "
-        f"HNSW inserts in the same statement): median {statistics.median(commits) * 1e3:.2f} ms, "
-        f"p99 {pct(commits, 99) * 1e3:.2f} ms.",
+        f"A 9-node write with metadata into the indexed type (`apply_changeset`, fsync on; vectors and usage in "
+        f"the same statement, the HNSW inserts settled in the background): median "
+        f"{statistics.median(commits) * 1e3:.2f} ms, p99 {pct(commits, 99) * 1e3:.2f} ms.",
+        "",
+        capacity,
     ]
+
+
+def wait_settled(dsn: str, repo: str, most: float = 600.0) -> float:
+    """Seconds until the repo holds no pending rows (the writes' HNSW inserts done)."""
+    import psycopg
+
+    from hippograph.backends.postgres import vectors
+
+    t0 = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while vectors.pending(conn, "hippograph", repo) and time.perf_counter() - t0 < most:
+            time.sleep(0.05)
+    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":
