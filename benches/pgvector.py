@@ -357,11 +357,11 @@ def wait_settled(dsn: str, repo: str, most: float = 600.0) -> float:
     """Seconds until the repo holds no pending rows (the writes' HNSW inserts done)."""
     import psycopg
 
-    from hippograph.backends.postgres import vectors
+    from hippograph.backends.postgres import upkeep
 
     t0 = time.perf_counter()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        while vectors.pending(conn, "hippograph", repo) and time.perf_counter() - t0 < most:
+        while upkeep.pending(conn, "hippograph", repo) and time.perf_counter() - t0 < most:
             time.sleep(0.05)
     return time.perf_counter() - t0
 

@@ -20,7 +20,7 @@ from pg_server import _offers_pgvector, pg_dsn, pgvector_dsn, require_psycopg
 require_psycopg()
 
 import hippograph as hg  # noqa: E402
-from hippograph.backends.postgres import Postgres, drop_repo, vectors  # noqa: E402
+from hippograph.backends.postgres import Postgres, drop_repo, upkeep, vectors  # noqa: E402
 from hippograph.engine.checks import utcnow  # noqa: E402
 from hippograph.errors import ConfigError  # noqa: E402
 from hippograph.graph.changeset import Changeset  # noqa: E402
@@ -423,7 +423,7 @@ def weighted_rows(dsn: str, schema: str, current: bool = True) -> dict[str, tupl
 def settled(dsn: str, schema: str) -> None:
     """Every pending row of the test's repo indexed (usage of a pending row rewrites it in place)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        vectors.settle(conn, schema, "r", wait=True)
+        upkeep.settle(conn, schema, "r", wait=True)
 
 
 def reweighed_ids(dsn: str, schema: str) -> set[str]:
@@ -624,8 +624,8 @@ def test_usage_that_lifts_rows_reaches_the_pools_without_touching_the_index(
             got = answers(server, q, tags, exact=False)
             assert got == answers(client, q, tags)
             assert {i for i, _ in got if i.startswith("s")} <= lifted  # the lifted rows lead every answer
-        monkeypatch.setattr(vectors, "FOLD_LEAST", 50)
-        monkeypatch.setattr(vectors, "FOLD_CHUNK", 16)  # several transactions
+        monkeypatch.setattr(upkeep, "FOLD_LEAST", 50)
+        monkeypatch.setattr(upkeep, "FOLD_CHUNK", 16)  # several transactions
         leftover = vectors.value_index_name("r", hg.NodeType.SEMANTIC, DIM) + "_ccnew"
         with psycopg.connect(pgvector_dsn, autocommit=True) as conn:  # as a rebuild that died leaves it
             conn.execute(f'CREATE INDEX "{leftover}" ON "{schema}".valued (repo)')
@@ -659,8 +659,8 @@ def test_a_fold_while_usage_changes_loses_no_weight(
         ids = [n.id for n in nodes[:300]]
         client.update_metadata({i: hg.NodeMetadata(created_at=meta[i].created_at, access_count=5) for i in ids})
         assert len(reweighed_ids(pgvector_dsn, schema)) == 300
-        monkeypatch.setattr(vectors, "FOLD_LEAST", 50)
-        monkeypatch.setattr(vectors, "FOLD_CHUNK", 8)
+        monkeypatch.setattr(upkeep, "FOLD_LEAST", 50)
+        monkeypatch.setattr(upkeep, "FOLD_CHUNK", 8)
         errors: list[BaseException] = []
         done = threading.Event()
 
@@ -850,7 +850,7 @@ def test_writes_land_pending_answered_exactly_until_they_settle(
             found += f"late{j:02d}" in {i for i, _ in got}
         assert found > 5  # pending rows answer
         with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
-            assert vectors.settle(conn, schema, "r") == 80
+            assert upkeep.settle(conn, schema, "r") == 80
         assert pending_rows(pgvector_dsn, schema) == 0
         for q, tags in queries(43, 10):
             assert answers(server, q, tags, exact=False) == answers(server, q, tags)

@@ -92,7 +92,7 @@ def test_verify_of_a_missing_repo_exits_1_and_creates_nothing(
     code, out, err = run(capsys, "verify", "--path", str(missing))
     assert code == 1
     assert out == ""
-    assert "no hippograph repo" in err
+    assert "no graph repo at" in err
     assert not missing.exists()
 
 
@@ -160,4 +160,4 @@ def test_verify_opens_the_store_read_only(store: Path, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(LMDB, "__init__", spy)
     assert main(["verify", "--path", str(store)]) == 0
-    assert opened == [True]
+    assert opened and all(opened), "every open of the store is read-only"

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from ...engine.vector_index import AnnConfig
-from . import vectors
+from . import upkeep
 from .search import ServerSearch
 from .tx import Conn
 
@@ -80,7 +80,7 @@ class IndexBuilder:
 
 
 class Settler:
-    """Inserts the repo's pending rows into its HNSW indexes (`vectors.settle`) on a connection of its
+    """Inserts the repo's pending rows into its HNSW indexes (`upkeep.settle`) on a connection of its
     own, woken by each write (`nudge`): the writer has committed without those inserts, and queries
     scan the rows exactly until they settle. The thread ends after `IDLE` seconds without a write."""
 
@@ -116,7 +116,7 @@ class Settler:
                 self.wake.clear()
                 if self.conn is None:
                     self.conn = self.connect()
-                vectors.settle(self.conn, self.schema, self.repo, self.stop)
+                upkeep.settle(self.conn, self.schema, self.repo, self.stop)
         except psycopg.Error:
             with self.lock:
                 self.thread = None

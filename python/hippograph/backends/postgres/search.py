@@ -28,7 +28,7 @@ from ...graph import codec
 from ...graph.model import Node, NodeType, as_node_types
 from ...graph.recall import python_values
 from ...graph.value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
-from . import depth, vectors
+from . import depth, upkeep, vectors
 from .arrays import Float4Array
 from .ranked import Ranked, RankedRow, margin
 from .tx import Conn, _id, _key, _Tx
@@ -93,8 +93,8 @@ class ServerSearch:
         }
         built: list[NodeType] = []
         if ann is not None:
-            with vectors._no_timeout(conn):
-                vectors.settle(conn, self.schema, self.repo, stop, wait=True)
+            with vectors.no_timeout(conn):
+                upkeep.settle(conn, self.schema, self.repo, stop, wait=True)
             wanted = set(NodeType if types is None else types)
             large = [t for t, c in counts.items() if c > ann.min_nodes and t in wanted]
             names = {vectors.index_name(self.repo, t, dim): t for t in large}
@@ -125,16 +125,16 @@ class ServerSearch:
                     *vectors.earlier_value_index_names(self.repo, t, dim),
                 )
             )
-            and vectors.unweighted(conn, self.schema, self.repo, t, _UNWEIGHTED_MOST + 1) <= _UNWEIGHTED_MOST
+            and upkeep.unweighted(conn, self.schema, self.repo, t, _UNWEIGHTED_MOST + 1) <= _UNWEIGHTED_MOST
         }
         if ann is not None:
             for t in sorted(self.ranked.weighted, key=lambda t: t.value):
-                most = vectors.fold_at(counts.get(t, 0))
+                most = upkeep.fold_at(counts.get(t, 0))
                 if (
                     valid.get(vectors.value_index_name(self.repo, t, dim))
-                    and vectors.reweighed(conn, self.schema, self.repo, t, most + 1) > most
+                    and upkeep.reweighed(conn, self.schema, self.repo, t, most + 1) > most
                 ):
-                    vectors.fold(conn, self.schema, self.repo, t, dim, stop)
+                    upkeep.fold(conn, self.schema, self.repo, t, dim, stop)
         measured = depth.stored(conn, self.schema, self.repo, dim)
         tx = _Tx(conn, self.repo, {})
 

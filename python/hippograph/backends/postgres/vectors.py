@@ -39,8 +39,6 @@ __all__ = [
     "enable",
     "ensure_indexes",
     "index_name",
-    "pending",
-    "settle",
     "value_graph",
     "value_index_name",
 ]
@@ -373,138 +371,6 @@ lock `enable` takes, idempotent (it also follows a re-creation of ``{s}.valued``
 ``{s}.reweighed``); the rows stored before stay indexed."""
 
 
-def unweighted(conn: Conn, schema: str, repo: str, node_type: NodeType, most: int) -> int:
-    """How many of the type's vectors have no weight (their node has no metadata), counted up to `most`."""
-    return _count(conn, schema, "valued", "val IS NULL", repo, node_type, most)
-
-
-def reweighed(conn: Conn, schema: str, repo: str, node_type: NodeType, most: int) -> int:
-    """How many of the type's rows wait in ``{s}.reweighed`` for a `fold`, counted up to `most`."""
-    return _count(conn, schema, "reweighed", "true", repo, node_type, most)
-
-
-def _count(conn: Conn, schema: str, table: str, condition: str, repo: str, node_type: NodeType, most: int) -> int:
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {s}.{t} WHERE repo = %s AND type = %s AND {c} LIMIT %s) x").format(
-            s=sql.Identifier(schema), t=sql.Identifier(table), c=sql.SQL(condition)
-        ),
-        (repo, node_type.value, most),
-    ).fetchone()
-    return 0 if row is None else int(row[0])
-
-
-FOLD_LEAST = 2000
-"""`fold_at` never less: each pool scans the reweighed rows of its type (about 0.3 µs a row and
-query vector on 100k × 128), so 2,000 cost well under a millisecond."""
-
-
-def fold_at(rows: int) -> int:
-    """How many reweighed rows of a type of `rows` rows start a `fold`: a rebuild of its index costs
-    in proportion to its rows, so the larger the type, the more rows wait for one."""
-    return max(FOLD_LEAST, rows // 200)
-
-
-FOLD_CHUNK = 256
-"""Rows a fold writes per transaction: the usage writers of those nodes wait for one chunk's index
-inserts at most (milliseconds a row), not for the whole fold's."""
-
-
-def fold(conn: Conn, schema: str, repo: str, node_type: NodeType, dim: int, stop: threading.Event | None) -> bool:
-    """Writes the type's reweighed rows into ``{s}.valued`` (`FOLD_CHUNK` per transaction) and
-    rebuilds its value-weighted index (``REINDEX CONCURRENTLY``: the old one serves meanwhile, and
-    the new one holds no dead versions); returns whether it ran. `conn`: autocommit. Another
-    process building or folding the same index (its advisory lock) or `stop` set skips it; `stop`
-    set on the way ends it between steps, and the rows written so far leave their dead versions in
-    the index until the next fold rebuilds it."""
-    have = existing_indexes(conn, schema, repo)
-    serving = [n for n in (value_index_name(repo, node_type, dim), *earlier_value_index_names(repo, node_type, dim))]
-    name = next((n for n in serving if have.get(n) is True), serving[0])
-    lock = _index_lock(schema, name)
-    if stop is not None and stop.is_set():
-        return False
-    got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
-    if got is None or not got[0]:
-        return False
-    s = sql.Identifier(schema)
-    # The weighted rows first, in key order, as the usage trigger locks them; rows reweighed meanwhile
-    # wait for the next fold.
-    take = sql.SQL(
-        "SELECT w.id FROM {s}.valued w JOIN {s}.reweighed c ON c.repo = w.repo AND c.id = w.id "
-        "WHERE c.repo = %s AND c.type = %s ORDER BY w.id LIMIT %s FOR UPDATE OF w"
-    ).format(s=s)
-    write = sql.SQL(
-        "WITH gone AS (DELETE FROM {s}.reweighed c WHERE c.repo = %s AND c.id = ANY(%s) RETURNING c.id, c.val) "
-        "UPDATE {s}.valued w SET val = gone.val FROM gone WHERE w.repo = %s AND w.id = gone.id"
-    ).format(s=s)
-    try:
-        for _ in range(reweighed(conn, schema, repo, node_type, 2**62) // FOLD_CHUNK + 1):
-            if stop is not None and stop.is_set():
-                return True
-            conn.execute("BEGIN")
-            try:
-                keys = [bytes(k) for (k,) in conn.execute(take, (repo, node_type.value, FOLD_CHUNK)).fetchall()]
-                conn.execute(write, (repo, keys, repo))
-                conn.execute("COMMIT")
-            except BaseException:
-                _rollback(conn)
-                raise
-            if len(keys) < FOLD_CHUNK:
-                break
-        _drop_leftovers(conn, schema, repo, name)
-        with _no_timeout(conn):
-            conn.execute(sql.SQL("REINDEX INDEX CONCURRENTLY {}.{}").format(s, sql.Identifier(name)))
-        return True
-    finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
-
-
-SETTLE_CHUNK = 32
-"""Pending rows `settle` indexes per transaction: a writer re-putting one of them waits for one
-chunk's HNSW inserts at most (a few milliseconds a row)."""
-
-
-def settle(conn: Conn, schema: str, repo: str, stop: threading.Event | None = None, wait: bool = False) -> int:
-    """Clears the repo's pending rows (`_PENDING`), `SETTLE_CHUNK` per transaction, which inserts them
-    into the HNSW indexes; returns how many. `conn`: autocommit. Another process settling the repo
-    (its advisory lock) skips it, or with `wait` (before a calibration, which must measure the pools
-    queries will see) is waited for; `stop` set ends it; rows a writer holds are left for next time."""
-    lock = _index_lock(schema, "settle:" + repo)
-    if wait:
-        conn.execute("SELECT pg_advisory_lock(%s)", (lock,))
-    else:
-        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
-        if got is None or not got[0]:
-            return 0
-    s = sql.Identifier(schema)
-    done = 0
-    try:
-        for table in ("vectors", "valued"):  # the order writers lock them in
-            step = sql.SQL(
-                "UPDATE {s}.{t} x SET pending = false WHERE x.repo = %s AND x.id IN (SELECT y.id FROM {s}.{t} y "
-                "WHERE y.repo = %s AND y.pending ORDER BY y.id LIMIT %s FOR UPDATE SKIP LOCKED) AND x.pending"
-            ).format(s=s, t=sql.Identifier(table))
-            while stop is None or not stop.is_set():
-                cur = conn.execute(step, (repo, repo, SETTLE_CHUNK))
-                done += cur.rowcount
-                if cur.rowcount < SETTLE_CHUNK:
-                    break
-        return done
-    finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
-
-
-def pending(conn: Conn, schema: str, repo: str) -> bool:
-    """Whether the repo holds pending rows."""
-    row = conn.execute(
-        sql.SQL(
-            "SELECT EXISTS (SELECT 1 FROM {s}.vectors WHERE repo = %s AND pending) OR "
-            "EXISTS (SELECT 1 FROM {s}.valued WHERE repo = %s AND pending)"
-        ).format(s=sql.Identifier(schema)),
-        (repo, repo),
-    ).fetchone()
-    return bool(row and row[0])
-
-
 def _settling(conn: Conn, schema: str) -> bool:
     """Whether the schema's vectors have the pending segment (`_PENDING`)."""
     row = conn.execute(
@@ -653,7 +519,7 @@ def ensure_indexes(
         ):
             if have.get(name) is True or (stop is not None and stop.is_set()):
                 continue
-            lock = _index_lock(schema, name)
+            lock = index_lock(schema, name)
             got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
             if got is None or not got[0]:
                 continue  # another process is building it
@@ -662,7 +528,7 @@ def ensure_indexes(
                 conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
                 continue
             try:
-                with _no_timeout(conn):
+                with no_timeout(conn):
                     if name in have:  # left invalid by a build that died
                         conn.execute(
                             sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(
@@ -696,13 +562,13 @@ def ensure_indexes(
     return built
 
 
-def _index_lock(schema: str, name: str) -> int:
+def index_lock(schema: str, name: str) -> int:
     """The session advisory lock of one index: held while it is built or rebuilt."""
     return int.from_bytes(hashlib.sha256(f"{schema}.{name}".encode()).digest()[:8], "big", signed=True)
 
 
 @contextlib.contextmanager
-def _no_timeout(conn: Conn) -> Iterator[None]:
+def no_timeout(conn: Conn) -> Iterator[None]:
     """Lifts the session's statement timeout: a build takes minutes per million rows."""
     timeout = conn.execute("SHOW statement_timeout").fetchone()
     conn.execute("SET statement_timeout = 0")
@@ -717,7 +583,7 @@ def _leftover(name: str, other: str) -> bool:
     return other.startswith((name + "_ccnew", name + "_ccold"))
 
 
-def _drop_leftovers(conn: Conn, schema: str, repo: str, name: str) -> None:
+def drop_leftovers(conn: Conn, schema: str, repo: str, name: str) -> None:
     """Drops what a rebuild of index `name` that died left (``REINDEX CONCURRENTLY`` names its new
     index ``<name>_ccnew`` and the old one ``<name>_ccold``, with a number when taken)."""
     for other in existing_indexes(conn, schema, repo):
@@ -744,11 +610,11 @@ def _drop_replaced(conn: Conn, schema: str, repo: str, node_type: NodeType, dim:
                     )
                 )
     if any(_leftover(name, other) for other in have):
-        lock = _index_lock(schema, name)
+        lock = index_lock(schema, name)
         got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
         if got is not None and got[0]:
             try:
-                _drop_leftovers(conn, schema, repo, name)
+                drop_leftovers(conn, schema, repo, name)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
 
