@@ -90,12 +90,15 @@ class Engine:
 
 
 class Core(Engine):
-    name = "hippograph core (i8 codes)"
     imports = ""
     opener = "g = _core.Hnsw.open(path); g.set_ef(64); g.knn_query(q, 10)"
 
+    def __init__(self, codes: str = "f16") -> None:
+        self.codes = codes
+        self.name = f"hippograph core ({codes} codes)"
+
     def build(self, data: F32) -> None:
-        self.g = _core.Hnsw(data.shape[1], 16, 100, data[:16384])
+        self.g = _core.Hnsw(data.shape[1], 16, 100, data[:16384], codes=self.codes)
         self.g.set_num_threads(2)
         self.g.add_items(data, np.arange(len(data)))
 
@@ -197,7 +200,7 @@ def engines_rows(n: int, dim: int, queries: int, tmp: Path) -> list[str]:
         data = make(n, dim, rng)
         qs = ask(data, queries, rng)
         want = truth(data, qs, 10)
-        for engine in (Core(), Hnswlib(), Usearch()):
+        for engine in (Core("f16"), Core("i8"), Hnswlib(), Usearch()):
             try:
                 t = time.perf_counter()
                 engine.build(data)
@@ -211,7 +214,7 @@ def engines_rows(n: int, dim: int, queries: int, tmp: Path) -> list[str]:
                 recall = np.mean([len(set(found[i].tolist()) & set(want[i].tolist())) / 10 for i in range(queries)])
                 p50 = p50_us(lambda i, e=engine, q=qs: e.knn(q[i : i + 1], 10), queries)
                 cells.append(f"{p50:.0f} µs / {recall:.3f}")
-            path = tmp / f"{label}.{type(engine).__name__}.index"
+            path = tmp / f"{label}.{len(rows)}.index"
             engine.save(path)
             held = None
             if isinstance(engine, Core):  # the first process holds the saved file mapped, as a store does

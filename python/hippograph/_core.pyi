@@ -316,15 +316,23 @@ class GraphWrite:
 
 @final
 class Hnsw:
-    """The core's approximate index: an HNSW graph over one-byte codes of unit vectors, with the
+    """The core's approximate index: an HNSW graph over codes of unit vectors (f16, or one byte
+    per dimension scaled from a sample), with the
     method names of the hnswlib index it stands in for. Ids are dense and added in order; deleted
     ids still route searches but are never returned. A saved graph is opened mapped copy-on-write
     and verified, so processes that open the same file share its pages."""
 
     def __init__(
-        self, dim: int, m: int, ef_construction: int, sample: npt.NDArray[np.float32], seed: int = ...
+        self,
+        dim: int,
+        m: int,
+        ef_construction: int,
+        sample: npt.NDArray[np.float32],
+        seed: int = ...,
+        codes: Literal["f16", "i8"] = "f16",
     ) -> None:
-        """An empty index; `sample` (rows of `dim` floats like those to come) sets the code scales."""
+        """An empty index; `sample` (rows of `dim` floats like those to come) sets the i8 code scales.
+        ValidationError for any other `codes`."""
     @staticmethod
     def open(path: str | os.PathLike[str], sha256: str | None = None) -> Hnsw:
         """The index saved at `path`; ValueError when it is not an index file or not the expected one."""

@@ -1,8 +1,8 @@
 """The vector index: HNSW graphs that offer candidates, as derived data.
 
 Two engines draw the graph: ``"core"`` (the default, `hippograph._core.Hnsw`, compiled into
-every wheel), which keeps each vector as one-byte codes and leaves the exact rows to the scoring
-columns, and ``"hnswlib"`` (the `ann` extra), which keeps its own f32 copy.
+every wheel), which keeps each unit vector as f16 codes in its own mapped file and leaves the
+exact rows to the scoring columns, and ``"hnswlib"`` (the `ann` extra), which keeps its own f32 copy.
 
 A `VectorIndex` mirrors one type's embeddings. It is only ever a source of
 *candidates*: every candidate is rescored exactly in Rust until the ranking is
@@ -97,8 +97,8 @@ _SCALE_SAMPLE = 16_384
 class AnnConfig:
     """When and how to build HNSW indexes.
 
-    `engine`: ``"core"`` (the default: compiled into every wheel, one-byte codes beside the
-    scoring columns, its saved graph mapped and shared between processes) or ``"hnswlib"`` (the
+    `engine`: ``"core"`` (the default: compiled into every wheel, f16 codes of unit vectors beside
+    the scoring columns, its saved graph mapped and shared between processes) or ``"hnswlib"`` (the
     `ann` extra, which keeps an f32 copy of every vector).
     `min_nodes`: a type holding more nodes than this (counted with or without
     an embedding) uses the index; below it the exact scan is faster. `M`, `ef_construction`,

@@ -958,7 +958,7 @@ mod tests {
         let d = data(n, dim, 41);
         let index = crate::hnsw::Index::new(
             dim,
-            crate::hnsw::Config { m: 16, ef_construction: 100, seed: 3 },
+            crate::hnsw::Config { m: 16, ef_construction: 100, seed: 3, codes: crate::hnsw::Codes::F16 },
             &d.data[..300 * dim],
         )
         .unwrap();

@@ -1,8 +1,9 @@
-//! The vector index of the core: an HNSW graph over one-byte codes.
+//! The vector index of the core: an HNSW graph over compressed codes.
 //!
-//! The graph holds no float vectors. Each node keeps its unit vector as `i8`
-//! codes on a per-dimension scale (a quarter of the f32 bytes) and the
-//! *residual* `‖u − decode(codes)‖`, rounded up: for a unit query `q`,
+//! The graph holds no f32 vectors. Each node keeps its unit vector as codes
+//! ([`Codes`]: half floats, half the f32 bytes, or `i8` on a per-dimension
+//! scale, a quarter) and the *residual* `‖u − decode(codes)‖`, rounded up:
+//! for a unit query `q`,
 //! `|q·u − q·decode(codes)| ≤ residual` (Cauchy–Schwarz), so a similarity the
 //! graph reports is within [`Index::max_error`] of the exact cosine. The
 //! caller rescoring candidates exactly from its own rows (the scoring
@@ -27,6 +28,33 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
+/// How a node's unit vector is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codes {
+    /// IEEE half floats: residuals near 1e-4, so a similarity the graph reports is nearly exact
+    /// and a pool's bound on the rows outside it is tight (a shallow search certifies).
+    F16,
+    /// One byte per value on a per-dimension scale: half the bytes of `F16`, residuals near 1e-2.
+    I8,
+}
+
+impl Codes {
+    /// Bytes per value.
+    pub fn width(self) -> usize {
+        match self {
+            Codes::F16 => 2,
+            Codes::I8 => 1,
+        }
+    }
+
+    fn magic(self) -> &'static [u8; 8] {
+        match self {
+            Codes::F16 => b"HGHNSW02",
+            Codes::I8 => b"HGHNSW01",
+        }
+    }
+}
+
 /// How a graph is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -36,6 +64,8 @@ pub struct Config {
     pub ef_construction: usize,
     /// Seed of the level draw (a node's level is a hash of its id and this).
     pub seed: u64,
+    /// How each node's vector is kept.
+    pub codes: Codes,
 }
 
 /// Why a call on an index failed.
@@ -61,8 +91,10 @@ impl fmt::Display for IndexError {
 
 const MAX_LEVEL: usize = 15;
 const EXTRA_SEGMENT: usize = 1 << 14;
-const MAGIC: &[u8; 8] = b"HGHNSW01";
 const HEADER: usize = 64;
+/// Bytes of a node's codes fetched ahead while its neighbours' list is read (the hardware brings
+/// the next lines itself once a row is streamed).
+const PREFETCH_BYTES: usize = 128;
 /// Float rounding of a code similarity (summed in f32 over at most a few thousand terms of
 /// magnitude at most one), added to the largest residual.
 const ROUNDING: f32 = 1e-5;
@@ -89,13 +121,13 @@ impl Meta {
 }
 
 enum Backing {
-    Owned { _codes: Box<[i8]>, _links: Box<[AtomicU32]> },
+    Owned { _codes: Box<[u8]>, _links: Box<[AtomicU32]> },
     Mapped(#[allow(dead_code)] Arc<memmap2::MmapMut>),
 }
 
 /// A run of `cap` consecutive ids: their codes, level-0 links and states.
 struct Segment {
-    codes: *mut i8,
+    codes: *mut u8,
     links: *const AtomicU32,
     cap: usize,
     meta: Box<[OnceLock<Meta>]>,
@@ -110,8 +142,8 @@ unsafe impl Send for Segment {}
 unsafe impl Sync for Segment {}
 
 impl Segment {
-    fn owned(cap: usize, dim: usize, m0: usize) -> Self {
-        let mut codes = vec![0i8; cap * dim].into_boxed_slice();
+    fn owned(cap: usize, row_bytes: usize, m0: usize) -> Self {
+        let mut codes = vec![0u8; cap * row_bytes].into_boxed_slice();
         let links: Box<[AtomicU32]> = (0..cap * (m0 + 1)).map(|_| AtomicU32::new(0)).collect();
         let codes_ptr = codes.as_mut_ptr();
         let links_ptr = links.as_ptr();
@@ -125,11 +157,23 @@ impl Segment {
     }
 }
 
-/// Where each float of a query form goes: a unit vector times the per-dimension scale.
-type Kernel = fn(&[f32], &[i8]) -> f32;
+/// A query form's dot product with a node's codes (their bytes).
+type Kernel = fn(&[f32], &[u8]) -> f32;
+
+/// The bytes of `i8` codes as the codes.
+#[inline(always)]
+fn as_i8(c: &[u8]) -> &[i8] {
+    // SAFETY: i8 and u8 have the same size and alignment.
+    unsafe { std::slice::from_raw_parts(c.as_ptr().cast::<i8>(), c.len()) }
+}
 
 #[inline(always)]
-fn dot_body(q: &[f32], c: &[i8]) -> f32 {
+fn half_at(c: &[u8], i: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([c[2 * i], c[2 * i + 1]])).to_f32()
+}
+
+#[inline(always)]
+fn dot_i8_body(q: &[f32], c: &[i8]) -> f32 {
     const W: usize = 16;
     let n = q.len().min(c.len());
     let full = n - n % W;
@@ -146,9 +190,38 @@ fn dot_body(q: &[f32], c: &[i8]) -> f32 {
     s
 }
 
+fn dot_f16_body(q: &[f32], c: &[u8]) -> f32 {
+    const W: usize = 8;
+    let n = q.len().min(c.len() / 2);
+    let full = n - n % W;
+    let mut acc = [0f32; W];
+    for base in (0..full).step_by(W) {
+        for j in 0..W {
+            acc[j] += q[base + j] * half_at(c, base + j);
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (i, x) in q.iter().enumerate().take(n).skip(full) {
+        s += x * half_at(c, i);
+    }
+    s
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps(v, 1);
+    let s = _mm_add_ps(lo, hi);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(q: &[f32], c: &[i8]) -> f32 {
+unsafe fn dot_i8_avx2(q: &[f32], c: &[i8]) -> f32 {
     use std::arch::x86_64::*;
     let n = q.len().min(c.len());
     let full = n - n % 16;
@@ -165,37 +238,68 @@ unsafe fn dot_avx2(q: &[f32], c: &[i8]) -> f32 {
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 8)), hi, a1);
         i += 16;
     }
-    let v = _mm256_add_ps(a0, a1);
-    let lo = _mm256_castps256_ps128(v);
-    let hi = _mm256_extractf128_ps(v, 1);
-    let s = _mm_add_ps(lo, hi);
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    let mut total = _mm_cvtss_f32(s);
+    let mut total = hsum(_mm256_add_ps(a0, a1));
     for j in full..n {
         total += q[j] * f32::from(c[j]);
     }
     total
 }
 
-fn dot_portable(q: &[f32], c: &[i8]) -> f32 {
-    dot_body(q, c)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_avx2(q: &[f32], c: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = q.len().min(c.len() / 2);
+    let full = n - n % 16;
+    let (qp, cp) = (q.as_ptr(), c.as_ptr());
+    let mut a0 = _mm256_setzero_ps();
+    let mut a1 = _mm256_setzero_ps();
+    let mut i = 0;
+    while i < full {
+        // SAFETY: i + 16 <= full <= n: 32 bytes of codes and 16 floats lie within the slices.
+        let lo = _mm256_cvtph_ps(_mm_loadu_si128(cp.add(2 * i).cast()));
+        let hi = _mm256_cvtph_ps(_mm_loadu_si128(cp.add(2 * i + 16).cast()));
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), lo, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 8)), hi, a1);
+        i += 16;
+    }
+    let mut total = hsum(_mm256_add_ps(a0, a1));
+    for (j, x) in q.iter().enumerate().take(n).skip(full) {
+        total += x * half_at(c, j);
+    }
+    total
+}
+
+fn dot_i8_portable(q: &[f32], c: &[u8]) -> f32 {
+    dot_i8_body(q, as_i8(c))
 }
 
 #[cfg(target_arch = "x86_64")]
-fn dot_avx2_safe(q: &[f32], c: &[i8]) -> f32 {
+fn dot_i8_avx2_safe(q: &[f32], c: &[u8]) -> f32 {
     // SAFETY: only chosen by `kernel` when the CPU has AVX2 and FMA.
-    unsafe { dot_avx2(q, c) }
+    unsafe { dot_i8_avx2(q, as_i8(c)) }
 }
 
-fn kernel() -> Kernel {
+#[cfg(target_arch = "x86_64")]
+fn dot_f16_avx2_safe(q: &[f32], c: &[u8]) -> f32 {
+    // SAFETY: only chosen by `kernel` when the CPU has AVX2, FMA and F16C.
+    unsafe { dot_f16_avx2(q, c) }
+}
+
+fn kernel(codes: Codes) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return dot_avx2_safe;
+        let simd = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        match codes {
+            Codes::I8 if simd => return dot_i8_avx2_safe,
+            Codes::F16 if simd && std::arch::is_x86_feature_detected!("f16c") => return dot_f16_avx2_safe,
+            _ => {}
         }
     }
-    dot_portable
+    match codes {
+        Codes::I8 => dot_i8_portable,
+        Codes::F16 => dot_f16_body,
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -254,9 +358,11 @@ struct Entry {
     level: usize,
 }
 
-/// An HNSW graph over one-byte codes of unit vectors.
+/// An HNSW graph over compressed codes of unit vectors.
 pub struct Index {
     dim: usize,
+    /// Bytes of one node's codes.
+    row_bytes: usize,
     config: Config,
     m0: usize,
     scale: Vec<f32>,
@@ -308,7 +414,10 @@ impl Index {
                 config.m, config.ef_construction
             )));
         }
-        let scale = scales_for(sample, dim);
+        let scale = match config.codes {
+            Codes::I8 => scales_for(sample, dim),
+            Codes::F16 => vec![1.0; dim],
+        };
         Ok(Self::with_scale(dim, config, scale, Vec::new()))
     }
 
@@ -316,11 +425,12 @@ impl Index {
         let scale2 = scale.iter().map(|s| s * s).collect();
         Index {
             dim,
+            row_bytes: dim * config.codes.width(),
             config,
             m0: 2 * config.m,
             scale,
             scale2,
-            kernel: kernel(),
+            kernel: kernel(config.codes),
             graph: RwLock::new(Graph { segments }),
             entry: Mutex::new(None),
             len: AtomicU32::new(0),
@@ -381,7 +491,7 @@ impl Index {
 
     /// Bytes of codes and links this index addresses (mapped or owned).
     pub fn memory_bytes(&self) -> usize {
-        self.capacity() * (self.dim + 4 * (self.m0 + 1))
+        self.capacity() * (self.row_bytes + 4 * (self.m0 + 1))
     }
 
     /// Grows the slots to at least `cap` (readers keep going; writers wait).
@@ -394,7 +504,7 @@ impl Index {
         let mut have: usize = graph.segments.iter().map(|s| s.cap).sum();
         while have < cap {
             let size = if graph.segments.is_empty() { cap.max(EXTRA_SEGMENT) } else { EXTRA_SEGMENT };
-            graph.segments.push(Segment::owned(size, self.dim, self.m0));
+            graph.segments.push(Segment::owned(size, self.row_bytes, self.m0));
             have += size;
         }
     }
@@ -478,14 +588,26 @@ impl Index {
     }
 
     /// The codes of `vector` (made unit) and its residual, rounded up.
-    fn encode(&self, vector: &[f32], out: &mut [i8]) -> f32 {
+    fn encode(&self, vector: &[f32], out: &mut [u8]) -> f32 {
         let u = unit(vector);
         let mut err = 0f64;
-        for ((o, x), s) in out.iter_mut().zip(&u).zip(&self.scale) {
-            let c = (x / s).round().clamp(-127.0, 127.0);
-            *o = c as i8;
-            let d = f64::from(*x) - f64::from(c) * f64::from(*s);
-            err += d * d;
+        match self.config.codes {
+            Codes::I8 => {
+                for ((o, x), s) in out.iter_mut().zip(&u).zip(&self.scale) {
+                    let c = (x / s).round().clamp(-127.0, 127.0);
+                    *o = (c as i8) as u8;
+                    let d = f64::from(*x) - f64::from(c) * f64::from(*s);
+                    err += d * d;
+                }
+            }
+            Codes::F16 => {
+                for (o, x) in out.chunks_exact_mut(2).zip(&u) {
+                    let h = half::f16::from_f32(*x);
+                    o.copy_from_slice(&h.to_bits().to_le_bytes());
+                    let d = f64::from(*x) - f64::from(h.to_f32());
+                    err += d * d;
+                }
+            }
         }
         let r = err.sqrt() * (1.0 + 1e-6) + 1e-7;
         r as f32
@@ -498,7 +620,7 @@ impl Index {
             return Err(IndexError::Shape("one vector per id".into()));
         }
         let graph = self.graph.read().expect("graph lock");
-        let mut buf = vec![0i8; self.dim];
+        let mut buf = vec![0u8; self.row_bytes];
         ids.iter()
             .zip(vectors.chunks_exact(self.dim))
             .map(|(&id, v)| {
@@ -515,16 +637,24 @@ impl Index {
         let mut out = Vec::with_capacity(ids.len() * self.dim);
         for &id in ids {
             self.meta(&graph, id)?;
-            out.extend(self.codes(&graph, id).iter().zip(&self.scale).map(|(c, s)| f32::from(*c) * s));
+            self.decoded(self.codes(&graph, id), &self.scale, &mut out);
         }
         Ok(out)
     }
 
-    fn codes<'g>(&self, graph: &'g Graph, id: u32) -> &'g [i8] {
+    /// Appends `codes` decoded, each value times `scale` (`i8` codes; half floats ignore it).
+    fn decoded(&self, codes: &[u8], scale: &[f32], out: &mut Vec<f32>) {
+        match self.config.codes {
+            Codes::I8 => out.extend(as_i8(codes).iter().zip(scale).map(|(c, s)| f32::from(*c) * s)),
+            Codes::F16 => out.extend((0..self.dim).map(|i| half_at(codes, i))),
+        }
+    }
+
+    fn codes<'g>(&self, graph: &'g Graph, id: u32) -> &'g [u8] {
         let (seg, at) = locate(graph, id);
         // SAFETY: `at < seg.cap`, so the range lies in the segment's codes; they were written
         // before `id` became reachable (see `Segment`).
-        unsafe { std::slice::from_raw_parts(seg.codes.add(at * self.dim), self.dim) }
+        unsafe { std::slice::from_raw_parts(seg.codes.add(at * self.row_bytes), self.row_bytes) }
     }
 
     fn links<'g>(&self, graph: &'g Graph, id: u32, level: usize) -> &'g [AtomicU32] {
@@ -555,15 +685,18 @@ impl Index {
         (self.kernel)(form, self.codes(graph, id))
     }
 
-    /// `q` as a query form: its unit vector times the scales.
+    /// `q` as a query form: its unit vector times the scales (`i8` codes).
     fn query_form(&self, q: &[f32]) -> Vec<f32> {
-        unit(q).iter().zip(&self.scale).map(|(x, s)| x * s).collect()
+        match self.config.codes {
+            Codes::I8 => unit(q).iter().zip(&self.scale).map(|(x, s)| x * s).collect(),
+            Codes::F16 => unit(q),
+        }
     }
 
-    /// A stored node's query form: its codes times the squared scales.
+    /// A stored node's query form: its codes times the squared scales (`i8` codes), or decoded.
     fn node_form(&self, graph: &Graph, id: u32, out: &mut Vec<f32>) {
         out.clear();
-        out.extend(self.codes(graph, id).iter().zip(&self.scale2).map(|(c, s)| f32::from(*c) * s));
+        self.decoded(self.codes(graph, id), &self.scale2, out);
     }
 
     fn greedy(&self, graph: &Graph, form: &[f32], mut at: Near, level: usize, scratch: &mut Vec<u32>) -> Near {
@@ -657,9 +790,11 @@ impl Index {
     fn prefetch(&self, graph: &Graph, id: u32) {
         #[cfg(target_arch = "x86_64")]
         {
-            let c = self.codes(graph, id).as_ptr();
-            // SAFETY: prefetching is a hint; it reads nothing and cannot fault.
-            unsafe { std::arch::x86_64::_mm_prefetch(c, std::arch::x86_64::_MM_HINT_T0) };
+            let c = self.codes(graph, id);
+            for line in (0..c.len().min(PREFETCH_BYTES)).step_by(64) {
+                // SAFETY: prefetching is a hint; it reads nothing and cannot fault.
+                unsafe { std::arch::x86_64::_mm_prefetch(c.as_ptr().add(line).cast(), std::arch::x86_64::_MM_HINT_T0) };
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (graph, id);
@@ -723,7 +858,7 @@ impl Index {
         let (seg, at) = locate(graph, id);
         let meta = seg.meta[at].get().expect("slot prepared by add");
         // SAFETY: this thread alone inserts `id`; nobody reads its codes before it is linked.
-        let codes = unsafe { std::slice::from_raw_parts_mut(seg.codes.add(at * self.dim), self.dim) };
+        let codes = unsafe { std::slice::from_raw_parts_mut(seg.codes.add(at * self.row_bytes), self.row_bytes) };
         let residual = self.encode(vector, codes);
         meta.residual.store(residual.to_bits(), Ordering::Release);
         self.max_residual.fetch_max(residual.to_bits(), Ordering::AcqRel);
@@ -867,9 +1002,9 @@ impl Index {
         let n = self.len();
         let entry = self.entry.lock().expect("entry lock").as_ref().map_or((u32::MAX, 0), |e| (e.node, e.level));
         let io = |e: std::io::Error| IndexError::Io(e.to_string());
-        let layout = Layout::new(n, self.dim, self.m0);
+        let layout = Layout::new(n, self.dim, self.row_bytes, self.m0);
         let mut head = Vec::with_capacity(HEADER);
-        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(self.config.codes.magic());
         for v in [self.dim as u64, self.config.m as u64, self.config.ef_construction as u64, n as u64] {
             head.extend_from_slice(&v.to_le_bytes());
         }
@@ -890,11 +1025,9 @@ impl Index {
         buf.resize(layout.codes - HEADER, 0);
         out.write_all(&buf).map_err(io)?;
         for id in 0..n as u32 {
-            let c = self.codes(&graph, id);
-            // SAFETY: i8 and u8 have the same layout.
-            out.write_all(unsafe { std::slice::from_raw_parts(c.as_ptr().cast::<u8>(), c.len()) }).map_err(io)?;
+            out.write_all(self.codes(&graph, id)).map_err(io)?;
         }
-        out.write_all(&vec![0u8; layout.links - layout.codes - n * self.dim]).map_err(io)?;
+        out.write_all(&vec![0u8; layout.links - layout.codes - n * self.row_bytes]).map_err(io)?;
         let mut words: Vec<u8> = Vec::with_capacity((self.m0 + 1) * 4 * 1024);
         for id in 0..n as u32 {
             for w in self.links(&graph, id, 0) {
@@ -947,9 +1080,10 @@ impl Index {
 
     fn from_map(map: memmap2::MmapMut) -> Result<Self, IndexError> {
         let bad = |what: &str| IndexError::Corrupt(format!("not a hippograph index file: {what}"));
-        if map.len() < HEADER || &map[..8] != MAGIC {
+        let Some(codes) = [Codes::F16, Codes::I8].into_iter().find(|c| map.len() >= HEADER && &map[..8] == c.magic())
+        else {
             return Err(bad("magic"));
-        }
+        };
         let word = |i: usize| u64::from_le_bytes(map[8 + 8 * i..16 + 8 * i].try_into().expect("8 bytes"));
         let (dim, m, efc, n, seed, entry_node, entry_level) = (
             word(0) as usize,
@@ -964,7 +1098,7 @@ impl Index {
             return Err(bad("parameters"));
         }
         let m0 = 2 * m;
-        let layout = Layout::new(n, dim, m0);
+        let layout = Layout::new(n, dim, dim * codes.width(), m0);
         if map.len() < layout.upper {
             return Err(bad("size"));
         }
@@ -1020,7 +1154,7 @@ impl Index {
             let _ = cell.set(m_);
             meta.push(cell);
         }
-        let config = Config { m, ef_construction: efc, seed };
+        let config = Config { m, ef_construction: efc, seed, codes };
         let mut map = map;
         let base = map.as_mut_ptr();
         let map = Arc::new(map);
@@ -1029,8 +1163,7 @@ impl Index {
         } else {
             // SAFETY: both offsets lie within the mapping (checked against its length above); the
             // links start at a multiple of 64 from a page-aligned base, so the atomics are aligned.
-            let (codes, links) =
-                unsafe { (base.add(layout.codes).cast::<i8>(), base.add(layout.links).cast::<AtomicU32>()) };
+            let (codes, links) = unsafe { (base.add(layout.codes), base.add(layout.links).cast::<AtomicU32>()) };
             vec![Segment { codes, links, cap: n, meta: meta.into_boxed_slice(), _backing: Backing::Mapped(map) }]
         };
         let index = Self::with_scale(dim, config, scale, segments);
@@ -1053,12 +1186,12 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(n: usize, dim: usize, m0: usize) -> Self {
+    fn new(n: usize, dim: usize, row_bytes: usize, m0: usize) -> Self {
         let up = |x: usize| x.div_ceil(64) * 64;
         let residual = HEADER + 4 * dim;
         let flags = residual + 4 * n;
         let codes = up(flags + n);
-        let links = up(codes + n * dim);
+        let links = up(codes + n * row_bytes);
         let upper = links + 4 * n * (m0 + 1);
         Layout { residual, flags, codes, links, upper }
     }
@@ -1103,7 +1236,7 @@ mod tests {
     }
 
     fn config() -> Config {
-        Config { m: 16, ef_construction: 100, seed: 7 }
+        Config { m: 16, ef_construction: 100, seed: 7, codes: Codes::F16 }
     }
 
     #[test]
@@ -1123,21 +1256,34 @@ mod tests {
     }
 
     #[test]
-    fn reported_similarity_is_within_max_error() {
-        let (n, dim) = (500, 24);
+    fn reported_similarity_is_within_max_error_for_either_codes() {
+        let (n, dim) = (500, 40);
         let d = data(n, dim, 5);
-        let index = Index::new(dim, config(), &d[..10 * dim]).unwrap();
-        index.add(0, &d, 1).unwrap();
-        let err = index.max_error();
-        assert!(err < 0.05, "error bound {err}");
-        for q in data(20, dim, 11).chunks_exact(dim) {
-            let qu = unit(q);
-            for (id, s) in index.search(q, 20, 40).unwrap() {
-                let row = unit(&d[id as usize * dim..(id as usize + 1) * dim]);
-                let cos: f32 = row.iter().zip(&qu).map(|(a, b)| a * b).sum();
-                assert!((cos - s).abs() <= err, "{cos} vs {s} (bound {err})");
+        let dir = std::env::temp_dir().join(format!("hg-hnsw-codes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (codes, most) in [(Codes::F16, 1e-3), (Codes::I8, 0.05)] {
+            let index = Index::new(dim, Config { codes, ..config() }, &d[..10 * dim]).unwrap();
+            index.add(0, &d, 1).unwrap();
+            let err = index.max_error();
+            assert!(err < most, "{codes:?}: error bound {err}");
+            let path = dir.join(format!("{codes:?}"));
+            index.save(&path).unwrap();
+            let back = Index::open(&path, None).unwrap();
+            assert_eq!(back.config(), index.config());
+            let rows: Vec<u32> = (0..n as u32).collect();
+            assert!(back.holds(&rows, &d).unwrap().iter().all(|x| *x));
+            for q in data(20, dim, 11).chunks_exact(dim) {
+                let qu = unit(q);
+                let got = index.search(q, 20, 40).unwrap();
+                assert_eq!(back.search(q, 20, 40).unwrap(), got);
+                for (id, s) in got {
+                    let row = unit(&d[id as usize * dim..(id as usize + 1) * dim]);
+                    let cos: f32 = row.iter().zip(&qu).map(|(a, b)| a * b).sum();
+                    assert!((cos - s).abs() <= err, "{codes:?}: {cos} vs {s} (bound {err})");
+                }
             }
         }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -1257,7 +1403,7 @@ mod tests {
         std::fs::write(&path, &truncated).unwrap();
         assert!(matches!(Index::open(&path, None), Err(IndexError::Corrupt(_))));
         let mut wild = bytes;
-        let links = Layout::new(n, dim, 32).links;
+        let links = Layout::new(n, dim, dim * config().codes.width(), 32).links;
         wild[links + 4..links + 8].copy_from_slice(&u32::MAX.to_le_bytes());
         wild[links..links + 4].copy_from_slice(&1u32.to_le_bytes());
         std::fs::write(&path, &wild).unwrap();

@@ -4,7 +4,7 @@
 use crate::errors;
 use crate::scoring::{contiguous, shape, UsageColumns, ValueParams};
 use hippograph_core::certified;
-use hippograph_core::hnsw::{self, Config, IndexError};
+use hippograph_core::hnsw::{self, Codes, Config, IndexError};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -36,7 +36,7 @@ fn wrap(inner: hnsw::Index) -> Hnsw {
 impl Hnsw {
     /// An empty index; `sample` (rows of `dim` floats) sets the code scales.
     #[new]
-    #[pyo3(signature = (dim, m, ef_construction, sample, seed=0x5EED))]
+    #[pyo3(signature = (dim, m, ef_construction, sample, seed=0x5EED, codes="f16"))]
     fn new(
         py: Python<'_>,
         dim: usize,
@@ -44,12 +44,18 @@ impl Hnsw {
         ef_construction: usize,
         sample: PyReadonlyArray2<'_, f32>,
         seed: u64,
+        codes: &str,
     ) -> PyResult<Self> {
+        let codes = match codes {
+            "f16" => Codes::F16,
+            "i8" => Codes::I8,
+            other => return Err(errors::validation(py, format!("codes must be 'f16' or 'i8', got {other:?}"))),
+        };
         let data = contiguous(py, "sample", &sample)?;
         if sample.shape()[0] > 0 && sample.shape()[1] != dim {
             return Err(errors::validation(py, "the sample's rows are not of the index's dimension"));
         }
-        let config = Config { m, ef_construction, seed };
+        let config = Config { m, ef_construction, seed, codes };
         hnsw::Index::new(dim, config, data).map(wrap).map_err(|e| mapped(py, e))
     }
 
