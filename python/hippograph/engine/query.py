@@ -27,7 +27,7 @@ from ..errors import ValidationError
 from .calibration import Calibration
 from .checks import as_embedding
 from .columns import TypeColumns
-from .usage_order import regions_at
+from .usage_order import keys_at, regions_at
 from .vector_index import VectorIndex
 
 __all__ = [
@@ -261,13 +261,15 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
         return bounded
 
     regions = columns.regions
-    region_bounds = None if regions is None else regions.bounds(queries)
+    bounds: list[F64] = []  # the regions' bounds for these queries, taken by the first walk that reads them
 
     def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int, outside: float) -> Hits | None:
         order = columns.usage_order(params.core_params)
         in_regions = None
-        if regions is not None and region_bounds is not None:
-            in_regions = (regions.of_row, region_bounds, regions_at(order, regions))
+        if regions is not None and budget > 0:  # a walk without budget only checks the pool
+            if not bounds:
+                bounds.append(regions.bounds(queries))
+            in_regions = (regions.of_row, bounds[0], regions_at(order, regions))
         rows, shadow = columns.scanned()
         got = _core.certified_walk(
             rows,
@@ -308,10 +310,12 @@ def _valued(
     most = order.keys[0] - params.core_params.lambda_ * now / 3600.0 if len(order.keys) else 0.0
     ceiling = 1.0 if order.stale or most >= 0 else float(np.exp(most))
 
+    keys, stale = keys_at(order), np.array(order.stale, np.uint32)
+
     def valued(queries: F32, depth: int, error: float) -> tuple[npt.NDArray[np.uint32], float, float]:
         # A row's product errs by its similarity's error times its value factor, at most `ceiling`.
         return ann.valued_pool(
-            queries, depth, ceiling * VALUED_CEILING, error * ceiling, usage, now, params.core_params
+            queries, depth, ceiling * VALUED_CEILING, error * ceiling, usage, now, params.core_params, keys, stale
         )
 
     return valued

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from .. import _core
 from .regions import NO_REGION, Regions
 
-__all__ = ["UsageOrder", "current_order", "regions_at"]
+__all__ = ["UsageOrder", "current_order", "keys_at", "regions_at"]
 
 STALE_MAX = 1024
 
@@ -33,6 +33,20 @@ class UsageOrder:
     stale: list[int] = dataclasses.field(default_factory=list)
     regions_in_order: tuple[Regions, npt.NDArray[np.uint32]] | None = None
     """`regions_at`'s copy, with the regions it was taken from."""
+    keys_by_row: npt.NDArray[np.float64] | None = None
+    """`keys_at`'s copy."""
+
+
+def keys_at(order: UsageOrder) -> npt.NDArray[np.float64]:
+    """Each row's key laid out by row (rows the order does not hold: infinity, a factor of one,
+    which bounds any row's), so the value-weighted search reads one number per visited row. Taken
+    once per order."""
+    got = order.keys_by_row
+    if got is None:
+        got = np.full(int(order.rows.max()) + 1 if len(order.rows) else 0, np.inf)
+        got[order.rows] = order.keys
+        order.keys_by_row = got
+    return got
 
 
 def regions_at(order: UsageOrder, regions: Regions) -> npt.NDArray[np.uint32]:

@@ -216,13 +216,16 @@ class VectorIndex:
     def sim_error(self) -> tuple[float, npt.NDArray[np.uint32]]:
         """The most a similarity `knn` reports may differ from the exact cosine (the core's codes), and
         the rows exempt from that bound, which a certified answer scores exactly whatever the search
-        found (at most `_EXEMPT` rows whose codes are far less exact than the rest's)."""
+        found (at most `_EXEMPT` rows whose codes are far less exact than the rest's, and only when
+        leaving them out at least halves the bound)."""
         if self.config.engine != "core":
             return 0.0, np.zeros(0, np.uint32)
         count = int(self.index.element_count)
         cached = self._error
         if cached is None or cached[0] != count:
             bound, labels = self.index.error_split(_EXEMPT)
+            if 2 * bound > self.index.max_error:  # not worth scoring them on every query (f16 codes)
+                bound, labels = self.index.max_error, labels[:0]
             self._error = cached = (count, float(bound), labels.astype(np.int64))
         rows = self.row_of_label[cached[2]]
         return cached[1], rows[rows >= 0].astype(np.uint32)
@@ -371,10 +374,12 @@ class VectorIndex:
         usage: _core.UsageColumns,
         now: float,
         params: _core.ValueParams,
+        keys: npt.NDArray[np.float64] | None = None,
+        stale: npt.NDArray[np.uint32] | None = None,
     ) -> tuple[npt.NDArray[np.uint32], float, float]:
         """The core graph's value-weighted pool (`_core.Hnsw.valued_pool`) with labels mapped to rows."""
         got: tuple[npt.NDArray[np.uint32], float, float] = self.index.valued_pool(
-            queries, ef, ceiling, error, self.row_of_label, len(self), usage, now, params
+            queries, ef, ceiling, error, self.row_of_label, len(self), usage, now, params, keys, stale
         )
         return got
 

@@ -250,24 +250,62 @@ unsafe fn dot_i8_avx2(q: &[f32], c: &[i8]) -> f32 {
 unsafe fn dot_f16_avx2(q: &[f32], c: &[u8]) -> f32 {
     use std::arch::x86_64::*;
     let n = q.len().min(c.len() / 2);
-    let full = n - n % 16;
     let (qp, cp) = (q.as_ptr(), c.as_ptr());
-    let mut a0 = _mm256_setzero_ps();
-    let mut a1 = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); 4];
     let mut i = 0;
-    while i < full {
-        // SAFETY: i + 16 <= full <= n: 32 bytes of codes and 16 floats lie within the slices.
-        let lo = _mm256_cvtph_ps(_mm_loadu_si128(cp.add(2 * i).cast()));
-        let hi = _mm256_cvtph_ps(_mm_loadu_si128(cp.add(2 * i + 16).cast()));
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), lo, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 8)), hi, a1);
-        i += 16;
+    // Four independent sums keep the FMA units busy; then eight lanes at a time.
+    while i + 32 <= n {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 32 <= n: 64 bytes of codes and 32 floats from `i` lie within the slices.
+            let codes = _mm256_cvtph_ps(_mm_loadu_si128(cp.add(2 * (i + 8 * k)).cast()));
+            *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 8 * k)), codes, *a);
+        }
+        i += 32;
     }
-    let mut total = hsum(_mm256_add_ps(a0, a1));
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n: 16 bytes of codes and 8 floats from `i` lie within the slices.
+        let codes = _mm256_cvtph_ps(_mm_loadu_si128(cp.add(2 * i).cast()));
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), codes, acc[0]);
+        i += 8;
+    }
+    let full = i;
+    let mut total = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
     for (j, x) in q.iter().enumerate().take(n).skip(full) {
         total += x * half_at(c, j);
     }
     total
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn decode_f16_f16c(c: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = out.len().min(c.len() / 2);
+    let full = n - n % 8;
+    let (cp, op) = (c.as_ptr(), out.as_mut_ptr());
+    let mut i = 0;
+    while i < full {
+        // SAFETY: i + 8 <= full <= n: 16 bytes of codes and 8 floats lie within the slices.
+        _mm256_storeu_ps(op.add(i), _mm256_cvtph_ps(_mm_loadu_si128(cp.add(2 * i).cast())));
+        i += 8;
+    }
+    for (j, o) in out.iter_mut().enumerate().take(n).skip(full) {
+        *o = half_at(c, j);
+    }
+}
+
+/// Appends the `n` half floats of `c` as f32 (F16C when the CPU has it: a build decodes a node
+/// per neighbour it weighs).
+fn decode_f16(c: &[u8], n: usize, out: &mut Vec<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
+        let start = out.len();
+        out.resize(start + n, 0.0);
+        // SAFETY: the CPU has AVX and F16C (checked just above).
+        unsafe { decode_f16_f16c(c, &mut out[start..]) };
+        return;
+    }
+    out.extend((0..n).map(|i| half_at(c, i)));
 }
 
 fn dot_i8_portable(q: &[f32], c: &[u8]) -> f32 {
@@ -646,7 +684,7 @@ impl Index {
     fn decoded(&self, codes: &[u8], scale: &[f32], out: &mut Vec<f32>) {
         match self.config.codes {
             Codes::I8 => out.extend(as_i8(codes).iter().zip(scale).map(|(c, s)| f32::from(*c) * s)),
-            Codes::F16 => out.extend((0..self.dim).map(|i| half_at(codes, i))),
+            Codes::F16 => decode_f16(codes, self.dim, out),
         }
     }
 
@@ -720,6 +758,7 @@ impl Index {
     /// priority in the search (explored while it exceeds the worst objective kept) and its
     /// objective (its code similarity, or that weighted), or None for a node that routes the search
     /// but is never returned: a deleted one, or one that stands for nothing.
+    #[expect(clippy::too_many_arguments, reason = "the graph, the query, where to start, and how to rank")]
     fn beam(
         &self,
         graph: &Graph,
@@ -727,6 +766,7 @@ impl Index {
         starts: &[Near],
         ef: usize,
         level: usize,
+        most: f32,
         weigh: impl Fn(u32, f32) -> (f32, Option<f32>),
     ) -> Vec<Near> {
         VISITED.with(|cell| {
@@ -765,6 +805,10 @@ impl Index {
                         continue;
                     }
                     let s = self.sim(graph, form, n);
+                    // `weigh` never ranks a node above `max(s, 0) × most`: past that, skip it unasked.
+                    if best.len() >= ef && s.max(0.0) * most <= floor {
+                        continue;
+                    }
                     let (priority, kept) = weigh(n, s);
                     if best.len() < ef || priority > floor {
                         todo.push(Near(priority, n));
@@ -877,7 +921,13 @@ impl Index {
             Some(e) => (e.node, e.level),
         };
         let raise = level > top_level;
-        let mut held = if raise { Some(entry) } else { None };
+        // The entry stays locked only while this node may replace it; otherwise inserts run side by side.
+        let mut held = if raise {
+            Some(entry)
+        } else {
+            drop(entry);
+            None
+        };
         let mut scratch = Vec::new();
         let mut at_near = Near(self.sim(graph, &form, top_node), top_node);
         for l in ((level + 1)..=top_level).rev() {
@@ -885,18 +935,25 @@ impl Index {
         }
         let mut starts = vec![at_near];
         let mut nform = Vec::with_capacity(self.dim);
+        // Every level's own links are written before any other node links here: a search that
+        // reaches this node (inserts run side by side) never finds it without neighbours.
+        let mut chosen = Vec::with_capacity(level.min(top_level) + 1);
         for l in (0..=level.min(top_level)).rev() {
-            let found = self.beam(graph, &form, &starts, self.config.ef_construction, l, |_, s| (s, Some(s)));
-            let cap = if l == 0 { self.m0 } else { self.config.m };
-            let chosen = self.select(graph, id, &found, self.config.m, &mut nform);
-            {
-                let _own = meta.lock.lock().expect("node lock");
-                Self::write_list(self.links(graph, id, l), &chosen);
+            let found = self.beam(graph, &form, &starts, self.config.ef_construction, l, 1.0, |_, s| (s, Some(s)));
+            chosen.push((l, self.select(graph, id, &found, self.config.m, &mut nform)));
+            starts = found;
+        }
+        {
+            let _own = meta.lock.lock().expect("node lock");
+            for (l, ids) in &chosen {
+                Self::write_list(self.links(graph, id, *l), ids);
             }
-            for &n in &chosen {
+        }
+        for (l, ids) in chosen {
+            let cap = if l == 0 { self.m0 } else { self.config.m };
+            for n in ids {
                 self.link_back(graph, n, id, l, cap, &mut nform, &mut scratch);
             }
-            starts = found;
         }
         if let Some(entry) = held.as_mut() {
             **entry = Some(Entry { node: id, level });
@@ -942,7 +999,7 @@ impl Index {
     /// fewer when the graph holds fewer live ids than it finds). `ef`: the beam width (at least `k`).
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<(u32, f32)>, IndexError> {
         let mut found =
-            self.search_by(query, ef.max(k), |graph, id, s| (s, (!self.deleted(graph, id)).then_some(s)))?;
+            self.search_by(query, ef.max(k), 1.0, |graph, id, s| (s, (!self.deleted(graph, id)).then_some(s)))?;
         found.truncate(k);
         Ok(found)
     }
@@ -962,8 +1019,9 @@ impl Index {
         ceiling: f32,
         weight: impl Fn(u32) -> Option<f32>,
     ) -> Result<Vec<(u32, f32)>, IndexError> {
-        self.search_by(query, ef, |graph, id, s| {
-            let kept = if self.deleted(graph, id) { None } else { weight(id).map(|w| s * w) };
+        let ceiling = ceiling.max(0.0);
+        self.search_by(query, ef, ceiling.max(1.0), |graph, id, s| {
+            let kept = if self.deleted(graph, id) { None } else { weight(id).map(|w| s * w.clamp(0.0, 1.0)) };
             (kept.map_or(s * ceiling, |f| f.max(s * ceiling)), kept)
         })
     }
@@ -972,6 +1030,7 @@ impl Index {
         &self,
         query: &[f32],
         ef: usize,
+        most: f32,
         weigh: impl Fn(&Graph, u32, f32) -> (f32, Option<f32>),
     ) -> Result<Vec<(u32, f32)>, IndexError> {
         if query.len() != self.dim {
@@ -991,7 +1050,7 @@ impl Index {
         for l in (1..=top_level).rev() {
             at = self.greedy(&graph, &form, at, l, &mut scratch);
         }
-        let found = self.beam(&graph, &form, &[at], ef, 0, |id, s| weigh(&graph, id, s));
+        let found = self.beam(&graph, &form, &[at], ef, 0, most, |id, s| weigh(&graph, id, s));
         Ok(found.into_iter().map(|n| (n.1, n.0)).collect())
     }
 

@@ -197,7 +197,9 @@ impl Hnsw {
     /// other row exceeds, and the largest code similarity found. `row_of_label[l]`: the row of id
     /// `l` (negative: none); `live`: how many ids stand for a row. `ceiling`: see `search_weighted`;
     /// `error`: see `hippograph_core::certified::valued_pool`.
-    #[pyo3(signature = (queries, ef, ceiling, error, row_of_label, live, usage, now, params))]
+    /// `keys` (each row's usage key, `usage_order`'s keys laid out by row) and `stale` (rows whose
+    /// keys are out of date) let a visited row's factor cost one read.
+    #[pyo3(signature = (queries, ef, ceiling, error, row_of_label, live, usage, now, params, keys=None, stale=None))]
     #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
     fn valued_pool<'py>(
         &self,
@@ -211,6 +213,8 @@ impl Hnsw {
         usage: &Bound<'py, UsageColumns>,
         now: f64,
         params: &Bound<'py, ValueParams>,
+        keys: Option<PyReadonlyArray1<'py, f64>>,
+        stale: Option<PyReadonlyArray1<'py, u32>>,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, f64, f32)> {
         if queries.shape()[0] > 0 && queries.shape()[1] != self.inner.dim() {
             return Err(errors::validation(py, "queries are not of the index's dimension"));
@@ -220,8 +224,11 @@ impl Hnsw {
         let view = usage.get().borrow(py)?;
         let meta = view.columns(py)?;
         let p = params.get().0;
+        let by_row = keys.as_ref().map(|k| contiguous(py, "keys", k)).transpose()?;
+        let stale = stale.as_ref().map(|k| contiguous(py, "stale", k)).transpose()?.unwrap_or(&[]);
+        let keys = by_row.map(|by_row| certified::RowKeys { by_row, stale });
         let got = errors::detached(py, "Hnsw.valued_pool", || {
-            certified::valued_pool(&self.inner, q, ef.max(1), ceiling, error, labels, live, meta, now, &p)
+            certified::valued_pool(&self.inner, q, ef.max(1), ceiling, error, labels, live, meta, keys, now, &p)
         })?
         .map_err(|e| shape(py, e))?;
         Ok((got.rows.into_pyarray(py), got.outside_score, got.top))
