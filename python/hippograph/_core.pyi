@@ -378,14 +378,17 @@ class Hnsw:
         params: ValueParams,
         keys: npt.NDArray[np.float64] | None = None,
         stale: npt.NDArray[np.uint32] | None = None,
+        most: float = 1.0,
     ) -> tuple[npt.NDArray[np.uint32], float, float]:
         """The rows of largest relevance × value per query row, by a search weighted with each row's
         value factor at `now`: the rows, a score no other row exceeds (as far as the graph's recall
         goes), and the largest code similarity found. `row_of_label[l]`: the row of id `l`
         (negative: none); `live`: how many ids stand for a row. `ceiling`: nodes are explored
-        while similarity × ceiling could still enter. `error`: the most a product found by codes
-        differs from the exact score of a row outside the pool. `keys` (`usage_order`'s keys laid
-        out by row) and `stale` (rows whose keys are out of date, or past the end) make a visited
-        row's value factor one read instead of five. GIL released."""
+        while similarity × ceiling could still enter. `error`: the most a code similarity differs
+        from the exact cosine for a row outside the pool (scaled here by the largest value factor).
+        `keys` (`usage_order`'s keys laid out by row) and `stale` (rows whose keys are out of date)
+        make a visited row's value factor one read instead of five; with them, `most` (no factor of
+        a row the keys hold current exceeds it; the stale and newer rows' are added here) spares the
+        read for nodes that cannot enter and tightens the error. GIL released."""
     def save_index(self, path: str | os.PathLike[str]) -> None:
         """Writes the index to a new file at `path` (the caller fsyncs and renames it)."""

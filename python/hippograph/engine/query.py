@@ -306,16 +306,15 @@ def _valued(
         return None
     usage = columns.usage()
     order = columns.usage_order(params.core_params)
-    # The largest value factor now (rows without metadata: one): it scales the codes' error.
+    # The largest value factor now among the rows the order holds current (rows without metadata:
+    # one); the core adds the stale rows' and scales the codes' error by it.
     most = order.keys[0] - params.core_params.lambda_ * now / 3600.0 if len(order.keys) else 0.0
-    ceiling = 1.0 if order.stale or most >= 0 else float(np.exp(most))
-
+    ceiling = 1.0 if most >= 0 else float(np.exp(most))
     keys, stale = keys_at(order), np.array(order.stale, np.uint32)
 
     def valued(queries: F32, depth: int, error: float) -> tuple[npt.NDArray[np.uint32], float, float]:
-        # A row's product errs by its similarity's error times its value factor, at most `ceiling`.
         return ann.valued_pool(
-            queries, depth, ceiling * VALUED_CEILING, error * ceiling, usage, now, params.core_params, keys, stale
+            queries, depth, ceiling * VALUED_CEILING, error, usage, now, params.core_params, keys, stale, ceiling
         )
 
     return valued

@@ -325,11 +325,14 @@ pub struct ValuedPool {
 /// Each row's [`usage_key`] laid out by row (`by_row[r]`, from a [`UsageOrder`]), so a visited row's
 /// value factor costs one read: `exp(min(0, key − λ·now/3600))`, its exact factor whenever the row's
 /// timestamp is not after `now` and an upper bound otherwise. Rows in `stale` (written since the
-/// keys were taken) or past the end are read from the metadata columns instead.
+/// keys were taken) or past the end are read from the metadata columns instead. `most`: no row's
+/// factor at `now` exceeds it (stale rows included), so the search skips a node whose similarity
+/// times `most` cannot enter without reading its key.
 #[derive(Debug, Clone, Copy)]
 pub struct RowKeys<'a> {
     pub by_row: &'a [f64],
     pub stale: &'a [u32],
+    pub most: f32,
 }
 
 /// The rows of largest `relevance × value` per query vector, found by searching `index` with each
@@ -339,10 +342,11 @@ pub struct RowKeys<'a> {
 /// relevance, so a score is the weighted similarity, and the codes' error bounds the bound's.
 /// `live`: how many ids stand for a row; a search that finds fewer than `ef` and fewer than
 /// those bounds nothing (part of the graph was out of its reach). `error`: the most a code
-/// product differs from the exact score for a row outside the pool (the caller scores the rows
-/// `Index::error_split` lists anyway; weights at most `w` scale its bound by `w`). `keys`, when
-/// given, replaces the five column reads per visited row by one (see [`RowKeys`]); a factor it
-/// gives is never below the row's own, so the bound holds either way.
+/// similarity differs from the exact cosine for a row outside the pool (the caller scores the rows
+/// `Index::error_split` lists anyway); a product's error is that times the row's factor, so the
+/// bound scales it by the largest factor (one without `keys`). `keys`, when given, replaces the
+/// five column reads per visited row by one (see [`RowKeys`]); a factor it gives is never below
+/// the row's own, so the bound holds either way.
 #[expect(clippy::too_many_arguments, reason = "the search, the rows it maps to, and the value function's inputs")]
 pub fn valued_pool(
     index: &crate::hnsw::Index,
@@ -371,20 +375,32 @@ pub fn valued_pool(
         }
     }
     let shift = params.lambda * now / 3600.0;
-    let weight = |label: u32| -> Option<f32> {
-        let row = *row_of_label.get(label as usize)?;
-        let row = usize::try_from(row).ok().filter(|&r| r < n)?;
+    let factor = |row: usize| -> f32 {
         let w = match by_row.get(row) {
             Some(&key) if stale[row / 64] & (1 << (row % 64)) == 0 => (key - shift).min(0.0).exp() as f32,
             _ => default_value(1.0, meta.row(row), now, params) as f32,
         };
-        Some(if w.is_nan() { 1.0 } else { w.clamp(0.0, 1.0) })
+        if w.is_nan() {
+            1.0
+        } else {
+            w.clamp(0.0, 1.0)
+        }
+    };
+    // The largest factor: the keys' own, and that of every row they do not cover (stale or new).
+    let most = keys.map_or(1.0, |k| {
+        let uncovered = k.stale.iter().map(|&r| r as usize).filter(|&r| r < n).chain(by_row.len()..n);
+        uncovered.map(factor).fold(k.most.clamp(0.0, 1.0), f32::max)
+    });
+    let error = error * most;
+    let weight = |label: u32| -> Option<f32> {
+        let row = *row_of_label.get(label as usize)?;
+        usize::try_from(row).ok().filter(|&r| r < n).map(factor)
     };
     let mut rows = Vec::new();
     let mut outside = f64::NEG_INFINITY;
     let mut top = f32::NEG_INFINITY;
     for q in queries.chunks_exact(dim) {
-        let found = index.search_weighted(q, ef, ceiling, weight).map_err(|e| ShapeError(e.to_string()))?;
+        let found = index.search_weighted(q, ef, ceiling, most, weight).map_err(|e| ShapeError(e.to_string()))?;
         if found.len() < ef.min(live) {
             outside = f64::INFINITY;
         } else if found.len() >= ef {
@@ -1060,14 +1076,19 @@ mod tests {
         for &r in &stale {
             by_row[r as usize] = f64::NEG_INFINITY;
         }
-        let keys = RowKeys { by_row: &by_row[..n - 50], stale: &stale };
+        // `most` covers only the rows the keys hold current; the search adds the others' factors.
+        let shift = params.lambda * NOW / 3600.0;
+        let most = by_row[..n - 50].iter().map(|&k| (k - shift).min(0.0).exp() as f32).fold(0.0, f32::max);
+        let keys = RowKeys { by_row: &by_row[..n - 50], stale: &stale, most };
         for q in d.data[..20 * dim].chunks_exact(dim) {
             let pool = |k| {
                 valued_pool(&index, q, 48, 0.0, index.max_error(), &row_of_label, n, d.meta(), k, NOW, &params).unwrap()
             };
             let (plain, keyed) = (pool(None), pool(Some(keys)));
             assert_eq!(plain.rows, keyed.rows);
-            assert!((plain.outside_score - keyed.outside_score).abs() < 1e-5);
+            // The same bound, or a tighter one when no row's factor reaches one.
+            assert!(keyed.outside_score <= plain.outside_score + 1e-9);
+            assert!(keyed.outside_score >= plain.outside_score - f64::from(index.max_error()) - 1e-9);
         }
     }
 }

@@ -1011,16 +1011,18 @@ impl Index {
     /// `similarity × ceiling` exceeds the worst product kept: `ceiling` at least every weight
     /// explores each node whose neighbours could still enter (as far as the graph's recall goes),
     /// a lower one trusts the products to lead the way. With weights in [0, 1], a reported
-    /// product is within `max_error` of the exact similarity's.
+    /// product is within `max_error` of the exact similarity's. `most`: no weight exceeds it (the
+    /// caller's promise), so a node whose similarity times `most` cannot enter is not weighed.
     pub fn search_weighted(
         &self,
         query: &[f32],
         ef: usize,
         ceiling: f32,
+        most: f32,
         weight: impl Fn(u32) -> Option<f32>,
     ) -> Result<Vec<(u32, f32)>, IndexError> {
         let ceiling = ceiling.max(0.0);
-        self.search_by(query, ef, ceiling.max(1.0), |graph, id, s| {
+        self.search_by(query, ef, ceiling.max(most), |graph, id, s| {
             let kept = if self.deleted(graph, id) { None } else { weight(id).map(|w| s * w.clamp(0.0, 1.0)) };
             (kept.map_or(s * ceiling, |f| f.max(s * ceiling)), kept)
         })
@@ -1360,7 +1362,7 @@ mod tests {
         };
         let (mut hit, mut asked) = (0, 0);
         for q in data(30, dim, 31).chunks_exact(dim) {
-            let got = index.search_weighted(q, 40, 1.0, weight).unwrap();
+            let got = index.search_weighted(q, 40, 1.0, 1.0, weight).unwrap();
             assert_eq!(got.len(), 40);
             assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
             for &(id, f) in &got {

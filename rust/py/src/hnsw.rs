@@ -199,7 +199,8 @@ impl Hnsw {
     /// `error`: see `hippograph_core::certified::valued_pool`.
     /// `keys` (each row's usage key, `usage_order`'s keys laid out by row) and `stale` (rows whose
     /// keys are out of date) let a visited row's factor cost one read.
-    #[pyo3(signature = (queries, ef, ceiling, error, row_of_label, live, usage, now, params, keys=None, stale=None))]
+    /// `most`: no row's value factor at `now` exceeds it.
+    #[pyo3(signature = (queries, ef, ceiling, error, row_of_label, live, usage, now, params, keys=None, stale=None, most=1.0))]
     #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
     fn valued_pool<'py>(
         &self,
@@ -215,6 +216,7 @@ impl Hnsw {
         params: &Bound<'py, ValueParams>,
         keys: Option<PyReadonlyArray1<'py, f64>>,
         stale: Option<PyReadonlyArray1<'py, u32>>,
+        most: f32,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, f64, f32)> {
         if queries.shape()[0] > 0 && queries.shape()[1] != self.inner.dim() {
             return Err(errors::validation(py, "queries are not of the index's dimension"));
@@ -226,7 +228,7 @@ impl Hnsw {
         let p = params.get().0;
         let by_row = keys.as_ref().map(|k| contiguous(py, "keys", k)).transpose()?;
         let stale = stale.as_ref().map(|k| contiguous(py, "stale", k)).transpose()?.unwrap_or(&[]);
-        let keys = by_row.map(|by_row| certified::RowKeys { by_row, stale });
+        let keys = by_row.map(|by_row| certified::RowKeys { by_row, stale, most });
         let got = errors::detached(py, "Hnsw.valued_pool", || {
             certified::valued_pool(&self.inner, q, ef.max(1), ceiling, error, labels, live, meta, keys, now, &p)
         })?
