@@ -414,10 +414,10 @@ class VectorIndex:
 
 
 _RECENT_QUERIES = 128
+"""Approximate queries an index keeps for its next calibration."""
 
 _EXEMPT = 64
 """Most rows `sim_error` exempts from its bound: each query scores them exactly."""
-"""Approximate queries an index keeps for its next calibration."""
 
 _ASKED_WINDOW = 64
 """Approximate queries after which an index is measured again on them: once after a measurement made
