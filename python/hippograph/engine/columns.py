@@ -23,11 +23,12 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import StorageError, ValidationError
+from . import index_probe, shutdown, vector_index
 from . import regions as regions_
-from . import shutdown, vector_index
 from .checks import Embedding
 from .column_files import SavedType
 from .index_build import build_rows_index, catch_up
+from .index_probe import Probe
 from .mapped_ids import MappedIds, snapshot
 from .regions import Regions
 from .rows import RowVectors, VectorDtype
@@ -135,6 +136,8 @@ class TypeColumns:
         self._builds_closed = False
         self.build_error: BaseException | None = None
         """Why the last background build failed; the type then stays on exact scans until an explicit build."""
+        self.unpromising: Probe | None = None
+        """What a sample showed when it ruled the index out: exact scans answer until the type doubles."""
         self._worker: threading.Thread | None = None
         self._calibration_job: CalibrationJob | None = None
         self.regions: Regions | None = None
@@ -564,6 +567,9 @@ class TypeColumns:
                     return
                 ids, matrix = list(self.ids), self._vectors.vectors(len(self.ids), copy=True)
                 self._changed = set()
+            self.unpromising = index_probe.probe(matrix, config)
+            if self.unpromising is not None:
+                return
             built = vector_index.build_rows(ids, matrix, config, cancelled=cancel.is_set)
             del ids, matrix  # the copy lives only as long as hnswlib needs it
             if built is None:
@@ -615,8 +621,13 @@ class TypeColumns:
 
     def wants_vector_index(self) -> bool:
         """True when non-exact queries of this type use an HNSW index (configured, embedded, large enough)."""
-        config = self.ann_config
-        return config is not None and self.dim > 0 and len(self.ids) > config.min_nodes
+        config, refused = self.ann_config, self.unpromising
+        return (
+            config is not None
+            and self.dim > 0
+            and len(self.ids) > config.min_nodes
+            and (refused is None or len(self.ids) >= 2 * refused.rows)
+        )
 
     def build_vector_index(self, progress: Callable[[int, int], None] | None = None) -> bool:
         """Builds the HNSW index now rather than at the first non-exact query; True when this call built it.
@@ -629,7 +640,11 @@ class TypeColumns:
             if self.ann is not None:
                 return False
             self._cancel.set()
-            self.ann = build_rows_index(self, self.ann_config, progress)
+            try:
+                self.ann = build_rows_index(self, self.ann_config, progress, probe=True)
+            except index_probe.Unpromising as exc:
+                self.unpromising = exc.probe
+                return False
             self.build_error = None
             return True
 
@@ -643,6 +658,8 @@ class TypeColumns:
         )
         error = None if self.build_error is None else f"{type(self.build_error).__name__}: {self.build_error}"
         stats |= {} if ann_available(self.ann_config) else {"exact_fallback": True, "fallback_reason": NO_HNSWLIB}
+        if ann is None and self.unpromising is not None:
+            stats |= {"exact_fallback": True, "fallback_reason": self.unpromising.reason}
         # A new measurement asked for or running (the rows changed, or the queries asked differ from
         # the samples); the last one holds until it is done.
         measuring = measured and (self._calibration_job is not None or self.calibrating.locked())

@@ -9,8 +9,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from . import index_probe, vector_index
 from . import regions as regions_
-from . import vector_index
 from .regions import Regions
 from .vector_index import AnnConfig, VectorIndex
 
@@ -38,10 +38,19 @@ class IndexedRows(Protocol):
 
 
 def build_rows_index(
-    columns: IndexedRows, config: AnnConfig, progress: Callable[[int, int], None] | None = None
+    columns: IndexedRows,
+    config: AnnConfig,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    probe: bool = False,
 ) -> VectorIndex:
-    """An HNSW graph over every embedded row of `columns`, reporting ``progress(rows_done, rows)``."""
+    """An HNSW graph over every embedded row of `columns`, reporting ``progress(rows_done, rows)``.
+    `probe`: first judge from a sample whether the index can win (`index_probe`), raising
+    `index_probe.Unpromising` when it cannot."""
     matrix = columns.matrix()
+    found = index_probe.probe(matrix, config) if probe else None
+    if found is not None:
+        raise index_probe.Unpromising(found)
     built = vector_index.build_rows(list(columns.ids), matrix, config, progress)
     if built is None:  # pragma: no cover - only a `cancelled` callback stops a build
         raise RuntimeError("vector index build cancelled")

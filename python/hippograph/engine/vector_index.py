@@ -113,6 +113,11 @@ class AnnConfig:
     `calibration_queries` queries near stored vectors reaches this (`max_ef_search` bounds it).
     An index that cannot, or only at less than `min_speedup` times the exact scan's speed, is
     not used: the exact scan answers and `vector_index_stats()` says why.
+    `probe_rows`: before building for a type of at least four times as many rows, a graph over a
+    random sample of this many is searched (`hippograph.engine.index_probe`); when it cannot reach
+    `target_recall` at `min_speedup` (judged against the exact scan of every row), the index is
+    not built, the exact scan answers and `vector_index_stats()` says why, until the type doubles.
+    0: always build.
     `background`: a non-exact query that finds no index answers with the exact
     scan and starts building one in a background thread, which takes no lock
     while the engine works (a million nodes take minutes); writes made meanwhile
@@ -132,6 +137,7 @@ class AnnConfig:
     calibration_queries: int = 100
     max_ef_search: int = 2048
     engine: str = "core"
+    probe_rows: int = 8192
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -144,7 +150,7 @@ class AnnConfig:
                 raise ConfigError(f"AnnConfig.{name} must be a number from {least} to {most}, got {value!r}")
         for name, most in _ANN_LIMITS.items():
             value = getattr(self, name)
-            least = 0 if name == "threads" else 1
+            least = 0 if name in ("threads", "probe_rows") else 1
             if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
                 raise ConfigError(f"AnnConfig.{name} must be an int from {least} to {most}, got {value!r}")
 
@@ -157,6 +163,7 @@ _ANN_LIMITS = {
     "threads": 4096,
     "calibration_queries": 1 << 16,
     "max_ef_search": 1 << 20,
+    "probe_rows": 1 << 24,
 }
 """Upper bounds of what reaches an engine (hnswlib's C++ would overflow or allocate without limit beyond them)."""
 
