@@ -1220,7 +1220,7 @@ def test_queries_answered_during_a_calibration_keep_the_depth_last_chosen(
     real = hg.engine.query._trials
 
     def trials(columns: Any, index: Any, *args: Any) -> Any:
-        seen.append((index.ef_search, args[-1]))
+        seen.append((index.ef_search, args[5]))  # (samples, truth, params, now, hold, ef, weighted)
         return real(columns, index, *args)
 
     monkeypatch.setattr(hg.engine.query, "_trials", trials)
@@ -1271,3 +1271,32 @@ def test_a_background_index_is_calibrated_off_the_query_path(
     wait_until(lambda: calibrated(b), "the background build published its index, which was then measured")
     assert callers and threading.main_thread().name not in callers
     assert find(b, query, vf=vf) == find(b, query, vf=vf, exact=True) and answered[-1] is True
+
+
+@pytest.mark.skipif(ENGINE != "core", reason="the value-weighted pool is the core engine's")
+def test_calibration_leaves_out_a_value_weighted_pool_whose_answers_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the weighted search cannot reach the rows of most value, its pools certify wrong
+    answers; calibration measures that and answers through the similarity path instead."""
+    real = hg.engine.query._valued
+
+    def missing(*args: Any) -> Any:
+        pool = real(*args)
+        if pool is None:
+            return None
+
+        def half(queries: Any, depth: int, error: float) -> Any:
+            rows, _, top = pool(queries, depth, error)
+            return np.ascontiguousarray(rows[::2]), -np.inf, top  # every other row, claimed to hold every better one
+
+        return half
+
+    monkeypatch.setattr(hg.engine.query, "_valued", missing)
+    b = InMemory(ann=CFG)
+    b.apply_changeset(random_graph(46))
+    b.build_vector_index()
+    stats = b.vector_index_stats()["semantic"]
+    assert stats["value_weighted_search"] is False and not stats["exact_fallback"]
+    rng = np.random.default_rng(46)
+    for _ in range(10):
+        query = rng_vec(rng)
+        assert find(b, query, vf=params(0.0, 5)) == find(b, query, vf=params(0.0, 5), exact=True)

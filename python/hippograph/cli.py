@@ -330,7 +330,10 @@ def _index(name: str | None, path: str | None, out: TextIO, err: TextIO) -> None
     for kind, s in ready.items():
         how = "built and saved" if kind in built else "loaded from saved files" if s.get("loaded") else "ready"
         print(f"  {kind:<16} {s['live']:>10,} vectors  {how}", file=out)
-    if not ready:
+    refused = {kind: s for kind, s in stats.items() if not s["available"] and s.get("fallback_reason")}
+    for kind, s in refused.items():  # e.g. samples showed no index could beat the exact scan
+        print(f"  {kind:<16} {s['nodes']:>10,} nodes    exact scans: {s['fallback_reason']}", file=out)
+    if not ready and not refused:
         print("  no node type is large enough for a vector index: recall scans exactly", file=out)
 
 

@@ -46,6 +46,9 @@ class Calibration:
     index_recall: float
     asked: int = 0
     """Real queries among the samples (0: measured before any were asked)."""
+    valued: bool = True
+    """Whether queries search the value-weighted pool first: calibration keeps it only where its
+    answers reach the target (a calibration saved before this field was measured with it)."""
 
     def stats(self) -> dict[str, object]:
         return {
@@ -57,6 +60,7 @@ class Calibration:
             "speedup_estimate": round(self.speedup, 2),
             "calibrated_rows": self.rows,
             "calibrated_on_queries_asked": self.asked,
+            "value_weighted_search": self.valued,
             "exact_fallback": not self.usable,
             "fallback_reason": self.reason,
         }
@@ -76,6 +80,8 @@ def restore(doc: object, ann: VectorIndex) -> None:
     if not all(isinstance(v, float) and not np.isnan(v) for v in floats):
         return
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in numbers) or saved.ef_search < 1:
+        return
+    if not isinstance(saved.valued, bool):
         return
     if (saved.target, saved.min_speedup) != (ann.config.target_recall, ann.config.min_speedup):
         return

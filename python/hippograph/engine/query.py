@@ -155,7 +155,7 @@ def scan(
     if ann is not None and ann.calibration is not None and ann.calibration.usable:
         walk = _walk(columns, queries, params, now, values)
         floor = ann.calibration.min_similarity
-        valued = _valued(columns, ann, params, now, values)
+        valued = _valued(columns, ann, params, now, values) if ann.calibration.valued else None
         got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk, floor=floor, valued=valued)
         ann.remember(queries.copy(), got is None)  # a copy: the caller's array may change after the call
         if got is not None:
@@ -425,13 +425,15 @@ def _trials(
     now: float,
     hold: Hold,
     ef: int,
+    weighted: bool,
 ) -> list[Trial]:
     out: list[Trial] = []
     for q, want in zip(samples, truth, strict=True):
         tops: list[float] = []
         with hold():
             start = time.perf_counter()
-            walk, valued = _walk(columns, q, params, now, None), _valued(columns, ann, params, now, None)
+            walk = _walk(columns, q, params, now, None)
+            valued = _valued(columns, ann, params, now, None) if weighted else None
             got = certified_scan(columns, ann, q, params.top_k, params.threshold, walk, tops=tops, ef=ef, valued=valued)
             seconds = time.perf_counter() - start
         recall = None if got is None else len({r for r, _ in got} & want) / len(want) if want else 1.0
@@ -553,24 +555,35 @@ def calibrate(
             truth.append(set(_score(columns, None, q, params, now, None)[0].tolist()))
             exact_times.append(time.perf_counter() - start)
     exact_each = float(np.median(exact_times)) if exact_times else 0.0
-    ef, most = config.ef_search, max(config.ef_search, config.max_ef_search)
-    best: tuple[int, Routing] | None = None
-    while True:
-        trials = _trials(columns, ann, samples, truth, params, now, hold, ef)
-        routing = route(trials, labels, exact_each, config.target_recall, costed, asked)
-        meets = routing.meets
-        if meets and (best is None or routing.cost < _DEEPER_GAIN * best[1].cost):
-            best = (ef, routing)
-        elif best is not None:
-            break  # deeper searches cost more than the queries they take from the exact scan
-        if ef >= most or (meets and routing.floor == -np.inf):
-            break
-        if not meets and 0 < routing.speedup < config.min_speedup:
-            break  # already too slow short of the target: a deeper search only gets slower
-        ef = min(ef + max(1, ef // 2), most)  # steps of half: a doubling overshoots the depth needed
-    if best is None:
-        best = (ef, routing)
-    ef, routing = best
+
+    def deepen(weighted: bool) -> tuple[int, Routing]:
+        """The depth to keep (or the last one tried, when none meets the target) and its routing."""
+        ef, most = config.ef_search, max(config.ef_search, config.max_ef_search)
+        best: tuple[int, Routing] | None = None
+        while True:
+            trials = _trials(columns, ann, samples, truth, params, now, hold, ef, weighted)
+            routing = route(trials, labels, exact_each, config.target_recall, costed, asked)
+            meets = routing.meets
+            if meets and (best is None or routing.cost < _DEEPER_GAIN * best[1].cost):
+                best = (ef, routing)
+            elif best is not None:
+                break  # deeper searches cost more than the queries they take from the exact scan
+            if ef >= most or (meets and routing.floor == -np.inf):
+                break
+            if not meets and 0 < routing.speedup < config.min_speedup:
+                break  # already too slow short of the target: a deeper search only gets slower
+            ef = min(ef + max(1, ef // 2), most)  # steps of half: a doubling overshoots the depth needed
+        return best if best is not None else (ef, routing)
+
+    # With and without the value-weighted pool: it wins where value varies and the graph reaches the
+    # rows of most value; where it cannot (many rows of nearly equal relevance, their order set by
+    # value), its answers miss the target or need a deep search, and the similarity path wins.
+    weighted = _valued(columns, ann, params, now, None) is not None
+    ef, routing = deepen(weighted)
+    if weighted:
+        plain = deepen(False)
+        if plain[1].meets and (not routing.meets or plain[1].cost < routing.cost):
+            (ef, routing), weighted = plain, False
     ann.ef_search = ef
     mean = float(np.mean(routing.kind_recalls))
     reason = None
@@ -590,6 +603,7 @@ def calibrate(
         ef, k, config.target_recall, config.min_speedup, mean if reason is None else 1.0,
         routing.worst if reason is None else 1.0, speedup, len(columns.ids), len(samples),
         reason is None, reason, float(routing.floor), routing.index_recall, len(kinds.get("recent", [])),
+        weighted,
     )  # fmt: skip
     ann.calibration, ann.changes = result, 0
     ann.handovers.clear()
