@@ -28,7 +28,6 @@ from . import regions as regions_
 from .checks import Embedding
 from .column_files import SavedType
 from .index_build import build_rows_index, catch_up
-from .index_probe import Probe
 from .mapped_ids import MappedIds, snapshot
 from .regions import Regions
 from .rows import RowVectors, VectorDtype
@@ -136,7 +135,7 @@ class TypeColumns:
         self._builds_closed = False
         self.build_error: BaseException | None = None
         """Why the last background build failed; the type then stays on exact scans until an explicit build."""
-        self.unpromising: Probe | None = None
+        self.unpromising: index_probe.Probe | None = None
         """What a sample showed when it ruled the index out: exact scans answer until the type doubles."""
         self._worker: threading.Thread | None = None
         self._calibration_job: CalibrationJob | None = None
@@ -568,9 +567,7 @@ class TypeColumns:
                 ids, matrix = list(self.ids), self._vectors.vectors(len(self.ids), copy=True)
                 self._changed = set()
             self.unpromising = index_probe.probe(matrix, config)
-            if self.unpromising is not None:
-                return
-            built = vector_index.build_rows(ids, matrix, config, cancelled=cancel.is_set)
+            built = None if self.unpromising else vector_index.build_rows(ids, matrix, config, cancelled=cancel.is_set)
             del ids, matrix  # the copy lives only as long as hnswlib needs it
             if built is None:
                 return
@@ -622,12 +619,8 @@ class TypeColumns:
     def wants_vector_index(self) -> bool:
         """True when non-exact queries of this type use an HNSW index (configured, embedded, large enough)."""
         config, refused = self.ann_config, self.unpromising
-        return (
-            config is not None
-            and self.dim > 0
-            and len(self.ids) > config.min_nodes
-            and (refused is None or len(self.ids) >= 2 * refused.rows)
-        )
+        large = config is not None and self.dim > 0 and len(self.ids) > config.min_nodes
+        return large and (refused is None or len(self.ids) >= 2 * refused.rows)
 
     def build_vector_index(self, progress: Callable[[int, int], None] | None = None) -> bool:
         """Builds the HNSW index now rather than at the first non-exact query; True when this call built it.
