@@ -992,17 +992,19 @@ mod tests {
         assert_eq!(walk(&open).unwrap(), None);
     }
 
+    /// An f16 graph over every row of `d` (labels are rows).
+    fn graph(d: &Data, dim: usize, seed: u64) -> crate::hnsw::Index {
+        let config = crate::hnsw::Config { m: 16, ef_construction: 100, seed, codes: crate::hnsw::Codes::F16 };
+        let index = crate::hnsw::Index::new(dim, config, &d.data[..300 * dim]).unwrap();
+        index.add(0, &d.data, 0).unwrap();
+        index
+    }
+
     #[test]
     fn a_value_weighted_pool_answers_as_the_exact_scan() {
         let (n, dim) = (3000, 16);
         let d = data(n, dim, 41);
-        let index = crate::hnsw::Index::new(
-            dim,
-            crate::hnsw::Config { m: 16, ef_construction: 100, seed: 3, codes: crate::hnsw::Codes::F16 },
-            &d.data[..300 * dim],
-        )
-        .unwrap();
-        index.add(0, &d.data, 0).unwrap();
+        let index = graph(&d, dim, 3);
         // Labels are rows, except that the last label stands for no row.
         let mut row_of_label: Vec<i64> = (0..n as i64).collect();
         row_of_label[n - 1] = -1;
@@ -1056,13 +1058,7 @@ mod tests {
         for t in &mut d.ts {
             *t = t.min(NOW);
         }
-        let index = crate::hnsw::Index::new(
-            dim,
-            crate::hnsw::Config { m: 16, ef_construction: 100, seed: 5, codes: crate::hnsw::Codes::F16 },
-            &d.data[..300 * dim],
-        )
-        .unwrap();
-        index.add(0, &d.data, 0).unwrap();
+        let index = graph(&d, dim, 5);
         let row_of_label: Vec<i64> = (0..n as i64).collect();
         let params = d.scan(0.0, 10).params;
         let order = usage_order(d.meta(), &params).unwrap();

@@ -208,18 +208,6 @@ fn dot_f16_body(q: &[f32], c: &[u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
-    use std::arch::x86_64::*;
-    let lo = _mm256_castps256_ps128(v);
-    let hi = _mm256_extractf128_ps(v, 1);
-    let s = _mm_add_ps(lo, hi);
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    _mm_cvtss_f32(s)
-}
-
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot_i8_avx2(q: &[f32], c: &[i8]) -> f32 {
     use std::arch::x86_64::*;
@@ -238,7 +226,7 @@ unsafe fn dot_i8_avx2(q: &[f32], c: &[i8]) -> f32 {
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 8)), hi, a1);
         i += 16;
     }
-    let mut total = hsum(_mm256_add_ps(a0, a1));
+    let mut total = crate::simd::hsum(_mm256_add_ps(a0, a1));
     for j in full..n {
         total += q[j] * f32::from(c[j]);
     }
@@ -269,7 +257,7 @@ unsafe fn dot_f16_avx2(q: &[f32], c: &[u8]) -> f32 {
         i += 8;
     }
     let full = i;
-    let mut total = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    let mut total = crate::simd::hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
     for (j, x) in q.iter().enumerate().take(n).skip(full) {
         total += x * half_at(c, j);
     }

@@ -12,3 +12,4 @@ pub mod lmdbcheck;
 pub mod pairs;
 pub mod scoring;
 pub mod shadow;
+mod simd;

@@ -309,15 +309,7 @@ mod avx2 {
     //! into up to 8 query accumulators, so the scan streams memory at full speed.
     use std::arch::x86_64::*;
 
-    #[inline(always)]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps(v, 1);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
-    }
+    use crate::simd::hsum;
 
     /// Max over `Q` unit queries of the dot product with `row`.
     #[inline(always)]

@@ -156,12 +156,7 @@ mod avx2 {
     //! Eight f16 values converted per instruction (F16C) and fused into the queries' accumulators.
     use std::arch::x86_64::*;
 
-    #[inline(always)]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
-    }
+    use crate::simd::hsum;
 
     const W: usize = 8;
 
