@@ -23,6 +23,7 @@ from .errors import (
 from .graph.atom import Atom
 from .graph.changeset import Changeset
 from .graph.fingerprint import FINGERPRINT_VERSION, etf_encode, fingerprint
+from .graph.hits import ExplainedHit, Explanation, ValueParts, WhyNot
 from .graph.model import (
     EdgeType,
     Episodic,
@@ -63,6 +64,8 @@ __all__ = [
     "Entry",
     "EntryBackend",
     "Episodic",
+    "ExplainedHit",
+    "Explanation",
     "ForgetSummary",
     "GraphBackend",
     "HippographError",
@@ -94,6 +97,8 @@ __all__ = [
     "ValidationError",
     "ValueFunction",
     "ValueFunctionConfig",
+    "ValueParts",
+    "WhyNot",
     "backends",
     "errors",
     "etf_encode",

@@ -128,6 +128,30 @@ class UsageColumns:
     def cumulative_reward(self) -> npt.NDArray[np.float64]: ...
     def __len__(self) -> int: ...
 
+def explain_rows(
+    matrix: Rows,
+    norms: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    usage: UsageColumns,
+    rows: npt.NDArray[np.uint32],
+    now: float,
+    params: ValueParams,
+) -> tuple[
+    npt.NDArray[np.float32],
+    npt.NDArray[np.float32],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+]:
+    """What the listed rows' default-value scores are made of, from the scans' own kernels and value
+    function: each query vector's similarity (`rows × queries`; their maximum is the relevance),
+    the relevance, whether the row has metadata, and (NaN without) hours, recency, frequency and
+    reward; then the score (= relevance × recency × (frequency × reward), or the relevance). A row
+    past the matrix: ValidationError. GIL released."""
+
 def scan_default(
     matrix: Rows,
     norms: npt.NDArray[np.float32],

@@ -100,6 +100,7 @@ class AsyncRepo(_Async[Repo]):
     ingest = _off_loop(Repo.ingest)
     ingest_many = _off_loop(Repo.ingest_many)
     recall = _off_loop(Repo.recall)
+    why_not = _off_loop(Repo.why_not)
     reward = _off_loop(Repo.reward)
     forget = _off_loop(Repo.forget)
     decay = _off_loop(Repo.decay)

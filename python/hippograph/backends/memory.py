@@ -18,6 +18,7 @@ from ..engine.derived import DerivedColumns
 from ..engine.rows import VectorDtype, check_vector_dtype
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..graph.changeset import Changeset, check_changeset, normalised_links
+from ..graph.explain import Explaining, explaining_of
 from ..graph.model import (
     ORPHAN_TYPES,
     EdgeType,
@@ -277,6 +278,9 @@ class InMemory(DerivedBackend):
         self._guard("context_read")
         return self._context.read(fn)
 
+    explains_answers = True
+    """`find_candidates` takes ``explain=`` (`hippograph.graph.protocol.ExplainsAnswers`)."""
+
     def find_candidates(
         self,
         types: Sequence[NodeType | str],
@@ -286,11 +290,23 @@ class InMemory(DerivedBackend):
         *,
         now: datetime | None = None,
         exact: bool = False,
+        explain: bool | Explaining = False,
     ) -> list[tuple[Node, float]]:
+        """`GraphBackend.find_candidates`; with `explain`, each hit is an `ExplainedHit`."""
         self._check_open("find_candidates")
+        explaining = explaining_of(explain)
         with self._lock.read():
             return find_candidates(
-                self._derived.columns, types, query, tags, value_function, now, self._dim, self._hydrate, exact=exact
+                self._derived.columns,
+                types,
+                query,
+                tags,
+                value_function,
+                now,
+                self._dim,
+                self._hydrate,
+                exact=exact,
+                explain=explaining,
             )
 
     def get_node(self, node_id: str) -> Node | None:

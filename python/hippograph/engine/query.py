@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ValidationError
+from . import routes
 from .calibration import Calibration
 from .checks import as_embedding
 from .columns import TypeColumns
@@ -135,12 +136,14 @@ def scan(
     values: RowValues | None = None,
     *,
     approximate: bool = False,
+    route: list[str] | None = None,
 ) -> list[tuple[str, float]]:
     """Ids and scores of the best rows, best first (ties by id).
 
     `now`: unix seconds. `values`: a custom value function (None: the default, in Rust).
     `approximate`: candidates may come from the vector index (the value function never exceeds
     relevance); the answer is still certified exact up to the HNSW graph's neighbour recall.
+    `route`: receives the path that answered (`hippograph.engine.routes`), when given.
     """
     if not columns.ids or params.top_k == 0:
         return []
@@ -159,7 +162,13 @@ def scan(
         got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk, floor=floor, valued=valued)
         ann.remember(queries.copy(), got is None)  # a copy: the caller's array may change after the call
         if got is not None:
+            if route is not None:
+                route.append(routes.CERTIFIED)
             return [(columns.ids[r], s) for r, s in got]
+        if route is not None:
+            route.append(routes.UNCERTIFIED)
+    elif route is not None:
+        route.append(routes.exact_reason(columns, ann) if approximate else routes.EXACT)
     idx, scores = _score(columns, None, queries, params, now, values)
     return list(zip(map(columns.ids.__getitem__, idx.tolist()), scores.tolist(), strict=True))
 

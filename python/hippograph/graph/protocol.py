@@ -20,6 +20,7 @@ from ..engine.checks import Progress
 from ..engine.columns import ColumnsCopy
 from ..errors import IngestionError
 from .changeset import Changeset
+from .explain import Explaining
 from .model import EdgeType, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType, Outcome
 from .value import ValueFunctionConfig
 
@@ -151,6 +152,27 @@ class GraphBackend(Protocol):
 
 
 MetadataFn = Callable[[str, NodeMetadata | None], NodeMetadata | None]
+
+
+@runtime_checkable
+class ExplainsAnswers(Protocol):
+    """A backend that explains its own answers: `find_candidates` takes ``explain=`` (a bool, or the
+    `Explaining` that `Repo.why_not` hands it) and then returns `ExplainedHit`s. Repo explains the
+    answers of other backends by scoring the requested types' nodes itself."""
+
+    explains_answers: bool
+
+    def find_candidates(
+        self,
+        types: Sequence[NodeType | str],
+        query: object,
+        tags: Iterable[object],
+        value_function: ValueFunctionConfig | Mapping[str, Any] | None,
+        *,
+        now: datetime | None = None,
+        exact: bool = False,
+        explain: bool | Explaining = False,
+    ) -> list[tuple[Node, float]]: ...
 
 
 @runtime_checkable

@@ -18,9 +18,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .. import _core
+from ..engine import routes
 from ..engine.checks import Progress, as_datetime, check_progress, utcnow
 from ..engine.columns import TypeColumns, Usage
 from ..engine.query import F32, F64, RowValues, calibrate, prepare_queries, scan
+from .explain import Explaining, custom_score
 from .model import Node, NodeMetadata, NodeType, as_node_types
 from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 
@@ -72,11 +75,13 @@ def find_candidates(
     hydrate: Hydrate,
     *,
     exact: bool = True,
+    explain: Explaining | None = None,
 ) -> list[tuple[Node, float]]:
     """The `GraphBackend.find_candidates` query over a backend's columns.
 
     An id `hydrate` cannot load does not count toward top_k (the type is
     scanned again for more), so a stale cache never surfaces a lost node.
+    With `explain`, the hits are `ExplainedHit`s and `explain` collects the rest.
     """
     wanted = as_node_types(types)
     queries = prepare_queries(query, tags, dim)
@@ -92,9 +97,12 @@ def find_candidates(
         tp = cfg.params[node_type]
         values = None if cfg.is_default else python_values(cfg, tp, when, hydrate)
         ask = tp.top_k
+        route: list[str] | None = None if explain is None else []
         while True:
             params = tp if ask == tp.top_k else dataclasses.replace(tp, top_k=ask)
-            scanned = scan(type_columns, queries, params, when.timestamp(), values, approximate=bounded and not exact)
+            approximate = bounded and not exact
+            now_s = when.timestamp()
+            scanned = scan(type_columns, queries, params, now_s, values, approximate=approximate, route=route)
             picked = [(i, s) for i, s in scanned if i not in seen] if seen else scanned
             loaded = hydrate([i for i, _ in picked], False)
             live = [(got[0], s) for i, s in picked if (got := loaded.get(i)) is not None]
@@ -102,10 +110,35 @@ def find_candidates(
                 break
             ask += len(picked) - len(live)
         hits = live[: tp.top_k]
+        if explain is not None:
+            path = route[-1] if route else routes.EXACT
+            path = routes.UNBOUNDED if not bounded and not exact else path
+            score = None if values is None else _subject_score(explain, cfg, tp, when, hydrate, type_columns, queries)
+            hits = list(explain.type_answered(type_columns, node_type, hits, queries, tp, cfg, when, path, score))
         out += hits
         if at < len(wanted):  # a type listed twice answers its nodes once
             seen.update([node.id for node, _ in hits])
     return out
+
+
+def _subject_score(
+    explain: Explaining,
+    cfg: ResolvedConfig,
+    tp: TypeParams,
+    when: datetime,
+    hydrate: Hydrate,
+    columns: TypeColumns,
+    queries: F32,
+) -> Callable[[str], float]:
+    """A custom value function's score of the node `why_not` asks about, as the scan computes one."""
+
+    def score(node_id: str) -> float:
+        rows = np.array([columns.row[node_id]], np.uint32)
+        matrix, _ = columns.scanned()
+        relevance = float(_core.relevance_of_rows(matrix, columns.norms(), queries, rows)[0]) if columns.dim else 0.0
+        return custom_score(cfg, tp, when, relevance, hydrate([node_id], True).get(node_id))
+
+    return score
 
 
 def build_vector_indexes(
@@ -140,6 +173,7 @@ def score_nodes(
     *,
     now: datetime | None = None,
     dimension: int | None = None,
+    explain: Explaining | None = None,
 ) -> list[tuple[Node, float]]:
     """`find_candidates` over nodes supplied by `load(node_type)`, for backends that keep no columns.
 
@@ -159,4 +193,4 @@ def score_nodes(
     def hydrate(ids: list[str], metadata: bool) -> dict[str, tuple[Node, NodeMetadata | None]]:
         return {i: loaded[i] for i in ids if i in loaded}
 
-    return find_candidates(columns, wanted, query, tags, value_function, now, dimension, hydrate)
+    return find_candidates(columns, wanted, query, tags, value_function, now, dimension, hydrate, explain=explain)

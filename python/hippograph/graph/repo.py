@@ -22,17 +22,29 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, Self
+from typing import Any, Literal, Self
 
 from ..engine.checks import as_datetime, check_id, check_ids, check_progress, utcnow
 from ..engine.paths import DEFAULT_ROOT, check_repo_name, store_path
 from ..errors import IngestionError, NotFoundError, StorageError, ValidationError
 from . import maintenance
 from .changeset import Changeset
+from .explain import Explaining, explaining_of, why_not
 from .fingerprint import FINGERPRINT_VERSION, fingerprint
-from .model import ORPHAN_TYPES, IngestionReceipt, IngestionRecord, Node, NodeMetadata, NodeType, Semantic
+from .hits import ExplainedHit, Hit, WhyNot
+from .model import (
+    ORPHAN_TYPES,
+    IngestionReceipt,
+    IngestionRecord,
+    Node,
+    NodeMetadata,
+    NodeType,
+    Semantic,
+    as_node_types,
+)
 from .protocol import (
     CommitsIngestions,
+    ExplainsAnswers,
     GraphBackend,
     HasStats,
     MetadataFn,
@@ -40,6 +52,7 @@ from .protocol import (
     VectorIndexed,
     existing_receipt,
 )
+from .recall import score_nodes
 from .trajectory import Trajectory
 from .value import ValueFunctionConfig, resolve_config
 
@@ -56,13 +69,6 @@ __all__ = [
 ]
 
 DEFAULT_RECALL_TYPES: tuple[NodeType, ...] = (NodeType.SEMANTIC, NodeType.PROCEDURAL, NodeType.EPISODIC)
-
-
-class Hit(NamedTuple):
-    """One recalled memory; unpacks as ``node, score``."""
-
-    node: Node
-    score: float
 
 
 @dataclass(frozen=True)
@@ -355,6 +361,7 @@ class Repo:
         now: datetime | None = None,
         *,
         exact: bool = False,
+        explain: bool = False,
     ) -> list[Hit]:
         """The memories that matter for `query` (and tag vectors), best first per type.
 
@@ -364,17 +371,72 @@ class Repo:
         subgoal, tag and intent, whose thresholds of 0.7–0.9 are similarity
         gates: a never-used node scores at most 0.3 × relevance). The score
         orders the hits either way. Per-type params override both.
+        With `explain`, each hit's `explanation` says what its score was made of
+        (the hits themselves are the same).
         """
         self._check_open("recall")
         when = utcnow() if now is None else as_datetime(now, "now")
         config = value_function if value_function is not None else self.value_function
-        hits = self.backend.find_candidates(types, query, tags, config, now=when, exact=exact)
+        hits = self._find(types, query, tags, config, when, exact, explaining_of(explain))
         if hits and not self._readonly:  # a read-only store has nowhere to keep access counts
             with self._lock:
                 noted = self._pending.note((n.id for n, _ in hits), when)
             if noted >= self._flush_count:
                 self.flush()
-        return [Hit(n, s) for n, s in hits]
+        return [h if isinstance(h, ExplainedHit) else Hit(*h) for h in hits]
+
+    def why_not(
+        self,
+        node_id: str,
+        query: object,
+        tags: Iterable[object] = (),
+        types: Sequence[NodeType | str] = DEFAULT_RECALL_TYPES,
+        value_function: ValueFunctionConfig | Mapping[str, Any] | None = None,
+        now: datetime | None = None,
+        *,
+        exact: bool = False,
+    ) -> WhyNot:
+        """Why `node_id` is (not) among `recall`'s hits for these arguments: the rule that left it out
+        (below the threshold, gated out, outranked: by how much and by which hits), with its score's
+        parts. Answers for the store as it is now, and records no access; an unknown id is a
+        `NotFoundError`."""
+        self._check_open("why_not")
+        check_id(node_id)
+        when = utcnow() if now is None else as_datetime(now, "now")
+        config = value_function if value_function is not None else self.value_function
+        self.flush()  # the accesses recorded so far count, as they will for the next recall
+        explaining = Explaining(node_id)
+        self._find(types, query, tags, config, when, exact, explaining)
+        node = self.backend.get_node(node_id)
+        if node is None or (explaining.subject is None and node.node_type in as_node_types(types)):
+            raise NotFoundError("node", node_id)
+        return why_not(node, as_node_types(types), explaining, resolve_config(config), exact)
+
+    def _find(
+        self,
+        types: Sequence[NodeType | str],
+        query: object,
+        tags: Iterable[object],
+        config: ValueFunctionConfig | Mapping[str, Any] | None,
+        when: datetime,
+        exact: bool,
+        explaining: Explaining | None,
+    ) -> list[tuple[Node, float]]:
+        """The backend's answer; explained by the backend when it explains its own answers, else by
+        scoring the nodes of the requested types exactly as `score_nodes` does."""
+        backend = self.backend
+        if explaining is None:
+            return backend.find_candidates(types, query, tags, config, now=when, exact=exact)
+        if isinstance(backend, ExplainsAnswers):
+            return backend.find_candidates(types, query, tags, config, now=when, exact=exact, explain=explaining)
+
+        def load(node_type: NodeType) -> list[tuple[Node, NodeMetadata | None]]:
+            nodes = backend.get_nodes_by_type([node_type])
+            meta = backend.get_metadata([n.id for n in nodes])
+            return [(n, meta.get(n.id)) for n in nodes]
+
+        dim = getattr(backend, "dimension", None)
+        return score_nodes(load, types, query, tags, config, now=when, dimension=dim, explain=explaining)
 
     def reward(self, node_ids: Iterable[str], reward: float) -> None:
         """Add `reward` to each existing node's running reward."""

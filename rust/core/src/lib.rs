@@ -5,6 +5,7 @@
 
 pub mod certified;
 pub mod etf;
+pub mod explain;
 pub mod graph_write;
 pub mod hnsw;
 pub mod lexical;

@@ -179,6 +179,22 @@ impl<'a> Stored<'a> {
         }
     }
 
+    /// Each unit query's similarity to row `r` (clamped to [0, 1] as a relevance is), from the
+    /// dot products the relevance kernel takes the largest of: their maximum is row `r`'s relevance.
+    pub(crate) fn similarities(&self, r: usize, unit: &[f32], out: &mut [f32]) {
+        let (dim, norm) = (self.dim, self.norms[r]);
+        if norm <= 0.0 {
+            out.fill(0.0);
+            return;
+        }
+        match self.half {
+            Some(h) => crate::shadow::row_dots(&h[r * dim..(r + 1) * dim], dim, unit, out),
+            None => row_dots(&self.data[r * dim..(r + 1) * dim], dim, unit, out),
+        }
+        let norm = if self.half.is_some() { 1.0 } else { norm };
+        out.iter_mut().for_each(|d| *d = (*d / norm).clamp(0.0, 1.0));
+    }
+
     /// The cache lines of row `r`'s values (none past the end), for [`prefetch`].
     pub(crate) fn row_lines(&self, r: usize) -> impl Iterator<Item = *const i8> {
         let dim = self.dim;
@@ -251,39 +267,54 @@ fn dots<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> [f32; Q] {
     out
 }
 
-/// Relevance of every row of `data` (f32, or the f16 bits of a shadow) against the unit queries: the best of `$max_dot::<Q, U>` over
-/// blocks of up to eight queries (`Q` a constant, so a kernel keeps its accumulators in
-/// registers; `U` accumulators per query, so a row's fused multiply-adds form at least four
-/// independent chains rather than one waiting on the last: the latency, not the loads, bounds a
-/// scan of a matrix that sits in cache), divided by the row's norm and clamped to [0, 1]; a zero row scores 0. The one
-/// body every kernel (portable, AVX2, AVX-512) instantiates with its own `max_dot`.
-macro_rules! relevance_rows {
-    ($max_dot:ident, $data:expr, $norms:expr, $dim:expr, $unit:expr, $out:expr) => {{
-        let (dim, unit): (usize, &[f32]) = ($dim, $unit);
+/// Each unit query's dot product with `row`, through `$dots::<Q, U>` (each query's dot product
+/// from `U` independent accumulators) over blocks of at most `$most` queries, handed to
+/// `$each(first query of the block, its dot products)`. The one grouping both a relevance (the
+/// largest of them) and an explanation (each on its own) go through, so a query's dot product is
+/// the same number in both: `Q` is a constant, so a kernel keeps its accumulators in registers,
+/// and `U` accumulators per query make a row's fused multiply-adds form at least four
+/// independent chains rather than one waiting on the last (the latency, not the loads, bounds a
+/// scan of a matrix that sits in cache).
+macro_rules! query_blocks {
+    ($dots:ident, $most:expr, $row:expr, $unit:expr, $dim:expr, $each:ident) => {{
+        let (row, unit, dim): (_, &[f32], usize) = ($row, $unit, $dim);
         let m = unit.len() / dim;
+        let mut start = 0;
+        while start < m {
+            let block = &unit[start * dim..];
+            let take = (m - start).min($most);
+            match take {
+                1 => $each(start, &$dots::<1, 4>(row, block, dim)),
+                2 => $each(start, &$dots::<2, 2>(row, block, dim)),
+                3 => $each(start, &$dots::<3, 2>(row, block, dim)),
+                4 => $each(start, &$dots::<4, 1>(row, block, dim)),
+                5 => $each(start, &$dots::<5, 1>(row, block, dim)),
+                6 => $each(start, &$dots::<6, 1>(row, block, dim)),
+                7 => $each(start, &$dots::<7, 1>(row, block, dim)),
+                _ => $each(start, &$dots::<8, 1>(row, block, dim)),
+            }
+            start += take;
+        }
+    }};
+}
+
+pub(crate) use query_blocks;
+
+/// Relevance of every row of `data` (f32, or the f16 bits of a shadow) against the unit queries:
+/// the largest of the [`query_blocks`] dot products, divided by the row's norm and clamped to
+/// [0, 1]; a zero row scores 0. The one body every kernel (portable, AVX2, AVX-512) instantiates
+/// with its own `dots`.
+macro_rules! relevance_rows {
+    ($dots:ident, $most:expr, $data:expr, $norms:expr, $dim:expr, $unit:expr, $out:expr) => {{
+        let (dim, unit): (usize, &[f32]) = ($dim, $unit);
         for ((row, &norm), o) in $data.chunks_exact(dim).zip($norms).zip($out.iter_mut()) {
             if norm <= 0.0 {
                 *o = 0.0;
                 continue;
             }
             let mut best = f32::NEG_INFINITY;
-            let mut start = 0;
-            while start < m {
-                let block = &unit[start * dim..];
-                let take = (m - start).min(8);
-                let local = match take {
-                    1 => $max_dot::<1, 4>(row, block, dim),
-                    2 => $max_dot::<2, 2>(row, block, dim),
-                    3 => $max_dot::<3, 2>(row, block, dim),
-                    4 => $max_dot::<4, 1>(row, block, dim),
-                    5 => $max_dot::<5, 1>(row, block, dim),
-                    6 => $max_dot::<6, 1>(row, block, dim),
-                    7 => $max_dot::<7, 1>(row, block, dim),
-                    _ => $max_dot::<8, 1>(row, block, dim),
-                };
-                best = best.max(local);
-                start += take;
-            }
+            let mut keep = |_: usize, dots: &[f32]| dots.iter().for_each(|&d| best = best.max(d));
+            crate::scoring::query_blocks!($dots, $most, row, unit, dim, keep);
             *o = (best / norm).clamp(0.0, 1.0);
         }
     }};
@@ -291,16 +322,31 @@ macro_rules! relevance_rows {
 
 pub(crate) use relevance_rows;
 
-/// Max over `Q` unit queries of the dot product with `row` (portable kernel: `dots` already keeps
-/// a lane-wide accumulator per query, so `U` is not needed here).
+/// Each unit query's dot product with one row, into `out` (one per query): [`query_blocks`] as
+/// [`relevance_rows`] runs it.
+macro_rules! dots_of_row {
+    ($dots:ident, $most:expr, $row:expr, $dim:expr, $unit:expr, $out:expr) => {{
+        let out: &mut [f32] = $out;
+        let mut put = |start: usize, dots: &[f32]| out[start..start + dots.len()].copy_from_slice(dots);
+        crate::scoring::query_blocks!($dots, $most, $row, $unit, $dim, put);
+    }};
+}
+
+pub(crate) use dots_of_row;
+
+/// Queries per block of the f32 kernels.
+const F32_QUERIES: usize = 8;
+
+/// Each of `Q` unit queries' dot product with `row` (portable kernel: `dots` already keeps a
+/// lane-wide accumulator per query, so `U` is not needed here).
 #[inline(always)]
-fn max_dot_q<const Q: usize, const U: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
-    dots::<Q>(row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
+fn dots_q<const Q: usize, const U: usize>(row: &[f32], queries: &[f32], dim: usize) -> [f32; Q] {
+    dots::<Q>(row, queries, dim)
 }
 
 #[inline(always)]
 fn relevance_block_impl(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
-    relevance_rows!(max_dot_q, data, norms, dim, unit, out)
+    relevance_rows!(dots_q, F32_QUERIES, data, norms, dim, unit, out)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -311,9 +357,11 @@ mod avx2 {
 
     use crate::simd::hsum;
 
-    /// Max over `Q` unit queries of the dot product with `row`.
+    use super::F32_QUERIES;
+
+    /// Each of `Q` unit queries' dot product with `row`.
     #[inline(always)]
-    unsafe fn max_dot_q<const Q: usize, const U: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
+    unsafe fn dots_q<const Q: usize, const U: usize>(row: &[f32], queries: &[f32], dim: usize) -> [f32; Q] {
         const W: usize = 8;
         let full = dim - dim % W;
         let mut accs = [[_mm256_setzero_ps(); U]; Q];
@@ -342,15 +390,15 @@ mod avx2 {
                 *sum = _mm256_add_ps(*sum, part);
             }
         }
-        let mut best = f32::NEG_INFINITY;
-        for (j, a) in acc.iter().enumerate() {
+        let mut out = [0.0f32; Q];
+        for (j, (a, o)) in acc.iter().zip(&mut out).enumerate() {
             let mut s = hsum(*a);
             for t in full..dim {
                 s += row[t] * queries[j * dim + t];
             }
-            best = best.max(s);
+            *o = s;
         }
-        best
+        out
     }
 
     /// Relevance of a block of rows (the caller checked the CPU features).
@@ -365,7 +413,13 @@ mod avx2 {
 
     #[inline(always)]
     unsafe fn relevance_rows(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
-        relevance_rows!(max_dot_q, data, norms, dim, unit, out)
+        relevance_rows!(dots_q, F32_QUERIES, data, norms, dim, unit, out)
+    }
+
+    /// Each query's dot product with one row (the caller checked the CPU features).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn row_dots(row: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
+        crate::scoring::dots_of_row!(dots_q, F32_QUERIES, row, dim, unit, out)
     }
 }
 
@@ -376,8 +430,10 @@ mod avx512 {
     //! many loads and FMAs per row show directly.
     use std::arch::x86_64::*;
 
+    use super::F32_QUERIES;
+
     #[inline(always)]
-    unsafe fn max_dot_q<const Q: usize, const U: usize>(row: &[f32], queries: &[f32], dim: usize) -> f32 {
+    unsafe fn dots_q<const Q: usize, const U: usize>(row: &[f32], queries: &[f32], dim: usize) -> [f32; Q] {
         const W: usize = 16;
         let full = dim - dim % W;
         let mut accs = [[_mm512_setzero_ps(); U]; Q];
@@ -406,21 +462,27 @@ mod avx512 {
                 *sum = _mm512_add_ps(*sum, part);
             }
         }
-        let mut best = f32::NEG_INFINITY;
-        for (j, a) in acc.iter().enumerate() {
+        let mut out = [0.0f32; Q];
+        for (j, (a, o)) in acc.iter().zip(&mut out).enumerate() {
             let mut s = _mm512_reduce_add_ps(*a);
             for t in full..dim {
                 s += row[t] * queries[j * dim + t];
             }
-            best = best.max(s);
+            *o = s;
         }
-        best
+        out
     }
 
     /// Relevance of a block of rows (the caller checked the CPU features).
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
-        relevance_rows!(max_dot_q, data, norms, dim, unit, out)
+        relevance_rows!(dots_q, F32_QUERIES, data, norms, dim, unit, out)
+    }
+
+    /// Each query's dot product with one row (the caller checked the CPU features).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn row_dots(row: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
+        crate::scoring::dots_of_row!(dots_q, F32_QUERIES, row, dim, unit, out)
     }
 }
 
@@ -442,6 +504,24 @@ pub(crate) fn relevance_block(data: &[f32], norms: &[f32], dim: usize, unit: &[f
         }
     }
     relevance_block_impl(data, norms, dim, unit, out)
+}
+
+/// Each unit query's dot product with one f32 row, with the kernel [`relevance_block`] picks.
+fn row_dots(row: &[f32], dim: usize, unit: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: as in `relevance_block`.
+            unsafe { avx512::row_dots(row, dim, unit, out) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: as in `relevance_block`.
+            unsafe { avx2::row_dots(row, dim, unit, out) };
+            return;
+        }
+    }
+    dots_of_row!(dots_q, F32_QUERIES, row, dim, unit, out)
 }
 
 /// Hints the CPU to bring these cache lines in; no effect on results, none off x86-64.
@@ -590,29 +670,74 @@ pub(crate) fn best_positive(sims: &[f32], k: usize, row_of: impl Fn(usize) -> u3
     (out_rows, out_sims)
 }
 
+/// The default value function's factors for one row with metadata: what [`default_value`]
+/// multiplies a relevance by, kept apart so an explanation shows the very numbers a score used.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ValueParts {
+    /// Hours from the row's timestamp to `now`, never negative.
+    pub hours: f64,
+    /// `exp(-lambda × hours)`.
+    pub recency: f64,
+    /// `max(base_floor, n / (n + k))` for `n` accesses.
+    pub frequency: f64,
+    /// 1 without rewards, else `1 / (1 + exp(-beta × mean reward))`.
+    pub reward: f64,
+}
+
+impl ValueParts {
+    /// The factors of a row with this metadata at `now`.
+    #[inline]
+    pub fn of(meta: (f64, f64, f64, f64), now: f64, p: &ValueParams) -> Self {
+        let (timestamp, access_count, reward_count, cumulative_reward) = meta;
+        let hours = ((now - timestamp) / 3600.0).max(0.0);
+        ValueParts {
+            hours,
+            recency: (-p.lambda * hours).exp(),
+            frequency: frequency(access_count, p),
+            reward: reward(reward_count, cumulative_reward, p),
+        }
+    }
+
+    /// The score of a row of this `relevance`: `relevance × recency × (frequency × reward)`,
+    /// multiplied in that order.
+    #[inline]
+    pub fn score(&self, relevance: f64) -> f64 {
+        relevance * self.recency * (self.frequency * self.reward)
+    }
+}
+
 /// The default value function for one candidate (docs/architecture.md, scoring).
 ///
 /// Never exceeds `relevance` for relevance ≥ 0: elapsed time is clamped at
 /// zero and every factor is at most one.
 #[inline]
 pub fn default_value(relevance: f64, meta: Option<(f64, f64, f64, f64)>, now: f64, p: &ValueParams) -> f64 {
-    let Some((timestamp, access_count, reward_count, cumulative_reward)) = meta else {
-        return relevance;
-    };
-    let hours = ((now - timestamp) / 3600.0).max(0.0);
-    let recency = (-p.lambda * hours).exp();
-    relevance * recency * usage_weight(access_count, reward_count, cumulative_reward, p)
+    match meta {
+        None => relevance,
+        Some(m) => ValueParts::of(m, now, p).score(relevance),
+    }
+}
+
+#[inline]
+fn frequency(access_count: f64, p: &ValueParams) -> f64 {
+    let denom = access_count + p.k;
+    let freq = if denom > 0.0 { access_count / denom } else { 0.0 };
+    freq.max(p.base_floor)
+}
+
+#[inline]
+fn reward(reward_count: f64, cumulative_reward: f64, p: &ValueParams) -> f64 {
+    if reward_count <= 0.0 {
+        1.0
+    } else {
+        1.0 / (1.0 + (-p.beta * (cumulative_reward / reward_count)).exp())
+    }
 }
 
 /// The time-independent factors of the default value function: frequency × reward.
 #[inline]
 pub fn usage_weight(access_count: f64, reward_count: f64, cumulative_reward: f64, p: &ValueParams) -> f64 {
-    let denom = access_count + p.k;
-    let freq = if denom > 0.0 { access_count / denom } else { 0.0 };
-    let frequency = freq.max(p.base_floor);
-    let reward =
-        if reward_count <= 0.0 { 1.0 } else { 1.0 / (1.0 + (-p.beta * (cumulative_reward / reward_count)).exp()) };
-    frequency * reward
+    frequency(access_count, p) * reward(reward_count, cumulative_reward, p)
 }
 
 /// Scores every row with the default value function.

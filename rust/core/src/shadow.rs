@@ -79,9 +79,14 @@ pub fn bound(residual: f32, dim: usize) -> f32 {
     residual * 1.001 + (2 * dim + 16) as f32 * f32::EPSILON
 }
 
-/// Max over `Q` unit queries of the dot product with an f16 row (portable).
+/// Queries per block of every f16 kernel: the AVX2 kernel's two rows at a time keep twelve
+/// accumulators, two row values and a query value within sixteen registers, and every kernel
+/// groups the queries alike, so a row's relevance does not depend on which kernel or pairing read it.
+const HALF_QUERIES: usize = 6;
+
+/// Each of `Q` unit queries' dot product with an f16 row (portable).
 #[inline(always)]
-fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
+fn dots_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> [f32; Q] {
     let mut acc = [0.0f32; Q];
     for (t, &bits) in row.iter().enumerate() {
         let x = f16::from_bits(bits).to_f32();
@@ -89,14 +94,22 @@ fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], di
             *a += x * queries[j * dim + t];
         }
     }
-    acc.into_iter().fold(f32::NEG_INFINITY, f32::max)
+    acc
 }
 
 /// Relevance (clamped to [0, 1]) of every f16 unit row against the unit queries: the f32 kernels'
 /// loop, each row with norm one.
 macro_rules! shadow_rows {
-    ($max_dot:ident, $data:expr, $dim:expr, $unit:expr, $out:expr) => {
-        crate::scoring::relevance_rows!($max_dot, $data, std::iter::repeat(&1.0f32), $dim, $unit, $out)
+    ($dots:ident, $data:expr, $dim:expr, $unit:expr, $out:expr) => {
+        crate::scoring::relevance_rows!(
+            $dots,
+            crate::shadow::HALF_QUERIES,
+            $data,
+            std::iter::repeat(&1.0f32),
+            $dim,
+            $unit,
+            $out
+        )
     };
 }
 
@@ -106,7 +119,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     #[inline(always)]
-    unsafe fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
+    unsafe fn dots_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> [f32; Q] {
         const W: usize = 16;
         let full = dim - dim % W;
         let mut accs = [[_mm512_setzero_ps(); U]; Q];
@@ -129,8 +142,8 @@ mod avx512 {
             }
             i += W;
         }
-        let mut best = f32::NEG_INFINITY;
-        for (j, a) in accs.iter().enumerate() {
+        let mut out = [0.0f32; Q];
+        for (j, (a, o)) in accs.iter().zip(&mut out).enumerate() {
             let mut sum = _mm512_setzero_ps();
             for &part in a {
                 sum = _mm512_add_ps(sum, part);
@@ -139,15 +152,21 @@ mod avx512 {
             for t in full..dim {
                 s += half::f16::from_bits(row[t]).to_f32() * queries[j * dim + t];
             }
-            best = best.max(s);
+            *o = s;
         }
-        best
+        out
     }
 
     /// Shadow relevance of a block of rows (the caller checked the CPU features).
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
-        shadow_rows!(max_dot_half, data, dim, unit, out)
+        shadow_rows!(dots_half, data, dim, unit, out)
+    }
+
+    /// Each query's dot product with one f16 row (the caller checked the CPU features).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn row_dots(row: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
+        crate::scoring::dots_of_row!(dots_half, super::HALF_QUERIES, row, dim, unit, out)
     }
 }
 
@@ -161,17 +180,17 @@ mod avx2 {
     const W: usize = 8;
 
     /// Each query's dot product with the row, from its `U` partial accumulators plus the tail
-    /// beyond the last whole lane group; the largest of them.
+    /// beyond the last whole lane group.
     #[inline(always)]
-    unsafe fn best_of<const Q: usize, const U: usize>(
+    unsafe fn sums_of<const Q: usize, const U: usize>(
         accs: [[__m256; U]; Q],
         row: &[u16],
         queries: &[f32],
         dim: usize,
-    ) -> f32 {
+    ) -> [f32; Q] {
         let full = dim - dim % W;
-        let mut best = f32::NEG_INFINITY;
-        for (j, a) in accs.iter().enumerate() {
+        let mut out = [0.0f32; Q];
+        for (j, (a, o)) in accs.iter().zip(&mut out).enumerate() {
             let mut sum = _mm256_setzero_ps();
             for &part in a {
                 sum = _mm256_add_ps(sum, part);
@@ -180,13 +199,24 @@ mod avx2 {
             for t in full..dim {
                 s += half::f16::from_bits(row[t]).to_f32() * queries[j * dim + t];
             }
-            best = best.max(s);
+            *o = s;
         }
-        best
+        out
+    }
+
+    /// The largest of [`sums_of`].
+    #[inline(always)]
+    unsafe fn best_of<const Q: usize, const U: usize>(
+        accs: [[__m256; U]; Q],
+        row: &[u16],
+        queries: &[f32],
+        dim: usize,
+    ) -> f32 {
+        sums_of(accs, row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
     }
 
     #[inline(always)]
-    unsafe fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
+    unsafe fn dots_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> [f32; Q] {
         let full = dim - dim % W;
         let mut accs = [[_mm256_setzero_ps(); U]; Q];
         let r = row.as_ptr();
@@ -208,10 +238,10 @@ mod avx2 {
             }
             i += W;
         }
-        best_of(accs, row, queries, dim)
+        sums_of(accs, row, queries, dim)
     }
 
-    /// `max_dot_half` of two rows at once: each query value loaded serves both rows, so a pass
+    /// `dots_half` of two rows at once, the largest of each row's: each query value loaded serves both rows, so a pass
     /// loads half as many query values per multiply-add.
     #[inline(always)]
     unsafe fn max_dot_half_two<const Q: usize, const U: usize>(
@@ -269,10 +299,9 @@ mod avx2 {
             let mut best = [f32::NEG_INFINITY; 2];
             let mut start = 0;
             while start < m {
-                // At most six queries a pass: twelve accumulators, two row values and a query value
-                // stay within the sixteen registers.
+                // The blocks `query_blocks` makes of `HALF_QUERIES`, written out for two rows.
                 let block = &unit[start * dim..];
-                let take = (m - start).min(6);
+                let take = (m - start).min(super::HALF_QUERIES);
                 let got = match take {
                     1 => max_dot_half_two::<1, 4>(first, second, block, dim),
                     2 => max_dot_half_two::<2, 2>(first, second, block, dim),
@@ -287,7 +316,13 @@ mod avx2 {
             *o0 = best[0].clamp(0.0, 1.0);
             *o1 = best[1].clamp(0.0, 1.0);
         }
-        shadow_rows!(max_dot_half, &data[paired * dim..], dim, unit, &mut out[paired..])
+        shadow_rows!(dots_half, &data[paired * dim..], dim, unit, &mut out[paired..])
+    }
+
+    /// Each query's dot product with one f16 row (the caller checked the CPU features).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn row_dots(row: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
+        crate::scoring::dots_of_row!(dots_half, super::HALF_QUERIES, row, dim, unit, out)
     }
 }
 
@@ -310,7 +345,28 @@ pub(crate) fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut 
             return;
         }
     }
-    shadow_rows!(max_dot_half, data, dim, unit, out)
+    shadow_rows!(dots_half, data, dim, unit, out)
+}
+
+/// Each unit query's dot product with one f16 row, with the kernel [`relevance_block`] picks.
+pub(crate) fn row_dots(row: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: as in `relevance_block`.
+            unsafe { avx512::row_dots(row, dim, unit, out) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            // SAFETY: as in `relevance_block`.
+            unsafe { avx2::row_dots(row, dim, unit, out) };
+            return;
+        }
+    }
+    crate::scoring::dots_of_row!(dots_half, HALF_QUERIES, row, dim, unit, out)
 }
 
 /// The shadow's relevance of every row (`rows`: only those, in their order) against unit queries.
@@ -479,7 +535,7 @@ mod tests {
             for q in 1..=9 {
                 let queries = normalise_queries(&data[dim..(1 + q) * dim], dim);
                 let mut portable = vec![0.0f32; n];
-                shadow_rows!(max_dot_half, half, dim, &queries, portable);
+                shadow_rows!(dots_half, half, dim, &queries, portable);
                 let mut dispatched = vec![0.0f32; n];
                 relevance_block(&half, dim, &queries, &mut dispatched);
                 for i in 0..n {

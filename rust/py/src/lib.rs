@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 mod certified;
 mod errors;
 mod etf;
+mod explain;
 mod graph_write;
 mod hnsw;
 mod lexical;
@@ -22,6 +23,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     certified::register(m)?;
     pairs::register(m)?;
     etf::register(m)?;
+    explain::register(m)?;
     graph_write::register(m)?;
     hnsw::register(m)?;
     lexical::register(m)?;

@@ -29,6 +29,7 @@ from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import HippographError, StorageError, ValidationError
 from ...graph import codec
 from ...graph.changeset import Changeset, check_changeset, normalised_links, resulting_dim
+from ...graph.explain import Explaining, explaining_of
 from ...graph.model import (
     EdgeType,
     IngestionReceipt,
@@ -453,6 +454,9 @@ class LMDB(DerivedBackend):
 
     # -- reads ---------------------------------------------------------------
 
+    explains_answers = True
+    """`find_candidates` takes ``explain=`` (`hippograph.graph.protocol.ExplainsAnswers`)."""
+
     def find_candidates(
         self,
         types: Sequence[NodeType | str],
@@ -462,8 +466,11 @@ class LMDB(DerivedBackend):
         *,
         now: datetime | None = None,
         exact: bool = False,
+        explain: bool | Explaining = False,
     ) -> list[tuple[Node, float]]:
+        """`GraphBackend.find_candidates`; with `explain`, each hit is an `ExplainedHit`."""
         self._guard("find_candidates")
+        explaining = explaining_of(explain)
 
         def run(t: _Txn) -> list[tuple[Node, float]]:
             seq = t.seq()
@@ -481,8 +488,10 @@ class LMDB(DerivedBackend):
                     self._cache.refresh(t)
                     self._cache.load_saved(t, saved)
             with self._cache_lock.read():
+                columns = self._cache.columns
+                dim = t.dim()
                 return find_candidates(
-                    self._cache.columns, types, query, tags, value_function, now, t.dim(), hydrate, exact=exact
+                    columns, types, query, tags, value_function, now, dim, hydrate, exact=exact, explain=explaining
                 )
 
         return self._read(run, "find_candidates")

@@ -29,6 +29,7 @@ from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import ConfigError, StorageError
 from ...graph import codec
 from ...graph.changeset import Changeset, check_changeset
+from ...graph.explain import Explaining, explaining_of
 from ...graph.model import (
     ORPHAN_TYPES,
     EdgeType,
@@ -555,6 +556,9 @@ class Postgres(DerivedBackend):
             raise StorageError(f"{type(exc).__name__}: {exc}", operation="vector_index_stats") from None
         return self._search.stats()
 
+    explains_answers = True
+    """`find_candidates` takes ``explain=`` (`hippograph.graph.protocol.ExplainsAnswers`)."""
+
     def find_candidates(
         self,
         types: Sequence[NodeType | str],
@@ -564,16 +568,22 @@ class Postgres(DerivedBackend):
         *,
         now: datetime | None = None,
         exact: bool = False,
+        explain: bool | Explaining = False,
     ) -> list[tuple[Node, float]]:
+        """`GraphBackend.find_candidates`; with `explain`, each hit is an `ExplainedHit`."""
         self._guard("find_candidates")
+        explaining = explaining_of(explain)
         search = self._search
         if search is not None:
             if self._builder is not None:
                 self._builder.due()
-            return self._read(
-                "find_candidates",
-                lambda tx: search.find_candidates(tx, types, query, tags, value_function, now, tx.dim(), exact=exact),
-            )
+
+            def served(tx: _Tx) -> list[tuple[Node, float]]:
+                return search.find_candidates(
+                    tx, types, query, tags, value_function, now, tx.dim(), exact=exact, explain=explaining
+                )
+
+            return self._read("find_candidates", served)
 
         def run(tx: _Tx) -> list[tuple[Node, float]]:
             dim = self._refreshed(tx)
@@ -582,8 +592,9 @@ class Postgres(DerivedBackend):
                 return tx.nodes(ids, with_meta=metadata)
 
             with self._cache_lock.read():
+                columns = self._cache.columns
                 return find_candidates(
-                    self._cache.columns, types, query, tags, value_function, now, dim, hydrate, exact=exact
+                    columns, types, query, tags, value_function, now, dim, hydrate, exact=exact, explain=explaining
                 )
 
         return self._read("find_candidates", run)

@@ -20,13 +20,16 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
+from ... import _core
 from ...engine.checks import as_datetime, utcnow
 from ...engine.columns import TypeColumns
 from ...engine.query import F32, prepare_queries, scan
 from ...engine.vector_index import AnnConfig
 from ...graph import codec
+from ...graph.explain import Explaining, custom_score
+from ...graph.hits import ExplainedHit
 from ...graph.model import Node, NodeType, as_node_types
-from ...graph.recall import python_values
+from ...graph.recall import python_values, usage_of
 from ...graph.value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 from . import depth, upkeep, vectors
 from .arrays import Float4Array
@@ -44,6 +47,11 @@ of its rows have no weight (no metadata): every pool scans those exactly."""
 _SPARE = 8
 """Rows fetched beyond top_k, so that rows the server and the client score a hair apart still
 land on the right side of the cut."""
+
+_POOLS = "server: HNSW pools, certified equal to the exact ranking"
+_RANKING = "server: exact ranking"
+_UNCERTIFIED = "server: exact ranking (the HNSW pools could not certify this answer)"
+_EVERY_ROW = "server: every row scored (the value function does not declare bounded_by_relevance)"
 
 Pool = list[tuple[int, bytes, float, bytes, bytes | None]]
 """(list, key, distance, embedding, metadata record) rows of one pool query."""
@@ -235,8 +243,10 @@ class ServerSearch:
         dim: int | None,
         *,
         exact: bool,
+        explain: Explaining | None = None,
     ) -> list[tuple[Node, float]]:
-        """The `GraphBackend.find_candidates` query, in `tx`'s snapshot."""
+        """The `GraphBackend.find_candidates` query, in `tx`'s snapshot (`explain` collects its
+        explanations: see `hippograph.graph.explain`)."""
         wanted = as_node_types(types)
         queries = prepare_queries(query, tags, dim)
         when = utcnow() if now is None else as_datetime(now, "now")
@@ -251,23 +261,59 @@ class ServerSearch:
             tp = cfg.params[node_type]
             if tp.top_k == 0:
                 continue
+            route: list[str] = []
             if cfg.is_default:
                 scored: list[tuple[str, float]] | None = self._ranked(
-                    tx, node_type, dim or 0, queries, live, tp, when, exact, known=known
+                    tx, node_type, dim or 0, queries, live, tp, when, exact, known=known, route=route
                 )
             elif bounded:
                 scored = self._certified(tx, node_type, dim or 0, queries, live, tp, cfg, when, exact)
+                route.append(_POOLS)
             else:
                 scored = None
             if scored is None:
                 scored = self._every_row(tx, node_type, queries, tp, cfg, when)
+                route[:] = [_EVERY_ROW]
             picked = [(i, s) for i, s in scored if i not in seen]
             fetched = {i: node for i, (node, _) in tx.nodes([i for i, _ in picked if i not in known]).items()}
             hits = [(node, s) for i, s in picked if (node := known.get(i, fetched.get(i))) is not None]
+            if explain is not None:
+                hits = list(self._explained(tx, explain, node_type, hits, queries, tp, cfg, when, route[-1]))
             out += hits
             if at < len(wanted):  # a type listed twice answers its nodes once
                 seen.update(node.id for node, _ in hits)
         return out
+
+    def _explained(
+        self,
+        tx: _Tx,
+        explain: Explaining,
+        node_type: NodeType,
+        hits: list[tuple[Node, float]],
+        queries: F32,
+        tp: TypeParams,
+        cfg: ResolvedConfig,
+        when: datetime,
+        path: str,
+    ) -> list[ExplainedHit]:
+        """`hits` explained from columns of their rows (and of the node `why_not` asks about, when
+        of this type), scored by the same in-process code that rescored the server's rows."""
+        subject = explain.subject_id
+        loaded = tx.nodes([n.id for n, _ in hits] + ([] if subject is None else [subject]), with_meta=True)
+        columns = TypeColumns()
+        for node_id, (node, meta) in sorted(loaded.items()):
+            if node.node_type == node_type:
+                columns.upsert(node_id, node.embedding, usage_of(meta))
+        score = None
+        if not cfg.is_default and subject is not None:
+            matrix, _ = columns.scanned()
+
+            def score(node_id: str) -> float:
+                rows = np.array([columns.row[node_id]], np.uint32)
+                rel = float(_core.relevance_of_rows(matrix, columns.norms(), queries, rows)[0]) if columns.dim else 0.0
+                return custom_score(cfg, tp, when, rel, loaded.get(node_id))
+
+        return explain.type_answered(columns, node_type, hits, queries, tp, cfg, when, path, score)
 
     def _ranked(
         self,
@@ -282,6 +328,7 @@ class ServerSearch:
         depth: int | None = None,
         known: dict[str, Node] | None = None,
         tops: list[float] | None = None,
+        route: list[str] | None = None,
     ) -> list[tuple[str, float]]:
         """The default value function's answer: from the HNSW pools reranked by the server when the
         type has a calibrated depth (and the pools fill top_k), else from the server's exact ranking,
@@ -311,7 +358,11 @@ class ServerSearch:
             # Where calibration measured (a depth given by the caller is being measured: no floor yet).
             near = bool(rows) and (measuring or rows[0][4] >= self.floor.get(node_type, 1.0))
             if len(hits) == tp.top_k and near and not _stamped_after(rows, when):
+                if route is not None:
+                    route.append(_POOLS)
                 return hits
+        if route is not None:
+            route.append(_RANKING if exact or depth is None else _UNCERTIFIED)
         limit = tp.top_k + _SPARE
         while True:
             rows = ranked(limit, None) if len(live) else []
