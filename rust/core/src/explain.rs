@@ -29,7 +29,7 @@ pub fn explain_rows(
     meta.check(n)?;
     let relevance = relevance_of_rows(stored, queries, rows)?;
     let dim = stored.dim;
-    let m = if dim == 0 { 0 } else { queries.len() / dim };
+    let m = queries.len().checked_div(dim).unwrap_or(0);
     let mut similarities = vec![0.0f32; rows.len() * m];
     if m > 0 {
         let unit = normalise_queries(queries, dim);

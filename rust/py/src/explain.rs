@@ -41,7 +41,7 @@ fn explain_rows<'py>(
     let p = params.get().0;
     let got = errors::detached(py, "explain_rows", || explain::explain_rows(stored, q, meta, now, &p, r))?
         .map_err(|e| shape(py, e))?;
-    let m = if stored.dim == 0 { 0 } else { q.len() / stored.dim };
+    let m = q.len().checked_div(stored.dim).unwrap_or(0);
     let sims = numpy::ndarray::Array2::from_shape_vec((r.len(), m), got.similarities)
         .map_err(|e| errors::validation(py, e.to_string()))?;
     let part = |f: fn(&hippograph_core::scoring::ValueParts) -> f64| -> Vec<f64> {
