@@ -300,6 +300,11 @@ class LexicalIndex:
         """Forgets document `doc`; False when it was not indexed."""
     def average_length(self) -> float:
         """Mean token count of the live documents (0 when there are none)."""
+    def explain(self, query: str, doc: int) -> tuple[list[tuple[str, float, int, float]], int, float] | None:
+        """What `doc`'s BM25 score for `query` is made of: ``(word, idf, tf, weight)`` per query word it
+        holds, in the order `search` adds them (their float32 sum is its score), the document's
+        length in words and the score; None for a document the index does not hold."""
+
     def search(
         self, query: str, k: int, allowed: npt.NDArray[np.uint32] | None = None
     ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32]]:

@@ -8,9 +8,10 @@ from __future__ import annotations
 from .columns import TypeColumns
 from .vector_index import VectorIndex
 
-__all__ = ["CERTIFIED", "EXACT", "UNBOUNDED", "UNCERTIFIED", "exact_reason"]
+__all__ = ["CERTIFIED", "EXACT", "SCAN", "UNBOUNDED", "UNCERTIFIED", "exact_reason"]
 
 EXACT = "exact scan (exact=True)"
+SCAN = "exact scan"
 CERTIFIED = "vector index, certified equal to the exact scan"
 UNCERTIFIED = "exact scan: the vector index could not certify this answer"
 UNBOUNDED = "exact scan: the value function does not declare bounded_by_relevance"
@@ -25,7 +26,7 @@ def exact_reason(columns: TypeColumns, ann: VectorIndex | None) -> str:
         if columns.dim == 0:
             return "exact scan: no embeddings"
         if len(columns.ids) <= config.min_nodes:
-            return f"exact scan: {len(columns.ids)} nodes, an index starts past min_nodes={config.min_nodes}"
+            return f"exact scan: {len(columns.ids)} vectors, an index starts past min_nodes={config.min_nodes}"
         if columns.unpromising is not None and not columns.wants_vector_index():
             return f"exact scan: a sample ruled the index out ({columns.unpromising.reason})"
         return "exact scan: the vector index is being built"

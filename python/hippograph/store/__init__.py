@@ -5,6 +5,7 @@ memory's `hippograph.Hit` is a recalled node).
 
 from __future__ import annotations
 
+from .explain import SearchExplanation, TermWeight, TextRoute, VectorRoute
 from .model import Entry, Hit, Scope, ScopeReceipt
 from .protocol import CountsWrites, EntryBackend, EntryTxn
 from .store import Store, open_store, text_similarity
@@ -17,7 +18,11 @@ __all__ = [
     "Hit",
     "Scope",
     "ScopeReceipt",
+    "SearchExplanation",
     "Store",
+    "TermWeight",
+    "TextRoute",
+    "VectorRoute",
     "open_store",
     "text_similarity",
 ]

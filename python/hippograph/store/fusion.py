@@ -4,6 +4,7 @@ fusion, the best hits cut by score then (scope, key), and the threads hybrid sea
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from .index import EntryIndex, Ranked
@@ -55,9 +56,11 @@ def fuse(by_text: Ranked, by_vector: Ranked, w: tuple[float, float], fused: bool
     return {s: min(1.0, v / total) for s, v in score.items()}, text_scores, vector_scores
 
 
-def best_hits(ix: EntryIndex, fused: Fused, floor: float, offset: int, limit: int) -> list[Hit]:
+def best_hits(
+    ix: EntryIndex, fused: Fused, floor: float, offset: int, limit: int, explain: Callable[[int], object] | None = None
+) -> list[Hit]:
     """Hits above `floor`, best first (ties by scope, key), after `offset`, at most `limit`: only those
-    become `Hit`s."""
+    become `Hit`s (each with `explain(slot)` as its explanation, when given)."""
     scores, text_scores, vector_scores = fused
     refs = ix.refs
     kept = [s for s, v in scores.items() if v > floor and ix.entries[s] is not None]
@@ -70,5 +73,6 @@ def best_hits(ix: EntryIndex, fused: Fused, floor: float, offset: int, limit: in
         hit = object.__new__(Hit)
         hit.__dict__.update(entry=detached(e), score=float(scores[s]), text_score=text_scores.get(s),
                             vector_score=vector_scores.get(s))  # fmt: skip
+        hit.__dict__["explanation"] = None if explain is None else explain(s)
         out.append(hit)
     return out

@@ -26,6 +26,7 @@ from .. import _core
 from ..engine.checks import Progress, vector_norm
 from ..engine.columns import TypeColumns
 from ..engine.query import ScanParams, calibrate, scan
+from ..engine.routes import SCAN
 from ..engine.rows import RowVectors, VectorDtype
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError
@@ -317,8 +318,10 @@ class EntryIndex:
         allowed: Slots | None,
         k: int,
         now: datetime | None = None,
+        route: list[str] | None = None,
     ) -> Ranked:
-        """The best `k` slots by cosine (only those above 0), ties by (scope, key).
+        """The best `k` slots by cosine (only those above 0), ties by (scope, key); `route` receives
+        the path that ranked them (`hippograph.engine.routes`).
 
         With `now` (the caller found the search `unrestricted`), it goes through the engine's scan,
         which answers from the calibrated HNSW index when there is one (certified candidates,
@@ -328,12 +331,14 @@ class EntryIndex:
         if k <= 0 or self.dim is None:
             return [], []
         if now is not None and self.expiring <= 4 * k and self.sync_columns().wants_vector_index():
-            got = self._scanned(vector, k + self.expiring, now)
+            got = self._scanned(vector, k + self.expiring, now, route)
             if got is not None:
                 return got[0][:k], got[1][:k]
         if allowed is not None and not len(allowed):  # a zero vector needs no test: nothing scores above 0
             return [], []
         query = np.ascontiguousarray(vector[None, :], np.float32)
+        if route is not None:
+            route.append(SCAN)
         # One Rust call scores the rows (only the allowed ones when restricted; a scope's rows are
         # read where they are) through their shadow, then in f32 only those that may reach the
         # best k, and keeps the best k with their ties: the exact answer, no numpy pass over n.
@@ -346,10 +351,12 @@ class EntryIndex:
             rows, sims = _core.top_relevance_shadowed(matrix, norms, *shadow, query, k, allowed)
         return self._cut(rows.tolist(), sims.tolist(), k)
 
-    def _scanned(self, vector: npt.NDArray[np.float32], depth: int, now: datetime) -> Ranked | None:
+    def _scanned(
+        self, vector: npt.NDArray[np.float32], depth: int, now: datetime, route: list[str] | None = None
+    ) -> Ranked | None:
         params = dataclasses.replace(_COSINE, top_k=depth)
         found = scan(self.columns, np.ascontiguousarray(vector[None, :], np.float32), params, now.timestamp(),
-                     approximate=True)  # fmt: skip
+                     approximate=True, route=route)  # fmt: skip
         at = now.timestamp()
         slots: list[int] = []
         scores: list[float] = []

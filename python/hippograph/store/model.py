@@ -11,12 +11,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
 from ..engine.checks import Embedding, as_embedding, check_text, finite_float
 from ..errors import ValidationError
+
+if TYPE_CHECKING:
+    from .explain import SearchExplanation
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -218,6 +221,8 @@ class Hit:
     score: float
     text_score: float | None = None
     vector_score: float | None = None
+    explanation: SearchExplanation | None = field(default=None, compare=False, repr=False)
+    """What the score was made of (`search(..., explain=True)`), else None; equal hits compare equal either way."""
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,11 @@ import numpy.typing as npt
 
 from ..engine.checks import Progress, as_datetime, as_embedding, check_progress, check_text, finite_float, utcnow
 from ..engine.paths import check_repo_name, store_path
+from ..engine.routes import SCAN
 from ..engine.rows import VectorDtype, check_vector_dtype
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, NotFoundError, StorageError, ValidationError
+from .explain import explainer
 from .filters import compile_filter
 from .fusion import PARALLEL_MIN, RRF_K, best_hits, fuse, routes, text_similarity
 from .index import EntryIndex, Ranked
@@ -504,13 +506,15 @@ class Store:
         min_score: float = 0.0,
         weights: tuple[float, float] = (0.5, 0.5),
         refresh_ttl: bool = False,
+        explain: bool = False,
     ) -> builtins.list[Hit]:
         """Entries of the subtree by words (BM25 over `text`) and by meaning (cosine to `vector`, or
         to `text` embedded when the store has an embedder), fused by weighted reciprocal rank.
 
         With one route, a hit's score is that route's similarity; with both, the fused score (1.0
         for an entry ranked first by both). Hits scoring above `min_score`, best first (ties by
-        scope, key), after `offset`, at most `limit`.
+        scope, key), after `offset`, at most `limit`. With `explain`, each hit's `explanation`
+        holds its words' BM25 weights, its vector similarity, its rank in each route and the fusion.
         """
         self._open("search")
         sc, keep = check_scope(scope), self._keep(filter, kinds)
@@ -519,6 +523,8 @@ class Store:
         limit, offset = _count(limit, "limit"), _count(offset, "offset")
         floor = finite_float(min_score, "min_score")
         w = _weights(weights)
+        if not isinstance(explain, bool):
+            raise ValidationError(f"explain must be a bool, got {type(explain).__name__}")
         qv = self._query_vector(vector, text if w[1] > 0 else None)
         if text is None and qv is None:
             raise ValidationError("search needs text or a vector")
@@ -533,17 +539,23 @@ class Store:
             wide = now if ix.unrestricted(sc, keep) else None
             by_text: Ranked = ([], [])
             by_vector: Ranked = ([], [])
+            route: list[str] | None = [] if explain else None
             if fused and text is not None and qv is not None and len(ix.slot_of) >= PARALLEL_MIN:
                 # Both routes release the GIL: the words are ranked on another core meanwhile.
                 words = routes().submit(ix.ranked_text, text, allowed, depth)
-                by_vector = ix.ranked_vector(qv, allowed, depth, wide)
+                by_vector = ix.ranked_vector(qv, allowed, depth, wide, route)
                 by_text = words.result()
             else:
                 if lexical and text is not None:
                     by_text = ix.ranked_text(text, allowed, depth)
                 if semantic and qv is not None:
-                    by_vector = ix.ranked_vector(qv, allowed, depth, wide)
-            hits = best_hits(ix, fuse(by_text, by_vector, w, fused), floor, offset, limit)
+                    by_vector = ix.ranked_vector(qv, allowed, depth, wide, route)
+            scored = fuse(by_text, by_vector, w, fused)
+            why = None
+            if route is not None:
+                path = (route or [SCAN])[-1] if semantic else None
+                why = explainer(ix, text if lexical else None, by_text, by_vector, scored, w, fused, path)
+            hits = best_hits(ix, scored, floor, offset, limit, why)
         if refresh_ttl and hits:
             touched = self._touch([h.entry.ref for h in hits], now, True)
             hits = [replace(h, entry=detached(touched[h.entry.ref])) for h in hits if h.entry.ref in touched]

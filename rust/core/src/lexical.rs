@@ -66,6 +66,17 @@ pub struct LexicalIndex {
     postings_len: usize,
 }
 
+/// One query word's part in a document's BM25 score ([`LexicalIndex::explain`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TermPart {
+    pub word: String,
+    pub idf: f32,
+    /// How often the word occurs in the document.
+    pub tf: u32,
+    /// `idf × tf × (K1 + 1) / (tf + K1 × (1 − B + B × len / average length))`.
+    pub weight: f32,
+}
+
 /// A scored document.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Scored {
@@ -211,6 +222,29 @@ impl LexicalIndex {
         top(found, k)
     }
 
+    /// What document `doc`'s BM25 score for `query` is made of: each query word it holds, in the
+    /// order [`search`](Self::search) adds them (so the parts sum to its score exactly), with the
+    /// word's idf, its count in the document and its part of the score; then the document's length
+    /// and the score. `None` for a document the index does not hold.
+    pub fn explain(&self, query: &str, doc: u32) -> Option<(Vec<TermPart>, u32, f32)> {
+        let Some(Some(d)) = self.docs.get(doc as usize) else { return None };
+        let mut words: Vec<(u32, String)> =
+            tokens(query).into_iter().filter_map(|w| self.vocab.get(&w).map(|&t| (t, w))).collect();
+        words.sort_unstable();
+        words.dedup_by_key(|(t, _)| *t);
+        let terms = self.query_terms(query);
+        let mut parts = Vec::new();
+        let mut score = 0.0f32;
+        for ((term, idf), (_, word)) in terms.iter().zip(words.iter().filter(|(t, _)| self.df[*t as usize] > 0)) {
+            if let Ok(i) = d.terms.binary_search_by_key(term, |&(t, _)| t) {
+                let weight = self.term_score(*idf, d.terms[i].1, d.len);
+                score += weight;
+                parts.push(TermPart { word: word.clone(), idf: *idf, tf: d.terms[i].1, weight });
+            }
+        }
+        Some((parts, d.len, score))
+    }
+
     /// Scores the few allowed documents one by one (a scope much smaller than the postings).
     fn score_subset(&self, terms: &[(u32, f32)], subset: &[u32]) -> Vec<Scored> {
         let mut out = Vec::new();
@@ -345,6 +379,24 @@ fn top(mut found: Vec<Scored>, k: usize) -> Vec<Scored> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn explanations_sum_to_the_search_scores() {
+        let mut ix = LexicalIndex::new();
+        let texts = ["the cat sat on the mat", "a cat and a dog", "dogs chase cats", "the mat is red", "cat cat cat"];
+        for (i, t) in texts.iter().enumerate() {
+            ix.set(i as u32, t);
+        }
+        for query in ["cat mat", "the dog", "red cat the", "nothing here", "CAT"] {
+            for hit in ix.search(query, None, 10) {
+                let (parts, len, score) = ix.explain(query, hit.doc).unwrap();
+                assert_eq!(score, hit.score, "{query} doc {}", hit.doc);
+                assert_eq!(len as usize, tokens(texts[hit.doc as usize]).len());
+                assert!(parts.iter().all(|p| tokens(query).contains(&p.word) && p.tf > 0 && p.weight > 0.0));
+            }
+        }
+        assert!(ix.explain("cat", 99).is_none());
+    }
 
     fn index(texts: &[&str]) -> LexicalIndex {
         let mut ix = LexicalIndex::new();

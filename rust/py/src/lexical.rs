@@ -53,6 +53,21 @@ impl LexicalIndex {
         Ok(inner.average_length())
     }
 
+    /// What document `doc`'s score for `query` is made of: `(word, idf, tf, weight)` per query word
+    /// it holds (their sum in this order is the score), its length and the score; None when absent.
+    #[expect(clippy::type_complexity, reason = "the tuple the Python signature states")]
+    fn explain(
+        &self,
+        py: Python<'_>,
+        query: &str,
+        doc: u32,
+    ) -> PyResult<Option<(Vec<(String, f32, u32, f32)>, u32, f32)>> {
+        let inner = self.inner.read().map_err(|_| errors::internal(py, "lexical index poisoned"))?;
+        Ok(inner.explain(query, doc).map(|(parts, len, score)| {
+            (parts.into_iter().map(|p| (p.word, p.idf, p.tf, p.weight)).collect(), len, score)
+        }))
+    }
+
     /// The best `k` documents for `query` (and any tied with the k-th), only among `allowed` when given.
     #[pyo3(signature = (query, k, allowed=None))]
     fn search<'py>(
