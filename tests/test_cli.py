@@ -300,3 +300,31 @@ def test_progress_bar_redraws_one_line_on_a_terminal_and_logs_tenths_otherwise()
     assert tty.getvalue().count("\r") == 21 and tty.getvalue().endswith("[##########] 100% 100/100\n")
     lines = log.getvalue().splitlines()
     assert lines[0] == "phase: 0% (0/100)" and lines[-1] == "phase: 100% (100/100)" and len(lines) == 11
+
+
+def test_recall_prints_hits_their_explanations_and_why_another_was_left_out(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
+    run(capsys, "demo", "--path", str(store))
+    args = ("recall", "roll back a bad release", "--path", str(store), "--type", "episodic", "--top-k", "2")
+    code, plain, _ = run(capsys, *args)
+    assert code == 0 and "deploy-0002:step:1" in plain and "relevance" not in plain
+    code, out, _ = run(capsys, *args, "--explain", "--why-not", "deploy-0002:step:0", "--why-not", "deploy-0002:goal")
+    assert code == 0 and out.startswith(plain)
+    assert "deploy-0002:step:1 (episodic): score" in out and "rank 1 of top_k 2" in out
+    assert re.search(r"value: recency [\d.]+ \([\d.]+ h", out) and "gate: score" in out and "path: exact scan" in out
+    assert "why not deploy-0002:step:0: outranked: score" in out
+    assert "why not deploy-0002:goal: type_not_requested" in out
+    code, _, err = run(capsys, "recall", "x", "--path", str(store), "--why-not", "no-such-node")
+    assert code == 1 and "node 'no-such-node' not found" in err
+    code, _, err = run(capsys, "recall", "x", "--path", str(store), "--embedder", "word2vec")
+    assert code == 1 and "--embedder must be" in err
+
+
+def test_recall_reads_without_recording_accesses(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    run(capsys, "demo", "--path", str(store))
+    with hg.Repo(LMDB(store, readonly=True)) as repo:
+        before = repo.backend.get_metadata(["deploy-0002:step:1"])
+    run(capsys, "recall", "roll back a bad release", "--path", str(store), "--type", "episodic", "--explain")
+    with hg.Repo(LMDB(store, readonly=True)) as repo:
+        assert repo.backend.get_metadata(["deploy-0002:step:1"]) == before

@@ -295,3 +295,10 @@ def test_the_installed_command_exits_1_on_a_missing_name(only_assistant: Path) -
     )
     assert done.returncode == 1 and done.stdout == ""
     assert "no hippograph store named 'nosuch'" in done.stderr and "scoped store 'assistant'" in done.stderr
+
+
+def test_store_search_explains_each_hits_words(capsys: pytest.CaptureFixture[str], every_family: Path) -> None:
+    code, out, _ = run(capsys, "store", "search", "peanuts", "--path", str(every_family), "--explain")
+    assert code == 0 and "users/u42 :: diet" in out
+    assert re.search(r"words: rank 1, similarity [\d.]+ \(BM25 [\d.]+, \d+ words\)", out)
+    assert re.search(r"'peanuts': idf [\d.]+ x 1 -> [\d.]+", out)

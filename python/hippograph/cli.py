@@ -1,11 +1,12 @@
-"""The ``hippograph`` command line: ``demo``, ``stats``, ``verify``, ``index`` and ``store``.
+"""The ``hippograph`` command line: ``demo``, ``stats``, ``verify``, ``index``, ``recall`` and ``store``.
 
 ``--path`` names a store's directory or a directory of stores (default ``./.hippograph``), and
 ``--name`` one store there (`hippograph.inventory`). ``stats`` prints every family each selected
-store holds; ``verify`` and ``index`` work on a graph repo, ``store stats | verify | search`` on a
-scoped store, and refuse a store without one rather than report an empty one. Only ``demo`` and
-``index`` write. docs/graph-memory.md describes every command and its exit status: 0 on success,
-2 on a usage error, 1 when hippograph reports an error (on stderr).
+store holds; ``verify``, ``index`` and ``recall`` work on a graph repo, ``store stats | verify |
+search`` on a scoped store, and refuse a store without one rather than report an empty one. Only
+``demo`` and ``index`` write (``recall`` opens the store read-only and records no access).
+docs/graph-memory.md describes every command and its exit status: 0 on success, 2 on a usage
+error, 1 when hippograph reports an error (on stderr).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .engine.checks import Progress
 from .errors import HippographError, ValidationError
 from .graph.changeset import Changeset
 from .graph.model import Episodic, IngestionReceipt, Node, NodeType, Semantic, Source, Subgoal
-from .graph.repo import Hit, Repo, open_repo, store_path
+from .graph.repo import DEFAULT_RECALL_TYPES, Hit, Repo, open_repo, store_path
 from .graph.structuring import episodic
 from .graph.trajectory import Step, Trajectory
 from .inventory import LABELS, one, select, store_name
@@ -282,7 +283,7 @@ def _store(args: argparse.Namespace, out: TextIO, err: TextIO) -> bool:
         if args.action == "stats":
             print_stats(store, title, out)
         elif args.action == "search":
-            print_hits(store, tuple(args.scope), args.text, args.limit, out)
+            print_hits(store, tuple(args.scope), args.text, args.limit, out, explain=args.explain)
         else:
             count, problems = verify_entries(backend)
             print(f"{title}\n  checked entries    {count}", file=out)
@@ -337,6 +338,39 @@ def _index(name: str | None, path: str | None, out: TextIO, err: TextIO) -> None
         print("  no node type is large enough for a vector index: recall scans exactly", file=out)
 
 
+def embedder_for(spec: str, dim: int | None) -> Callable[[list[str]], Any]:
+    """The embedder a ``--embedder`` spec names: ``hashing`` (the demo's: `HashingEmbedder` with
+    English stop words, at the repo's dimension), ``sentence-transformers:MODEL`` or ``fastembed:MODEL``."""
+    kind, _, model = spec.partition(":")
+    if kind == "hashing" and not model:
+        return HashingEmbedder(dim or 384, stop_words=ENGLISH_STOP_WORDS)
+    if kind in ("sentence-transformers", "fastembed") and model:
+        from . import embedders
+
+        if kind == "fastembed":
+            return embedders.FastEmbedEmbedder(model)
+        return embedders.SentenceTransformerEmbedder(model)
+    raise ValidationError(f"--embedder must be hashing, sentence-transformers:MODEL or fastembed:MODEL, got {spec!r}")
+
+
+def _recall(args: argparse.Namespace, out: TextIO) -> None:
+    """``recall``: the hits of a graph repo for a text, with their explanations on request."""
+    where = one(args.path, args.name, GRAPH)
+    with Repo(LMDB(where, readonly=True), flush_interval=0) as repo:
+        dim: int | None = getattr(repo.backend, "dimension", None)
+        vector = embedder_for(args.embedder, dim)([args.text])[0]
+        types = args.type or [t.value for t in DEFAULT_RECALL_TYPES]
+        params = None if args.top_k is None else {"params": {t: {"top_k": args.top_k} for t in types}}
+        hits = repo.recall(vector, types=types, value_function=params, exact=args.exact, explain=args.explain)
+        print(f"recall {args.text!r} in {store_name(where)!r} (types: {', '.join(types)})", file=out)
+        print(format_hits(hits), file=out)
+        for h in hits if args.explain else []:
+            print(f"\n{h.explanation}", file=out)
+        for node_id in args.why_not:
+            why = repo.why_not(node_id, vector, (), types, params, exact=args.exact)
+            print(f"\nwhy not {why}", file=out)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hippograph", description="An embedded memory graph for AI agents.")
     parser.add_argument("--version", action="version", version=f"hippograph {__version__}")
@@ -352,6 +386,16 @@ def _parser() -> argparse.ArgumentParser:
     for sub in (verify, index):
         sub.add_argument("--path", metavar="DIR", help=where)
         sub.add_argument("--name", help="the store's name (default: the one graph repo there)")
+    recall = commands.add_parser("recall", help="recall a graph repo's memories for a text (read-only)")
+    recall.add_argument("text", help="what to recall memories for")
+    recall.add_argument("--path", metavar="DIR", help=where)
+    recall.add_argument("--name", help="the store's name (default: the one graph repo there)")
+    recall.add_argument("--type", action="append", metavar="TYPE", help="a node type to recall (repeatable)")
+    recall.add_argument("--top-k", type=int, help="hits per type (default: each type's own)")
+    recall.add_argument("--exact", action="store_true", help="answer with the exact scan")
+    recall.add_argument("--explain", action="store_true", help="print what each hit's score was made of")
+    recall.add_argument("--why-not", action="append", default=[], metavar="ID", help="why this node is not a hit")
+    recall.add_argument("--embedder", default="hashing", help="hashing (default), sentence-transformers:MODEL, ...")
     store = commands.add_parser("store", help="look at a scoped store")
     actions = store.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, about in (("stats", "entries by status, scopes, dimension"), ("verify", "check every entry"),
@@ -363,6 +407,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("text", help="the words to look for")
             sub.add_argument("--scope", nargs="*", default=[], metavar="SEGMENT", help="only under this scope")
             sub.add_argument("--limit", type=int, default=10)
+            sub.add_argument("--explain", action="store_true", help="print each hit's BM25 words and weights")
     return parser
 
 
@@ -381,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "store":
             if not _store(args, sys.stdout, sys.stderr):
                 return 1
+        elif args.command == "recall":
+            _recall(args, sys.stdout)
         elif args.command == "index":
             _index(args.name, args.path, sys.stdout, sys.stderr)
         elif not _stats(args.name, args.path, sys.stdout, sys.stderr):

@@ -20,13 +20,16 @@ def print_stats(store: Store, title: str, out: TextIO) -> None:
         print(f"  {name:<18} {stats[name] if stats[name] is not None else '-'}", file=out)
 
 
-def print_hits(store: Store, scope: Scope, text: str, limit: int, out: TextIO) -> None:
-    hits = store.search_text(text, scope, limit=limit)
+def print_hits(store: Store, scope: Scope, text: str, limit: int, out: TextIO, *, explain: bool = False) -> None:
+    """The best entries for `text` by words, one a line (each followed by its explanation when asked)."""
+    hits = store.search_text(text, scope, limit=limit, explain=explain)
     if not hits:
         print("no entry matches", file=out)
     for h in hits:
         shown = h.entry.text if len(h.entry.text) <= 72 else h.entry.text[:71] + "…"
         print(f"{h.score:.3f}  {'/'.join(h.entry.scope)} :: {h.entry.key}  {shown}", file=out)
+        if h.explanation is not None:
+            print("\n".join("  " + line for line in h.explanation.lines()[1:]), file=out)
 
 
 def _problems(t: EntryTxn) -> Iterator[str]:
