@@ -3,7 +3,8 @@
 Each block is found by reading the Markdown (a new block is a new test, with nothing to register),
 and runs alone in a child Python process in a fresh temporary directory, as a reader pasting it
 into a new file would run it; the test asserts exit status 0. A fragment that cannot run is not a
-``python`` block (mark it ``text``).
+``python`` block (mark it ``text``). A block whose info string is ``text output`` right after a
+python block is that block's output as printed: the test asserts the block prints exactly it.
 
 A block importing ``hippograph.backends.postgres`` gets the test server of `pg_server` through
 ``$HIPPOGRAPH_PG_DSN``, the variable the PostgreSQL backend reads when it is given no DSN (one with
@@ -38,6 +39,7 @@ FENCE = re.compile(
     r"^(?P<indent>[ \t]*)```[ \t]*(?P<lang>[^\s`]*)[^\n]*\n(?P<code>.*?)^(?P=indent)```[ \t]*$", re.M | re.S
 )
 OPENING = re.compile(r"^[ \t]*```[ \t]*(?P<lang>[^\s`]+)", re.M)
+OUTPUT = re.compile(r"[ \t]*```[ \t]*text[ \t]+output\b")
 REPO_NAME = re.compile(r"""\brepo\s*=\s*(["'])(?P<name>[^"']+)\1""")
 
 
@@ -46,6 +48,8 @@ class Block:
     document: Path
     line: int
     code: str
+    output: str | None = None
+    """The ``text output`` block that follows it, when one does."""
 
     @property
     def name(self) -> str:
@@ -54,11 +58,19 @@ class Block:
 
 def python_blocks(document: Path) -> list[Block]:
     text = document.read_text(encoding="utf-8")
-    return [
-        Block(document, text.count("\n", 0, found.start()) + 1, textwrap.dedent(found.group("code")))
-        for found in FENCE.finditer(text)
-        if found.group("lang").lower() in PYTHON
-    ]
+    fences = list(FENCE.finditer(text))
+    out = []
+    for at, found in enumerate(fences):
+        if found.group("lang").lower() not in PYTHON:
+            continue
+        after = fences[at + 1] if at + 1 < len(fences) else None
+        printed = None
+        if after is not None and not text[found.end() : after.start()].strip() and OUTPUT.match(after.group(0)):
+            printed = textwrap.dedent(after.group("code"))
+        out.append(
+            Block(document, text.count("\n", 0, found.start()) + 1, textwrap.dedent(found.group("code")), printed)
+        )
+    return out
 
 
 BLOCKS = [block for document in DOCUMENTS for block in python_blocks(document)]
@@ -112,3 +124,5 @@ def test_the_block_runs_as_printed(block: Block, tmp_path: Path) -> None:
         if postgres:
             _drop_repos(env[pg_server.DSN_ENV], block)
     assert run.returncode == 0, f"{block.name} exits with {run.returncode}:\n{run.stderr}"
+    if block.output is not None:
+        assert run.stdout == block.output, f"{block.name} prints otherwise than its output block"
