@@ -4,6 +4,7 @@ every node left out gets a true reason (checked against the exact answer)."""
 from __future__ import annotations
 
 import math
+import pickle
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -159,6 +160,8 @@ def test_recall_hits_carry_explanations_and_unpack_as_before(tmp_path: Path) -> 
         check_explained(explained, 1 + len(tags))
         first = explained[0]
         assert str(first.explanation).startswith(first.node.id)
+        again = pickle.loads(pickle.dumps(first))
+        assert type(again) is hg.ExplainedHit and again == first and again.explanation == first.explanation
         with pytest.raises(hg.NotFoundError):
             repo.why_not("no-such-node", query)
         with pytest.raises(hg.ValidationError):
