@@ -117,11 +117,12 @@ def main() -> None:
     now = Child(args.n, None)
     before = Child(args.n, args.before) if args.before else None
     samples: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.rounds):
+    for r in range(args.rounds):
         for kind in ("tags", "alone"):
             runs = [("now", now, False), ("explain", now, True)]
             if before is not None:
                 runs.insert(0, ("before", before, False))
+            runs = runs[r % len(runs) :] + runs[: r % len(runs)]  # each takes every place in turn
             for label, proc, explain in runs:
                 samples.setdefault((kind, label), []).append(proc.block(kind, explain))
     for proc in (now, before):
@@ -153,7 +154,7 @@ def main() -> None:
         "",
         f"{args.n:,} × 384 clustered semantic nodes with varied usage (benches/_benchdata.py), InMemory, "
         f"top_k 20, exact scan; {args.rounds} rounds of blocks of {BLOCK} calls, each block's median one "
-        "sample, the processes asked in turn. *Before*: the same script on an earlier hippograph installed "
+        "sample, the processes asked in turn (each in every place of the order by turns). *Before*: the same script on an earlier hippograph installed "
         "beside this one (`--before`), which has no `explain`. Machine: "
         f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}. "
         f"Whole run: {time.perf_counter() - started:.0f} s.",

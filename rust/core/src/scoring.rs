@@ -268,32 +268,57 @@ fn dots<const Q: usize>(row: &[f32], queries: &[f32], dim: usize) -> [f32; Q] {
 }
 
 /// Each unit query's dot product with `row`, through `$dots::<Q, U>` (each query's dot product
-/// from `U` independent accumulators) over blocks of at most `$most` queries, handed to
-/// `$each(first query of the block, its dot products)`. The one grouping both a relevance (the
-/// largest of them) and an explanation (each on its own) go through, so a query's dot product is
-/// the same number in both: `Q` is a constant, so a kernel keeps its accumulators in registers,
-/// and `U` accumulators per query make a row's fused multiply-adds form at least four
-/// independent chains rather than one waiting on the last (the latency, not the loads, bounds a
-/// scan of a matrix that sits in cache).
+/// from `U` independent accumulators) over blocks of at most `$most` queries; `$body` runs per
+/// block with `$start` (the block's first query) and `$got` (its `[f32; Q]` of dot products) bound.
+/// The one grouping both a relevance (the largest of them) and an explanation (each on its own) go
+/// through, so a query's dot product is the same number in both: `Q` is a constant, so a kernel
+/// keeps its accumulators in registers, and `U` accumulators per query make a row's fused
+/// multiply-adds form at least four independent chains rather than one waiting on the last (the
+/// latency, not the loads, bounds a scan of a matrix that sits in cache).
 macro_rules! query_blocks {
-    ($dots:ident, $most:expr, $row:expr, $unit:expr, $dim:expr, $each:ident) => {{
+    ($dots:ident, $most:expr, $row:expr, $unit:expr, $dim:expr, |$start:ident, $got:ident| $body:block) => {{
         let (row, unit, dim): (_, &[f32], usize) = ($row, $unit, $dim);
         let m = unit.len() / dim;
-        let mut start = 0;
-        while start < m {
-            let block = &unit[start * dim..];
-            let take = (m - start).min($most);
+        let mut first = 0;
+        while first < m {
+            let block = &unit[first * dim..];
+            let take = (m - first).min($most);
+            let $start = first;
             match take {
-                1 => $each(start, &$dots::<1, 4>(row, block, dim)),
-                2 => $each(start, &$dots::<2, 2>(row, block, dim)),
-                3 => $each(start, &$dots::<3, 2>(row, block, dim)),
-                4 => $each(start, &$dots::<4, 1>(row, block, dim)),
-                5 => $each(start, &$dots::<5, 1>(row, block, dim)),
-                6 => $each(start, &$dots::<6, 1>(row, block, dim)),
-                7 => $each(start, &$dots::<7, 1>(row, block, dim)),
-                _ => $each(start, &$dots::<8, 1>(row, block, dim)),
+                1 => {
+                    let $got = $dots::<1, 4>(row, block, dim);
+                    $body
+                }
+                2 => {
+                    let $got = $dots::<2, 2>(row, block, dim);
+                    $body
+                }
+                3 => {
+                    let $got = $dots::<3, 2>(row, block, dim);
+                    $body
+                }
+                4 => {
+                    let $got = $dots::<4, 1>(row, block, dim);
+                    $body
+                }
+                5 => {
+                    let $got = $dots::<5, 1>(row, block, dim);
+                    $body
+                }
+                6 => {
+                    let $got = $dots::<6, 1>(row, block, dim);
+                    $body
+                }
+                7 => {
+                    let $got = $dots::<7, 1>(row, block, dim);
+                    $body
+                }
+                _ => {
+                    let $got = $dots::<8, 1>(row, block, dim);
+                    $body
+                }
             }
-            start += take;
+            first += take;
         }
     }};
 }
@@ -313,8 +338,11 @@ macro_rules! relevance_rows {
                 continue;
             }
             let mut best = f32::NEG_INFINITY;
-            let mut keep = |_: usize, dots: &[f32]| dots.iter().for_each(|&d| best = best.max(d));
-            crate::scoring::query_blocks!($dots, $most, row, unit, dim, keep);
+            crate::scoring::query_blocks!($dots, $most, row, unit, dim, |_first, got| {
+                for d in got {
+                    best = best.max(d);
+                }
+            });
             *o = (best / norm).clamp(0.0, 1.0);
         }
     }};
@@ -327,8 +355,9 @@ pub(crate) use relevance_rows;
 macro_rules! dots_of_row {
     ($dots:ident, $most:expr, $row:expr, $dim:expr, $unit:expr, $out:expr) => {{
         let out: &mut [f32] = $out;
-        let mut put = |start: usize, dots: &[f32]| out[start..start + dots.len()].copy_from_slice(dots);
-        crate::scoring::query_blocks!($dots, $most, $row, $unit, $dim, put);
+        crate::scoring::query_blocks!($dots, $most, $row, $unit, $dim, |first, got| {
+            out[first..first + got.len()].copy_from_slice(&got);
+        });
     }};
 }
 
