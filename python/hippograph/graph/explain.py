@@ -48,34 +48,27 @@ def explain_rows(
     )
     if sims.shape[1] != len(queries):  # a type without embeddings: nothing is similar
         sims = np.zeros((len(ids), len(queries)), np.float32)
-    _, _, access, rewards, cumulative = columns.usage_arrays()
+    _, _, access_column, rewards_column, cumulative_column = columns.usage_arrays()
+    access, rewards, cumulative = (c[rows].tolist() for c in (access_column, rewards_column, cumulative_column))
+    factors = zip(has.tolist(), hours.tolist(), recency.tolist(), frequency.tolist(), reward.tolist(), strict=True)
+    given = score.tolist() if scores is None else [float(s) for s in scores]
     p = tp.core_params
+    shared = (p.lambda_, p.k, p.base_floor, p.beta)
     name = "default" if cfg.is_default else type(cfg.function).__name__
     out = []
-    for j, node_id in enumerate(ids):
-        r = int(rows[j])
+    for j, (node_id, relevance, similar, (held, h, rec, freq, rew)) in enumerate(
+        zip(ids, rel.tolist(), sims.tolist(), factors, strict=True)
+    ):
         parts = None
-        if has[j] and cfg.is_default:
-            parts = ValueParts(
-                float(hours[j]),
-                int(access[r]),
-                int(rewards[r]),
-                float(cumulative[r]),
-                float(recency[j]),
-                float(frequency[j]),
-                float(reward[j]),
-                p.lambda_,
-                p.k,
-                p.base_floor,
-                p.beta,
-            )
+        if held and cfg.is_default:
+            parts = ValueParts(h, int(access[j]), int(rewards[j]), cumulative[j], rec, freq, rew, *shared)
         out.append(
             Explanation(
                 node_id=node_id,
                 node_type=node_type,
-                score=float(score[j]) if scores is None else float(scores[j]),
-                relevance=float(rel[j]),
-                similarities=tuple(float(s) for s in sims[j]),
+                score=given[j],
+                relevance=relevance,
+                similarities=tuple(similar),
                 value=parts,
                 value_function=name,
                 gate=tp.gate,
