@@ -173,9 +173,9 @@ def test_a_scoped_search_ranks_only_its_scope(monkeypatch: pytest.MonkeyPatch) -
     ix = store._index
     real = ix.ranked_vector
 
-    def spy(vector: Any, allowed: Any, k: int, now: Any = None) -> Any:
+    def spy(vector: Any, allowed: Any, k: int, now: Any = None, route: Any = None) -> Any:
         seen.append(len(allowed))
-        return real(vector, allowed, k, now)
+        return real(vector, allowed, k, now, route)
 
     monkeypatch.setattr(ix, "ranked_vector", spy)
     hits = store.search(("u", "7"), text="meal", limit=20)

@@ -5,7 +5,7 @@ memory's `hippograph.Hit` is a recalled node).
 
 from __future__ import annotations
 
-from .explain import SearchExplanation, TermWeight, TextRoute, VectorRoute
+from .explained import SearchExplanation, TermWeight, TextRoute, VectorRoute
 from .model import Entry, Hit, Scope, ScopeReceipt
 from .protocol import CountsWrites, EntryBackend, EntryTxn
 from .store import Store, open_store, text_similarity

@@ -7,13 +7,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from .explained import RRF_K
 from .index import EntryIndex, Ranked
 from .model import Hit, detached
 
 __all__ = ["PARALLEL_MIN", "RRF_K", "best_hits", "fuse", "routes", "text_similarity"]
-
-RRF_K = 60
-"""Reciprocal-rank fusion's constant: a route's rank r contributes ``w / (RRF_K + r)``."""
 
 
 def text_similarity(bm25: float) -> float:

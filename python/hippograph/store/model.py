@@ -19,7 +19,7 @@ from ..engine.checks import Embedding, as_embedding, check_text, finite_float
 from ..errors import ValidationError
 
 if TYPE_CHECKING:
-    from .explain import SearchExplanation
+    from .explained import SearchExplanation
 
 __all__ = [
     "MAX_KEY_BYTES",
