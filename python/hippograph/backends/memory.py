@@ -240,13 +240,22 @@ class InMemory(DerivedBackend):
         return self._assembled.get(node_id) or self._assemble(node_id, stored)
 
     def _hydrate(self, ids: list[str], metadata: bool) -> dict[str, tuple[Node, NodeMetadata | None]]:
-        """`_node` for each id, inlined: recall calls it on every query."""
-        nodes, assembled, meta = self._nodes, self._assembled, self._meta if metadata else {}
-        return {
-            node_id: (assembled.get(node_id) or self._assemble(node_id, stored), meta.get(node_id))
-            for node_id in ids
-            if (stored := nodes.get(node_id)) is not None
-        }
+        """`_node` for each id, inlined: recall calls it on every query. An assembled node answers
+        with one lookup (each of a large store's dicts costs cache misses per id)."""
+        nodes, assembled = self._nodes, self._assembled
+        out: dict[str, tuple[Node, NodeMetadata | None]] = {}
+        for node_id in ids:
+            node = assembled.get(node_id)
+            if node is None:
+                stored = nodes.get(node_id)
+                if stored is None:
+                    continue
+                node = self._assemble(node_id, stored)
+            out[node_id] = (node, None)
+        if metadata:
+            meta = self._meta
+            return {node_id: (node, meta.get(node_id)) for node_id, (node, _) in out.items()}
+        return out
 
     def close(self) -> None:
         self._derived.close()

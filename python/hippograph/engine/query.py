@@ -28,7 +28,7 @@ from . import routes
 from .calibration import Calibration
 from .checks import as_embedding
 from .columns import TypeColumns
-from .usage_order import keys_at, regions_at
+from .usage_order import keys_at, regions_at, stale_at
 from .vector_index import VectorIndex
 
 __all__ = [
@@ -293,7 +293,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
             bound,
             order.rows,
             order.keys,
-            np.array(order.stale, np.uint32),
+            stale_at(order),
             budget,
             in_regions,
             shadow,
@@ -319,7 +319,7 @@ def _valued(
     # one); the core adds the stale rows' and scales the codes' error by it.
     most = order.keys[0] - params.core_params.lambda_ * now / 3600.0 if len(order.keys) else 0.0
     ceiling = 1.0 if most >= 0 else float(np.exp(most))
-    keys, stale = keys_at(order), np.array(order.stale, np.uint32)
+    keys, stale = keys_at(order), stale_at(order)
 
     def valued(queries: F32, depth: int, error: float) -> tuple[npt.NDArray[np.uint32], float, float]:
         return ann.valued_pool(

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from .. import _core
 from .regions import NO_REGION, Regions
 
-__all__ = ["UsageOrder", "current_order", "keys_at", "regions_at"]
+__all__ = ["UsageOrder", "current_order", "keys_at", "regions_at", "stale_at"]
 
 STALE_MAX = 1024
 
@@ -35,6 +35,8 @@ class UsageOrder:
     """`regions_at`'s copy, with the regions it was taken from."""
     keys_by_row: npt.NDArray[np.float64] | None = None
     """`keys_at`'s copy."""
+    stale_rows: tuple[int, npt.NDArray[np.uint32]] | None = None
+    """`stale_at`'s copy, with the length of `stale` it was taken at."""
 
 
 def keys_at(order: UsageOrder) -> npt.NDArray[np.float64]:
@@ -47,6 +49,14 @@ def keys_at(order: UsageOrder) -> npt.NDArray[np.float64]:
         got[order.rows] = order.keys
         order.keys_by_row = got
     return got
+
+
+def stale_at(order: UsageOrder) -> npt.NDArray[np.uint32]:
+    """`order.stale` as an array, taken again only once rows were added to it (writers append)."""
+    cached = order.stale_rows
+    if cached is None or cached[0] != len(order.stale):
+        order.stale_rows = cached = (len(order.stale), np.array(order.stale, np.uint32))
+    return cached[1]
 
 
 def regions_at(order: UsageOrder, regions: Regions) -> npt.NDArray[np.uint32]:

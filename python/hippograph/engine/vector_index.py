@@ -234,6 +234,8 @@ class VectorIndex:
             if 2 * bound > self.index.max_error:  # not worth scoring them on every query (f16 codes)
                 bound, labels = self.index.max_error, labels[:0]
             self._error = cached = (count, float(bound), labels.astype(np.int64))
+        if not len(cached[2]):
+            return cached[1], _NO_ROWS
         rows = self.row_of_label[cached[2]]
         return cached[1], rows[rows >= 0].astype(np.uint32)
 
@@ -422,6 +424,10 @@ class VectorIndex:
 
 _RECENT_QUERIES = 128
 """Approximate queries an index keeps for its next calibration."""
+
+_NO_ROWS = np.zeros(0, np.uint32)
+_NO_ROWS.setflags(write=False)
+"""No exempt rows (one array, shared read-only)."""
 
 _EXEMPT = 64
 """Most rows `sim_error` exempts from its bound: each query scores them exactly."""
