@@ -222,3 +222,6 @@ def test_every_backend_explains_index_and_exact_answers_without_changing_them(in
     vf = {"params": {"semantic": {"top_k": 5, "threshold": 0.05}}}
     check_why_not(hg.Repo(indexed), query, tags, vf, ["semantic"], exact=True, every=20)
     check_why_not(hg.Repo(indexed), query, tags, vf, ["semantic"], exact=False, every=20)
+    none = {"params": {"semantic": {"top_k": 0}}}
+    why = hg.Repo(indexed).why_not("s0001", query, tags, ["semantic"], none, NOW)
+    assert why.reason == "outranked" and why.explanation is not None and not why.outranked_by

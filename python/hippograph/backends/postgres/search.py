@@ -260,6 +260,8 @@ class ServerSearch:
         for at, node_type in enumerate(wanted, 1):
             tp = cfg.params[node_type]
             if tp.top_k == 0:
+                if explain is not None:  # nothing to rank, but `why_not`'s node still gets its numbers
+                    self._explained(tx, explain, node_type, [], queries, tp, cfg, when, "server: top_k is 0")
                 continue
             route: list[str] = []
             if cfg.is_default:
