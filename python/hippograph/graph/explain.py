@@ -20,7 +20,7 @@ from .hits import ExplainedHit, Explanation, Reason, ValueParts, WhyNot
 from .model import Node, NodeMetadata, NodeType
 from .value import ResolvedConfig, TypeParams
 
-__all__ = ["Explaining", "custom_score", "explain_rows", "explaining_of", "why_not"]
+__all__ = ["Explaining", "explain_rows", "explaining_of", "subject_score", "why_not"]
 
 Score = Callable[[str], float]
 """A custom value function's score of one id (NaN: it gave none)."""
@@ -136,11 +136,28 @@ class Explaining:
 Loaded = tuple[Node, NodeMetadata | None]
 
 
-def custom_score(cfg: ResolvedConfig, tp: TypeParams, when: datetime, relevance: float, loaded: Loaded | None) -> float:
-    """A custom value function's score of one loaded node, as the scan's per-node call computes it."""
-    if loaded is None:
-        return float("nan")
-    return float(cfg.function.score(relevance, loaded[0], loaded[1], {**tp.raw, "now": when}))
+def subject_score(
+    columns: TypeColumns,
+    queries: F32,
+    cfg: ResolvedConfig,
+    tp: TypeParams,
+    when: datetime,
+    load: Callable[[str], Loaded | None],
+) -> Score:
+    """A custom value function's score of a row of `columns` (the node `why_not` asks about), as the
+    scan's per-node call computes one: its relevance from the scans' own function, its node and
+    metadata from `load`."""
+
+    def score(node_id: str) -> float:
+        loaded = load(node_id)
+        if loaded is None:
+            return float("nan")
+        rows = np.array([columns.row[node_id]], np.uint32)
+        matrix, _ = columns.scanned()
+        rel = float(_core.relevance_of_rows(matrix, columns.norms(), queries, rows)[0]) if columns.dim else 0.0
+        return float(cfg.function.score(rel, loaded[0], loaded[1], {**tp.raw, "now": when}))
+
+    return score
 
 
 def why_not(node: Node, wanted: Sequence[NodeType], explaining: Explaining, cfg: ResolvedConfig, exact: bool) -> WhyNot:

@@ -18,12 +18,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .. import _core
 from ..engine import routes
 from ..engine.checks import Progress, as_datetime, check_progress, utcnow
 from ..engine.columns import TypeColumns, Usage
 from ..engine.query import F32, F64, RowValues, calibrate, prepare_queries, scan
-from .explain import Explaining, custom_score
+from .explain import Explaining, subject_score
 from .model import Node, NodeMetadata, NodeType, as_node_types
 from .value import ResolvedConfig, TypeParams, ValueFunctionConfig, resolve_config
 
@@ -113,32 +112,14 @@ def find_candidates(
         if explain is not None:
             path = route[-1] if route else routes.EXACT
             path = routes.UNBOUNDED if not bounded and not exact else path
-            score = None if values is None else _subject_score(explain, cfg, tp, when, hydrate, type_columns, queries)
+            score = None
+            if values is not None:
+                score = subject_score(type_columns, queries, cfg, tp, when, lambda i: hydrate([i], True).get(i))
             hits = list(explain.type_answered(type_columns, node_type, hits, queries, tp, cfg, when, path, score))
         out += hits
         if at < len(wanted):  # a type listed twice answers its nodes once
             seen.update([node.id for node, _ in hits])
     return out
-
-
-def _subject_score(
-    explain: Explaining,
-    cfg: ResolvedConfig,
-    tp: TypeParams,
-    when: datetime,
-    hydrate: Hydrate,
-    columns: TypeColumns,
-    queries: F32,
-) -> Callable[[str], float]:
-    """A custom value function's score of the node `why_not` asks about, as the scan computes one."""
-
-    def score(node_id: str) -> float:
-        rows = np.array([columns.row[node_id]], np.uint32)
-        matrix, _ = columns.scanned()
-        relevance = float(_core.relevance_of_rows(matrix, columns.norms(), queries, rows)[0]) if columns.dim else 0.0
-        return custom_score(cfg, tp, when, relevance, hydrate([node_id], True).get(node_id))
-
-    return score
 
 
 def build_vector_indexes(

@@ -20,13 +20,12 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
-from ... import _core
 from ...engine.checks import as_datetime, utcnow
 from ...engine.columns import TypeColumns
 from ...engine.query import F32, prepare_queries, scan
 from ...engine.vector_index import AnnConfig
 from ...graph import codec
-from ...graph.explain import Explaining, custom_score
+from ...graph.explain import Explaining, subject_score
 from ...graph.hits import ExplainedHit
 from ...graph.model import Node, NodeType, as_node_types
 from ...graph.recall import python_values, usage_of
@@ -308,13 +307,7 @@ class ServerSearch:
                 columns.upsert(node_id, node.embedding, usage_of(meta))
         score = None
         if not cfg.is_default and subject is not None:
-            matrix, _ = columns.scanned()
-
-            def score(node_id: str) -> float:
-                rows = np.array([columns.row[node_id]], np.uint32)
-                rel = float(_core.relevance_of_rows(matrix, columns.norms(), queries, rows)[0]) if columns.dim else 0.0
-                return custom_score(cfg, tp, when, rel, loaded.get(node_id))
-
+            score = subject_score(columns, queries, cfg, tp, when, loaded.get)
         return explain.type_answered(columns, node_type, hits, queries, tp, cfg, when, path, score)
 
     def _ranked(
