@@ -396,11 +396,20 @@ pub fn valued_pool(
         let row = *row_of_label.get(label as usize)?;
         usize::try_from(row).ok().filter(|&r| r < n).map(factor)
     };
+    // A neighbour's row, read as its codes are prefetched, so its key arrives with them (the reads
+    // of a node's neighbours overlap, where `weight` would wait for each row, then each key).
+    let warm = |label: u32| {
+        if let Some(&row) = row_of_label.get(label as usize) {
+            if let Some(key) = usize::try_from(row).ok().and_then(|r| by_row.get(r)) {
+                prefetch_lines([std::ptr::from_ref(key).cast::<i8>()]);
+            }
+        }
+    };
     let mut rows = Vec::new();
     let mut outside = f64::NEG_INFINITY;
     let mut top = f32::NEG_INFINITY;
     for q in queries.chunks_exact(dim) {
-        let found = index.search_weighted(q, ef, ceiling, most, weight).map_err(|e| ShapeError(e.to_string()))?;
+        let found = index.search_weighted(q, ef, ceiling, most, weight, warm).map_err(|e| ShapeError(e.to_string()))?;
         if found.len() < ef.min(live) {
             outside = f64::INFINITY;
         } else if found.len() >= ef {

@@ -25,7 +25,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// How a node's unit vector is kept.
@@ -131,6 +131,10 @@ struct Segment {
     links: *const AtomicU32,
     cap: usize,
     meta: Box<[OnceLock<Meta>]>,
+    /// One bit per slot, set while it holds no node yet or a deleted one (never returned): what a
+    /// search asks of every node it visits, in a few kilobytes that stay in cache where each
+    /// `Meta` would cost a miss.
+    gone: Box<[AtomicU64]>,
     _backing: Backing,
 }
 
@@ -152,7 +156,24 @@ impl Segment {
             links: links_ptr,
             cap,
             meta: (0..cap).map(|_| OnceLock::new()).collect(),
+            gone: (0..cap.div_ceil(64)).map(|_| AtomicU64::new(u64::MAX)).collect(),
             _backing: Backing::Owned { _codes: codes, _links: links },
+        }
+    }
+
+    /// Whether slot `at` holds no node or a deleted one.
+    #[inline]
+    fn gone(&self, at: usize) -> bool {
+        self.gone[at / 64].load(Ordering::Acquire) >> (at % 64) & 1 == 1
+    }
+
+    /// Marks slot `at` as holding a live node (`true`) or not.
+    fn set_live(&self, at: usize, live: bool) {
+        let bit = 1u64 << (at % 64);
+        if live {
+            self.gone[at / 64].fetch_and(!bit, Ordering::Release);
+        } else {
+            self.gone[at / 64].fetch_or(bit, Ordering::Release);
         }
     }
 }
@@ -571,6 +592,7 @@ impl Index {
             let id = (start + i) as u32;
             let (seg, at) = locate(&graph, id);
             seg.meta[at].get_or_init(|| Meta::new(self.level_of(id) as u8));
+            seg.set_live(at, true);
         }
         self.len.store((start + rows) as u32, Ordering::Release);
         let insert = |i: usize| self.insert(&graph, (start + i) as u32, &vectors[i * self.dim..(i + 1) * self.dim]);
@@ -596,6 +618,8 @@ impl Index {
     pub fn mark_deleted(&self, id: u32) -> Result<(), IndexError> {
         let graph = self.graph.read().expect("graph lock");
         self.meta(&graph, id)?.deleted.store(true, Ordering::Release);
+        let (seg, at) = locate(&graph, id);
+        seg.set_live(at, false);
         Ok(())
     }
 
@@ -745,7 +769,9 @@ impl Index {
     /// The `ef` best found from `starts` at `level`, best first. `weigh(id, sim)` gives a node's
     /// priority in the search (explored while it exceeds the worst objective kept) and its
     /// objective (its code similarity, or that weighted), or None for a node that routes the search
-    /// but is never returned: a deleted one, or one that stands for nothing.
+    /// but is never returned: a deleted one, or one that stands for nothing. `warm(id)` runs for
+    /// each neighbour of a node explored, beside the prefetch of its codes, before any is weighed:
+    /// where `weigh` reads memory of its own, it asks for it there, so the loads overlap.
     #[expect(clippy::too_many_arguments, reason = "the graph, the query, where to start, and how to rank")]
     fn beam(
         &self,
@@ -756,6 +782,7 @@ impl Index {
         level: usize,
         most: f32,
         weigh: impl Fn(u32, f32) -> (f32, Option<f32>),
+        warm: impl Fn(u32),
     ) -> Vec<Near> {
         VISITED.with(|cell| {
             let mut visited = cell.borrow_mut();
@@ -787,6 +814,7 @@ impl Index {
                 self.neighbours(graph, cur.1, level, &mut scratch);
                 for &n in &scratch {
                     self.prefetch(graph, n);
+                    warm(n);
                 }
                 for &n in &scratch {
                     if n as usize >= visited.marks.len() || !visited.first(n) {
@@ -834,7 +862,7 @@ impl Index {
 
     fn deleted(&self, graph: &Graph, id: u32) -> bool {
         let (seg, at) = locate(graph, id);
-        seg.meta[at].get().is_none_or(|m| m.deleted.load(Ordering::Relaxed))
+        seg.gone(at)
     }
 
     /// HNSW's neighbour heuristic: from candidates best first, keep one only when it is nearer
@@ -927,7 +955,8 @@ impl Index {
         // reaches this node (inserts run side by side) never finds it without neighbours.
         let mut chosen = Vec::with_capacity(level.min(top_level) + 1);
         for l in (0..=level.min(top_level)).rev() {
-            let found = self.beam(graph, &form, &starts, self.config.ef_construction, l, 1.0, |_, s| (s, Some(s)));
+            let found =
+                self.beam(graph, &form, &starts, self.config.ef_construction, l, 1.0, |_, s| (s, Some(s)), |_| {});
             chosen.push((l, self.select(graph, id, &found, self.config.m, &mut nform)));
             starts = found;
         }
@@ -986,8 +1015,8 @@ impl Index {
     /// The `k` nearest live ids to `query` with their code similarities (best first, at most `k`;
     /// fewer when the graph holds fewer live ids than it finds). `ef`: the beam width (at least `k`).
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<(u32, f32)>, IndexError> {
-        let mut found =
-            self.search_by(query, ef.max(k), 1.0, |graph, id, s| (s, (!self.deleted(graph, id)).then_some(s)))?;
+        let weigh = |graph: &Graph, id, s| (s, (!self.deleted(graph, id)).then_some(s));
+        let mut found = self.search_by(query, ef.max(k), 1.0, weigh, |_| {})?;
         found.truncate(k);
         Ok(found)
     }
@@ -1001,6 +1030,7 @@ impl Index {
     /// a lower one trusts the products to lead the way. With weights in [0, 1], a reported
     /// product is within `max_error` of the exact similarity's. `most`: no weight exceeds it (the
     /// caller's promise), so a node whose similarity times `most` cannot enter is not weighed.
+    /// `warm(id)`: asks for the memory `weight(id)` will read (see `beam`).
     pub fn search_weighted(
         &self,
         query: &[f32],
@@ -1008,12 +1038,14 @@ impl Index {
         ceiling: f32,
         most: f32,
         weight: impl Fn(u32) -> Option<f32>,
+        warm: impl Fn(u32),
     ) -> Result<Vec<(u32, f32)>, IndexError> {
         let ceiling = ceiling.max(0.0);
-        self.search_by(query, ef, ceiling.max(most), |graph, id, s| {
+        let weigh = |graph: &Graph, id, s: f32| {
             let kept = if self.deleted(graph, id) { None } else { weight(id).map(|w| s * w.clamp(0.0, 1.0)) };
             (kept.map_or(s * ceiling, |f| f.max(s * ceiling)), kept)
-        })
+        };
+        self.search_by(query, ef, ceiling.max(most), weigh, warm)
     }
 
     fn search_by(
@@ -1022,6 +1054,7 @@ impl Index {
         ef: usize,
         most: f32,
         weigh: impl Fn(&Graph, u32, f32) -> (f32, Option<f32>),
+        warm: impl Fn(u32),
     ) -> Result<Vec<(u32, f32)>, IndexError> {
         if query.len() != self.dim {
             return Err(IndexError::Shape(format!("a query of {} floats for dimension {}", query.len(), self.dim)));
@@ -1040,7 +1073,7 @@ impl Index {
         for l in (1..=top_level).rev() {
             at = self.greedy(&graph, &form, at, l, &mut scratch);
         }
-        let found = self.beam(&graph, &form, &[at], ef, 0, most, |id, s| weigh(&graph, id, s));
+        let found = self.beam(&graph, &form, &[at], ef, 0, most, |id, s| weigh(&graph, id, s), warm);
         Ok(found.into_iter().map(|n| (n.1, n.0)).collect())
     }
 
@@ -1203,6 +1236,10 @@ impl Index {
             let _ = cell.set(m_);
             meta.push(cell);
         }
+        let gone: Box<[AtomicU64]> = flags
+            .chunks(64)
+            .map(|word| AtomicU64::new(word.iter().enumerate().fold(0, |acc, (b, f)| acc | u64::from(f >> 7) << b)))
+            .collect();
         let config = Config { m, ef_construction: efc, seed, codes };
         let mut map = map;
         let base = map.as_mut_ptr();
@@ -1213,7 +1250,8 @@ impl Index {
             // SAFETY: both offsets lie within the mapping (checked against its length above); the
             // links start at a multiple of 64 from a page-aligned base, so the atomics are aligned.
             let (codes, links) = unsafe { (base.add(layout.codes), base.add(layout.links).cast::<AtomicU32>()) };
-            vec![Segment { codes, links, cap: n, meta: meta.into_boxed_slice(), _backing: Backing::Mapped(map) }]
+            let meta = meta.into_boxed_slice();
+            vec![Segment { codes, links, cap: n, meta, gone, _backing: Backing::Mapped(map) }]
         };
         let index = Self::with_scale(dim, config, scale, segments);
         index.len.store(n as u32, Ordering::Release);
@@ -1350,7 +1388,7 @@ mod tests {
         };
         let (mut hit, mut asked) = (0, 0);
         for q in data(30, dim, 31).chunks_exact(dim) {
-            let got = index.search_weighted(q, 40, 1.0, 1.0, weight).unwrap();
+            let got = index.search_weighted(q, 40, 1.0, 1.0, weight, |_| {}).unwrap();
             assert_eq!(got.len(), 40);
             assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
             for &(id, f) in &got {
@@ -1407,6 +1445,20 @@ mod tests {
             assert_eq!(got.len(), 20);
             assert!(got.iter().all(|(id, _)| id % 2 == 1));
         }
+        // Saved and opened again, and grown past the mapped segment: the same ids stay out.
+        let dir = std::env::temp_dir().join(format!("hg-hnsw-deleted-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        index.save(&dir.join("t.bin")).unwrap();
+        let back = Index::open(&dir.join("t.bin"), None).unwrap();
+        back.add(n, &d, 1).unwrap();
+        back.mark_deleted(n as u32 + 1).unwrap();
+        for q in data(10, dim, 19).chunks_exact(dim) {
+            let got = back.search(q, 40, 120).unwrap();
+            assert_eq!(got.len(), 40);
+            assert!(got.iter().all(|&(id, _)| (id as usize >= n || id % 2 == 1) && id != n as u32 + 1), "{got:?}");
+            assert!(got.iter().any(|&(id, _)| id as usize >= n));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
