@@ -15,7 +15,7 @@ import numpy as np
 from .. import _core
 from ..engine.columns import TypeColumns
 from ..engine.query import F32
-from ..errors import ValidationError
+from ..errors import NotFoundError, StorageError, ValidationError
 from .hits import ExplainedHit, Explanation, Reason, ValueParts, WhyNot
 from .model import Node, NodeMetadata, NodeType
 from .value import ResolvedConfig, TypeParams
@@ -167,8 +167,8 @@ def why_not(node: Node, wanted: Sequence[NodeType], explaining: Explaining, cfg:
         asked = ", ".join(t.value for t in wanted)
         detail = f"its type {node.node_type.value} was not asked for ({asked})"
         return WhyNot(node.id, "type_not_requested", detail, None)
-    if e is None:
-        raise AssertionError(f"node {node.id!r} was not explained")  # its type's columns hold every stored node
+    if e is None:  # its type's columns hold every node the store held when the query ran
+        raise NotFoundError("node", node.id, f"node {node.id!r} was not in the store the query read")
     tp = cfg.params[node.node_type]
     if node.id in explaining.answered:
         return WhyNot(node.id, "returned", f"returned at rank {e.rank} with score {e.score:.6g}", e)
@@ -189,6 +189,8 @@ def why_not(node: Node, wanted: Sequence[NodeType], explaining: Explaining, cfg:
             return WhyNot(node.id, "outranked", detail, e, tuple(rivals), kth - e.score)
     place = "displace the last hit" if len(rivals) >= tp.top_k else "fill a free slot"
     detail = f"score {e.score:.6g} would {place} in the exact answer; {e.path}"
-    if exact:
-        raise AssertionError(f"the exact answer left out {node.id!r}, which passes its gate: {detail}")
+    if exact:  # the exact scan returns every such node: its answer and these numbers disagree
+        raise StorageError(
+            f"the exact answer left out {node.id!r}, which passes its gate: {detail}", operation="why_not"
+        )
     return WhyNot(node.id, "missed_by_index", detail, e, tuple(rivals))
