@@ -154,8 +154,9 @@ def main() -> None:
         "",
         f"{args.n:,} × 384 clustered semantic nodes with varied usage (benches/_benchdata.py), InMemory, "
         f"top_k 20, exact scan; {args.rounds} rounds of blocks of {BLOCK} calls, each block's median one "
-        "sample, the processes asked in turn (each in every place of the order by turns). *Before*: the same script on an earlier hippograph installed "
-        "beside this one (`--before`), which has no `explain`. Machine: "
+        "sample, the processes asked in turn (each in every place of the order by turns). *Before*: the "
+        "same script on an earlier hippograph installed beside this one (`--before`), which has no "
+        "`explain`. Machine: "
         f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}. "
         f"Whole run: {time.perf_counter() - started:.0f} s.",
         "",
