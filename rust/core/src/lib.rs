@@ -7,6 +7,7 @@ pub mod certified;
 pub mod etf;
 pub mod graph_write;
 pub mod hnsw;
+pub mod ids;
 pub mod lexical;
 pub mod lmdbcheck;
 pub mod pairs;

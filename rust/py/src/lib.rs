@@ -9,6 +9,7 @@ mod errors;
 mod etf;
 mod graph_write;
 mod hnsw;
+mod ids;
 mod lexical;
 mod lmdbcheck;
 mod pairs;
@@ -24,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     etf::register(m)?;
     graph_write::register(m)?;
     hnsw::register(m)?;
+    ids::register(m)?;
     lexical::register(m)?;
     lmdbcheck::register(m)?;
     Ok(())
