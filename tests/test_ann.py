@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import hnswlib
+import msgpack
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -27,7 +28,8 @@ from hippograph import _core
 from hippograph.backends import LMDB, InMemory
 from hippograph.backends import lmdb as lmdb_module
 from hippograph.engine import vector_files
-from hippograph.engine.vector_index import AnnConfig
+from hippograph.engine.mapped_ids import encode_ids
+from hippograph.engine.vector_index import AnnConfig, build_rows
 from pg_server import pg_dsn, pg_store, repo_for
 
 if TYPE_CHECKING:
@@ -716,7 +718,7 @@ def test_close_saves_the_index_as_private_verified_files(tmp_path: Path) -> None
     assert stat.S_IMODE(os.stat(path / "ann").st_mode) == 0o700
     assert all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files(path))
     assert {k: doc[k] for k in ("format", "type", "dim", "M", "ef_construction")} == {
-        "format": 1,
+        "format": 2,
         "type": "semantic",
         "dim": DIM,
         "M": CFG.M,
@@ -801,6 +803,90 @@ def test_index_files_of_another_store_are_never_adopted(tmp_path: Path) -> None:
     loaded, hits, exact = reopen_and_query(mine)
     assert not loaded
     assert hits == exact
+
+
+def split_ids(doc: dict[str, Any]) -> list[bytes]:
+    ends = np.frombuffer(doc["ends"], "<u8").tolist()
+    return [doc["ids"][a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def join_ids(doc: dict[str, Any], ids: list[bytes]) -> None:
+    doc["ids"] = b"".join(ids)
+    doc["ends"] = np.cumsum([len(i) for i in ids], dtype=np.uint64).astype("<u8").tobytes()
+
+
+def as_format_1(doc: dict[str, Any]) -> None:
+    """The labels file as format 1 wrote it: one msgpack item per label and per id."""
+    ids = split_ids(doc)
+    doc["labels"] = np.frombuffer(doc["labels"], "<u8").tolist()
+    doc["ids"] = [i.decode() for i in ids]
+    del doc["ends"]
+
+
+def relabel(doc: dict[str, Any], change: Callable[[npt.NDArray[np.uint64]], object], key: str = "labels") -> None:
+    values = np.frombuffer(doc[key], "<u8").copy()
+    change(values)
+    doc[key] = values.tobytes()
+
+
+def reend(doc: dict[str, Any], change: Callable[[npt.NDArray[np.uint64]], object]) -> None:
+    relabel(doc, change, "ends")
+
+
+FORGED: dict[str, tuple[Callable[[dict[str, Any]], object], int | None]] = {
+    "format_1": (as_format_1, 1),
+    "repeated_id": (lambda d: join_ids(d, [split_ids(d)[0], *split_ids(d)[:1], *split_ids(d)[2:]]), None),
+    "labels_out_of_order": (lambda d: relabel(d, lambda a: a.__setitem__(slice(None), a[::-1].copy())), None),
+    "label_past_count": (lambda d: relabel(d, lambda a: a.__setitem__(-1, 10**6)), None),
+    "ends_past_the_blob": (lambda d: d.__setitem__("ids", d["ids"][:-1]), None),
+    "ends_decreasing": (lambda d: reend(d, lambda a: a.__setitem__(slice(0, 2), a[1::-1].copy())), None),
+    "no_ends": (lambda d: d.pop("ends"), None),
+}
+
+
+def forge_labels(path: Path, forge: str) -> None:
+    """Rewrites the labels file through `FORGED[forge]` with a sidecar vouching for the new bytes: damage
+    that no hash catches, which the checks of the contents must."""
+    change, fmt = FORGED[forge]
+    labels_path = files(path)[1]
+    doc = msgpack.unpackb(labels_path.read_bytes())
+    change(doc)
+    raw = msgpack.packb(doc)
+    labels_path.write_bytes(raw)
+    side = sidecar(path) | {"labels_sha256": hashlib.sha256(raw).hexdigest(), "labels_bytes": len(raw)}
+    files(path)[2].write_text(json.dumps(side if fmt is None else side | {"format": fmt}))
+
+
+@pytest.mark.parametrize("forge", FORGED)
+def test_labels_files_that_hash_but_do_not_hold_are_rebuilt(tmp_path: Path, forge: str) -> None:
+    path = saved_store(tmp_path / "store")
+    forge_labels(path, forge)
+    loaded, hits, exact = reopen_and_query(path)
+    assert not loaded
+    assert hits == exact
+    assert reopen_and_query(path)[0]  # the rebuilt index was saved afresh, in the current format
+
+
+def test_id_positions_matches_ids_and_refuses_repeats_and_bad_offsets() -> None:
+    hay, needles = encode_ids(["a", "bb", "c"]), encode_ids(["c", "a", "zz", "bb", ""])
+    assert _core.id_positions(*hay, *needles).tolist() == [2, 0, -1, 1, -1]
+    with pytest.raises(ValueError, match="repeats"):
+        _core.id_positions(*encode_ids(["a", "b", "a"]), *needles)
+    with pytest.raises(ValueError, match="outside"):
+        _core.id_positions(hay[0], np.array([1, 9, 4], np.uint64), *needles)
+    with pytest.raises(ValueError, match="outside"):
+        _core.id_positions(hay[0], np.array([3, 1, 4], np.uint64), *needles)
+
+
+def test_adopted_labels_serve_before_their_maps_are_built() -> None:
+    rows = np.random.default_rng(15).standard_normal((3, DIM)).astype(np.float32)
+    ann = build_rows(["a", "b", "c"], rows, CFG)
+    assert ann is not None
+    ann.adopt_labels(iter(["c", "a"]), np.array([2, 0], np.int64))
+    assert len(ann) == 2 and ann._maps is None
+    assert ann.label_of == {"c": 2, "a": 0} and ann.id_of == {2: "c", 0: "a"}
+    ann.discard("a")
+    assert len(ann) == 1 and ann.id_of == {2: "c"} and ann.reclaimable == 1
 
 
 def test_index_stale_by_later_writes_is_caught_up_from_the_change_log(tmp_path: Path) -> None:
