@@ -28,6 +28,7 @@ from hippograph import _core
 from hippograph.backends import LMDB, InMemory
 from hippograph.backends import lmdb as lmdb_module
 from hippograph.engine import vector_files
+from hippograph.engine.files import TREE_CHUNK, TreeHash
 from hippograph.engine.mapped_ids import encode_ids
 from hippograph.engine.vector_index import AnnConfig, build_rows
 from pg_server import pg_dsn, pg_store, repo_for
@@ -718,14 +719,14 @@ def test_close_saves_the_index_as_private_verified_files(tmp_path: Path) -> None
     assert stat.S_IMODE(os.stat(path / "ann").st_mode) == 0o700
     assert all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files(path))
     assert {k: doc[k] for k in ("format", "type", "dim", "M", "ef_construction")} == {
-        "format": 2,
+        "format": 3,
         "type": "semantic",
         "dim": DIM,
         "M": CFG.M,
         "ef_construction": CFG.ef_construction,
     }
     assert doc["seq"] >= 1 and doc["count"] == doc["live"] > CFG.min_nodes
-    assert doc["bin_sha256"] == hashlib.sha256(bin_path.read_bytes()).hexdigest()
+    assert doc["bin_tree_sha256"] == tree_sha256(bin_path.read_bytes())
     assert doc["labels_sha256"] == hashlib.sha256(labels_path.read_bytes()).hexdigest()
     assert not [f for f in (path / "ann").iterdir() if f.name.endswith(".tmp")]
 
@@ -754,10 +755,21 @@ def test_unchanged_loaded_index_is_not_rewritten_on_close(tmp_path: Path) -> Non
     assert os.stat(files(path)[0]).st_ino == inode
 
 
-def flip_middle_byte(f: Path) -> None:
+def flip_byte(f: Path, at: int) -> None:
     data = bytearray(f.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[at] ^= 0xFF
     f.write_bytes(bytes(data))
+
+
+def flip_middle_byte(f: Path) -> None:
+    flip_byte(f, f.stat().st_size // 2)
+
+
+def tree_sha256(data: bytes, piece: int | None = None) -> str:
+    tree = TreeHash()
+    for start in range(0, len(data), piece or max(1, len(data))):
+        tree.update(data[start : start + (piece or len(data))])
+    return tree.hexdigest()
 
 
 def truncate_half(f: Path) -> None:
@@ -774,6 +786,13 @@ DAMAGE: dict[str, Callable[[Path], object]] = {
     "missing_sidecar": lambda p: files(p)[2].unlink(),
     "sidecar_from_the_future": lambda p: files(p)[2].write_text(json.dumps({**sidecar(p), "seq": 10**6})),
     "other_format_version": lambda p: files(p)[2].write_text(json.dumps({**sidecar(p), "format": 99})),
+    "corrupt_last_leaf": lambda p: flip_byte(files(p)[0], -1),
+    "plain_sha256_root": lambda p: files(p)[2].write_text(
+        json.dumps({**sidecar(p), "bin_tree_sha256": hashlib.sha256(files(p)[0].read_bytes()).hexdigest()})
+    ),
+    "format_2_sidecar": lambda p: files(p)[2].write_text(
+        json.dumps({**sidecar(p), "format": 2, "bin_sha256": hashlib.sha256(files(p)[0].read_bytes()).hexdigest()})
+    ),
 }
 
 
@@ -865,6 +884,27 @@ def test_labels_files_that_hash_but_do_not_hold_are_rebuilt(tmp_path: Path, forg
     assert not loaded
     assert hits == exact
     assert reopen_and_query(path)[0]  # the rebuilt index was saved afresh, in the current format
+
+
+def test_the_hash_tree_binds_every_leaf_and_the_core_checks_the_same_root(tmp_path: Path) -> None:
+    data = np.random.default_rng(16).integers(0, 256, 2 * TREE_CHUNK + 123, np.uint8).tobytes()
+    root = tree_sha256(data)
+    assert tree_sha256(data, 1_000_003) == tree_sha256(data, TREE_CHUNK) == root
+    assert root != hashlib.sha256(data).hexdigest()
+    for at in (0, TREE_CHUNK, len(data) - 1):  # a byte of the first, second and last (partial) leaf
+        changed = bytearray(data)
+        changed[at] ^= 1
+        assert tree_sha256(bytes(changed)) != root
+    assert tree_sha256(data[:-1]) != root and tree_sha256(data + b"\0") != root
+    rows = np.random.default_rng(17).standard_normal((300, DIM)).astype(np.float32)
+    graph = _core.Hnsw(DIM, 8, 50, rows)
+    graph.add_items(rows, np.arange(300))
+    path = tmp_path / "g.bin"
+    graph.save_index(str(path))
+    saved = path.read_bytes()
+    assert _core.Hnsw.open(path, tree_sha256(saved)).element_count == 300
+    with pytest.raises(ValueError, match="tree"):
+        _core.Hnsw.open(path, hashlib.sha256(saved).hexdigest())
 
 
 def test_id_positions_matches_ids_and_refuses_repeats_and_bad_offsets() -> None:
@@ -1223,11 +1263,11 @@ def test_a_cancelled_verified_copy_stops_and_leaves_no_temp_file(tmp_path: Path)
     ann_dir = path / "ann"
     before = set(ann_dir.iterdir())
     copy = hg.engine.vector_files._verified_copy(
-        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"], lambda: True
+        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_tree_sha256"], lambda: True
     )
     assert copy is None and set(ann_dir.iterdir()) == before
     copy = hg.engine.vector_files._verified_copy(
-        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"]
+        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_tree_sha256"]
     )
     assert copy is not None and copy.read_bytes() == files(path)[0].read_bytes()
     copy.unlink()

@@ -343,8 +343,10 @@ class Hnsw:
         """An empty index; `sample` (rows of `dim` floats like those to come) sets the i8 code scales.
         ValidationError for any other `codes`."""
     @staticmethod
-    def open(path: str | os.PathLike[str], sha256: str | None = None) -> Hnsw:
-        """The index saved at `path`; ValueError when it is not an index file or not the expected one."""
+    def open(path: str | os.PathLike[str], tree_sha256: str | None = None) -> Hnsw:
+        """The index saved at `path`, after its bytes matched `tree_sha256` (the root of their SHA-256
+        hash tree, `hippograph.engine.files.TreeHash`); ValueError when it is not an index file or not
+        the expected one."""
     @property
     def dim(self) -> int: ...
     @property

@@ -10,13 +10,14 @@ radii and each live label's region; rows belong to the loading process's
 `TypeColumns`, which gets the regions back for the ids unchanged since) and,
 written last, ``<type>.json``: `ANN_FORMAT`, the type, the store change the
 index reflects, dim, parameters, the engine and its version, counts, and the size and
-SHA-256 of the other two. `load` trusts nothing it has not checked: the core
-engine maps the graph file copy-on-write and hashes that mapping itself (what it
-uses is what was hashed, and the pages stay shared between the processes that
-open it), on a second thread while the labels file, once its own hash matched,
-is parsed; hnswlib only ever reads a private copy of exactly the bytes that were
-hashed; any mismatch returns None and the caller builds afresh. docs/architecture.md
-lists every check.
+hash of the other two (the labels file's SHA-256; the root of the graph file's SHA-256 hash
+tree, `files.TreeHash`, whose leaves the core hashes on rayon's threads). `load` trusts
+nothing it has not checked: the core engine maps the graph file copy-on-write and
+hashes that mapping itself (what it uses is what was hashed, and the pages stay
+shared between the processes that open it), on a second thread while the labels
+file, once its own hash matched, is parsed; hnswlib only ever reads a private copy
+of exactly the bytes that were hashed; any mismatch returns None and the caller
+builds afresh. docs/architecture.md lists every check.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .. import _core
 from .._core import id_positions
 from ..errors import StorageError, ValidationError
 from . import calibration, vector_index
-from .files import fsync_dir, read_sidecar
+from .files import TreeHash, fsync_dir, read_sidecar
 from .mapped_ids import MappedIds, encode_ids
 from .regions import NO_REGION, Regions
 from .vector_index import AnnConfig, VectorIndex
@@ -63,9 +64,10 @@ __all__ = [
     "save",
 ]
 
-ANN_FORMAT = 2
+ANN_FORMAT = 3
 """Version of the saved-index file set; a sidecar naming another version is never loaded (version 1
-listed each label and id as a msgpack item; version 2 keeps them as arrays)."""
+listed each label and id as a msgpack item and hashed the graph file whole; 2 keeps them as arrays;
+3 verifies the graph file by the root of its SHA-256 hash tree)."""
 
 ChangedSince = Callable[[int], "set[str] | None"]
 """`changed_since(seq)`: the ids changed after store change `seq` (None: the change log no longer reaches back)."""
@@ -99,7 +101,7 @@ def _temp(directory: Path, name: str) -> Path:
 
 
 def _fsync_and_hash(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
+    digest = TreeHash()
     with path.open("rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
@@ -152,7 +154,7 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int, regions: Region
     _sweep(directory, name)
     bin_path, map_path, json_path = _paths(directory, name)
     on_disk = read_sidecar(json_path)
-    if ann.persisted is not None and on_disk is not None and on_disk.get("bin_sha256") == ann.persisted[1]:
+    if ann.persisted is not None and on_disk is not None and on_disk.get("bin_tree_sha256") == ann.persisted[1]:
         with_regions = regions is not None and on_disk.get("regions") is not True
         if on_disk.get("seq") == seq and not with_regions:
             return False
@@ -193,7 +195,7 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int, regions: Region
             "count": count,
             "live": live,
             "regions": regions is not None,
-            "bin_sha256": bin_sha,
+            "bin_tree_sha256": bin_sha,
             "bin_bytes": bin_bytes,
             "labels_sha256": hashlib.sha256(mapping).hexdigest(),
             "labels_bytes": len(mapping),
@@ -228,7 +230,7 @@ def _valid_sidecar(doc: dict[str, Any], name: str, dim: int, config: AnnConfig, 
     return (
         all(integer(k) for k in ("format", "seq", "dim", "M", "ef_construction", "count", "live"))
         and all(integer(k) for k in ("bin_bytes", "labels_bytes"))
-        and sha("bin_sha256")
+        and sha("bin_tree_sha256")
         and sha("labels_sha256")
         and doc["format"] == ANN_FORMAT
         and doc.get("type") == name
@@ -345,7 +347,7 @@ def _verified_copy(
         fd, other = tempfile.mkstemp(prefix=f"hippograph-{name}.", suffix=".tmp")
         os.close(fd)
         tmp = Path(other)
-    digest = hashlib.sha256()
+    digest = TreeHash()
     total = 0
     try:
         with src.open("rb") as f, tmp.open("wb") as out:
@@ -391,7 +393,7 @@ def read_saved(
     mapping = _read_mapping(map_path, doc)
     if mapping is None:
         return None
-    copy = _verified_copy(bin_path, directory, name, doc["bin_bytes"], doc["bin_sha256"], cancelled)
+    copy = _verified_copy(bin_path, directory, name, doc["bin_bytes"], doc["bin_tree_sha256"], cancelled)
     if copy is None:
         return None
     try:
@@ -417,7 +419,7 @@ def _read_core(bin_path: Path, map_path: Path, doc: dict[str, Any], dim: int) ->
 
     def open_graph() -> None:
         try:
-            opened.append(_core.Hnsw.open(bin_path, doc["bin_sha256"]))
+            opened.append(_core.Hnsw.open(bin_path, doc["bin_tree_sha256"]))
         except (ValueError, OSError, StorageError):
             pass
         except BaseException as exc:  # re-raised below, where `read_saved` was called
@@ -506,7 +508,7 @@ def _adopt(
     ann = VectorIndex(columns.dim, config, capacity=max(count, n), hnsw=hnsw)
     ann.next_label = count
     ann.reclaimable = count - len(labels)
-    ann.persisted = (doc["seq"], doc["bin_sha256"])  # until the replay below changes anything
+    ann.persisted = (doc["seq"], doc["bin_tree_sha256"])  # until the replay below changes anything
     calibration.restore(doc.get("calibration"), ann)
     # A changed id keeps its label only while its stored vector is still its current one;
     # the unchanged ones are sampled (a foreign or mismatched store fails here).
