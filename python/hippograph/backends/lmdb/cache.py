@@ -321,9 +321,12 @@ class _Cache(DerivedColumns[NodeType]):
 
         The files are hashed and read by hnswlib without any lock; only the
         catch-up from the change log holds the cache's lock (as a refresh does).
-        Any failure here only means the build goes on from the rows.
+        Any failure here only means the build goes on from the rows. The first
+        step shares the lock, so the files are read while the query that started
+        this build still scans (only this owner's builder marks its type tried;
+        `load_saved` and a replace hold the lock alone).
         """
-        with self.lock.write():
+        with self.lock.read():
             node_type = next((nt for nt, type_columns in self.columns.items() if type_columns is owner), None)
             if node_type is None or self.ann_dir is None or self.ann is None or node_type in self.ann_tried:
                 return False
