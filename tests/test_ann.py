@@ -1233,6 +1233,22 @@ def test_a_saved_index_is_adopted_in_the_background_and_caught_up(
     assert hits == exact and hits[0][0] == "newcomer"
 
 
+def test_a_background_adoption_builds_the_id_maps_after_publishing_the_index(tmp_path: Path) -> None:
+    path = saved_store(tmp_path / "store")
+    with LMDB(path, ann=BACKGROUND) as b:
+        find(b, QUERY)
+        wait_until(lambda: available(b), "the saved index was adopted in the background")
+        ann = b._cache.columns[hg.NodeType.SEMANTIC].ann
+        assert ann is not None and ann.loaded
+        wait_until(lambda: ann._maps is not None, "the builder thread built the id maps")
+        gone = find(b, QUERY, vf=params(0.0, 3), exact=True)[0][0]
+        b.delete_nodes([gone])
+        b.apply_changeset(hg.Changeset().add_node(semantic("newcomer", QUERY)))
+        assert gone not in ann.label_of
+        hits = find(b, QUERY, vf=params(0.0, 15))
+        assert hits == find(b, QUERY, vf=params(0.0, 15), exact=True) and hits[0][0] == "newcomer"
+
+
 @pytest.mark.parametrize("damage", ["corrupt_index", "truncated_labels", "sidecar_from_the_future"])
 def test_damaged_index_files_are_rebuilt_in_the_background_never_read_by_hnswlib(
     tmp_path: Path, spy: type[SpyIndex], answered: list[bool], damage: str

@@ -227,13 +227,13 @@ class VectorIndex:
     def label_of(self) -> dict[str, int]:
         """Each live id's label."""
         maps = self._maps
-        return (maps if maps is not None else self._build_maps())[0]
+        return (maps if maps is not None else self.build_maps())[0]
 
     @property
     def id_of(self) -> dict[int, str]:
         """Each live label's id."""
         maps = self._maps
-        return (maps if maps is not None else self._build_maps())[1]
+        return (maps if maps is not None else self.build_maps())[1]
 
     def adopt_labels(self, ids: Iterable[str], labels: npt.NDArray[np.int64]) -> None:
         """Makes the i-th of `ids` (distinct, iterated once) live under `labels[i]` (distinct), in place
@@ -242,7 +242,9 @@ class VectorIndex:
         with self._maps_lock:
             self._maps, self._adopted = None, (ids, labels)
 
-    def _build_maps(self) -> tuple[dict[str, int], dict[int, str]]:
+    def build_maps(self) -> tuple[dict[str, int], dict[int, str]]:
+        """`label_of` and `id_of`, built from the adopted labels if they were not yet (any thread may;
+        the others wait for the one building)."""
         with self._maps_lock:
             maps, adopted = self._maps, self._adopted
             if maps is None:

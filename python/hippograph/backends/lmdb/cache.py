@@ -353,11 +353,15 @@ class _Cache(DerivedColumns[NodeType]):
                 )
                 return owner.ann is not None
 
+        adopted: bool | None = None
         try:
             for _ in range(_ADOPT_TRIES):
                 adopted = self._read(adopt, "load_vector_index")
                 if adopted is not None:
-                    return adopted
+                    break
         except HippographError:  # closed or damaged meanwhile: the build (or its caller) sees it
-            pass
-        return False
+            return False
+        ann = owner.ann
+        if adopted and ann is not None and not cancel.is_set():
+            ann.build_maps()  # queries never need them: built here, not by the first write
+        return bool(adopted)
