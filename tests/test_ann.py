@@ -907,15 +907,17 @@ def test_the_hash_tree_binds_every_leaf_and_the_core_checks_the_same_root(tmp_pa
         _core.Hnsw.open(path, hashlib.sha256(saved).hexdigest())
 
 
-def test_id_positions_matches_ids_and_refuses_repeats_and_bad_offsets() -> None:
-    hay, needles = encode_ids(["a", "bb", "c"]), encode_ids(["c", "a", "zz", "bb", ""])
-    assert _core.id_positions(*hay, *needles).tolist() == [2, 0, -1, 1, -1]
+def test_an_id_table_finds_ids_and_refuses_repeats_and_bad_offsets() -> None:
+    table, needles = _core.IdTable(*encode_ids(["a", "bb", "c"])), encode_ids(["c", "a", "zz", "bb", ""])
+    assert len(table) == 3 and table.positions(*needles).tolist() == [2, 0, -1, 1, -1]
     with pytest.raises(ValueError, match="repeats"):
-        _core.id_positions(*encode_ids(["a", "b", "a"]), *needles)
-    with pytest.raises(ValueError, match="outside"):
-        _core.id_positions(hay[0], np.array([1, 9, 4], np.uint64), *needles)
-    with pytest.raises(ValueError, match="outside"):
-        _core.id_positions(hay[0], np.array([3, 1, 4], np.uint64), *needles)
+        _core.IdTable(*encode_ids(["a", "b", "a"]))
+    blob = encode_ids(["a", "bb", "c"])[0]
+    for ends in ([1, 9, 4], [3, 1, 4]):
+        with pytest.raises(ValueError, match="outside"):
+            _core.IdTable(blob, np.array(ends, np.uint64))
+        with pytest.raises(ValueError, match="outside"):
+            table.positions(blob, np.array(ends, np.uint64))
 
 
 def test_adopted_labels_serve_before_their_maps_are_built() -> None:

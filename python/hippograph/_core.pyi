@@ -249,14 +249,15 @@ def similar_pairs(
     """Every pair of rows (a < b) with cosine above `threshold`, most similar first, ties by (a, b);
     zero rows never pair. GIL released."""
 
-def id_positions(
-    hay_blob: npt.NDArray[np.uint8],
-    hay_ends: npt.NDArray[np.uint64],
-    needle_blob: npt.NDArray[np.uint8],
-    needle_ends: npt.NDArray[np.uint64],
-) -> npt.NDArray[np.int64]:
-    """For each needle id (a UTF-8 blob and each id's end offset), the position of the equal hay id,
-    or -1; ValueError when offsets leave their blob or a hay id repeats. GIL released."""
+class IdTable:
+    """Distinct ids (a UTF-8 blob and each id's end offset, copied) that finds where other ids sit
+    among them without an object per id; ValueError when offsets leave their blob or an id repeats.
+    GIL released."""
+
+    def __init__(self, blob: npt.NDArray[np.uint8], ends: npt.NDArray[np.uint64]) -> None: ...
+    def __len__(self) -> int: ...
+    def positions(self, blob: npt.NDArray[np.uint8], ends: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+        """For each of these ids, its position in the table, or -1."""
 
 def lmdb_check(data: bytes | mmap, txnid: int | None = None) -> dict[str, Any] | None:
     """Structural check of an LMDB data file (bytes or an mmap of data.mdb); GIL released.

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from .._core import id_positions
+from .._core import IdTable
 from ..errors import StorageError, ValidationError
 from . import calibration, vector_index
 from .files import TreeHash, fsync_dir, read_sidecar
@@ -279,10 +279,12 @@ def _read_regions(got: object, dim: int, live: int) -> SavedRegions | None:
 
 @dataclass(frozen=True)
 class SavedLabels:
-    """A labels file's contents: the i-th live label and its id, and the saved regions (if any)."""
+    """A labels file's contents: the i-th live label and its id (`table` finds an id's position), and
+    the saved regions (if any)."""
 
     labels: npt.NDArray[np.int64]
     ids: MappedIds
+    table: IdTable
     regions: SavedRegions | None
 
 
@@ -295,8 +297,7 @@ def _array(value: object, dtype: str, count: int) -> npt.NDArray[Any]:
 
 
 def _read_mapping(path: Path, doc: dict[str, Any]) -> SavedLabels | None:
-    """The verified labels file, its labels increasing and in range (the ids' distinctness is checked
-    where they are matched with the rows, `_adopt`)."""
+    """The verified labels file, its labels increasing and in range, its ids distinct."""
     raw = _labels_bytes(path, doc)
     return None if raw is None else _parse_mapping(raw, doc)
 
@@ -327,13 +328,17 @@ def _parse_mapping(raw: bytes, doc: dict[str, Any]) -> SavedLabels | None:
         regions = _read_regions(mapping.get("regions"), doc["dim"], live)
     except ValueError:
         return None
-    # Offsets stepping through the whole blob: every id lies inside it (`MappedIds`, `_core.id_positions`).
+    # Offsets stepping through the whole blob: every id lies inside it (`MappedIds`, `IdTable`).
     if (int(ends[-1]) if live else 0) != len(blob) or (ends[1:] < ends[:-1]).any():
         return None
     if (live and int(labels[-1]) >= count) or (labels[1:] <= labels[:-1]).any():  # saved in increasing order
         return None
     ids = MappedIds(np.frombuffer(blob, np.uint8), ends.astype(np.uint64))
-    return SavedLabels(labels.astype(np.int64), ids, regions)
+    try:
+        table = IdTable(*ids.arrays)
+    except ValueError:  # an id listed twice
+        return None
+    return SavedLabels(labels.astype(np.int64), ids, table, regions)
 
 
 def _verified_copy(
@@ -485,14 +490,10 @@ def _adopt(
     """Wraps a verified graph, replays `changed` ids and checks it against `columns`; None on mismatch.
     Saved regions go back to `columns` (when it has none) for the ids unchanged since.
 
-    Saved ids meet rows as arrays (`_core.id_positions`): no object per id is made here."""
+    Saved ids meet rows as arrays (`IdTable`): no object per id is made here."""
     count, labels = doc["count"], mapping.labels
-    saved_ids = mapping.ids.arrays
     row_ids = encode_ids(columns.ids)
-    try:
-        at_row = id_positions(*saved_ids, *row_ids)  # per row: its id's position in the labels file
-    except ValueError:  # a saved id listed twice
-        return None
+    at_row = mapping.table.positions(*row_ids)  # per row: its id's position in the labels file
     n = len(at_row)
     row_of = np.full(len(labels), -1, np.int64)  # per saved id: its row (-1: none)
     listed = np.flatnonzero(at_row >= 0)
@@ -502,7 +503,7 @@ def _adopt(
     embedded = columns.norms()[:n] > 0
     stale = row_of < 0  # saved ids whose row is gone or has no vector
     stale[~stale] = ~embedded[row_of[~stale]]
-    changed_rows, changed_saved = _changed_masks(changed, row_ids, saved_ids)
+    changed_rows, changed_saved = _changed_masks(changed, row_ids, mapping)
     if (stale & ~changed_saved).any() or (embedded & (at_row < 0) & ~changed_rows).any():
         return None
     ann = VectorIndex(columns.dim, config, capacity=max(count, n), hnsw=hnsw)
@@ -548,15 +549,13 @@ def _adopt(
 
 
 def _changed_masks(
-    changed: set[str],
-    row_ids: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]],
-    saved_ids: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]],
+    changed: set[str], row_ids: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]], saved: SavedLabels
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """Which rows, and which saved ids, are among `changed`."""
     if not changed:
-        return np.zeros(len(row_ids[1]), np.bool_), np.zeros(len(saved_ids[1]), np.bool_)
-    ids = encode_ids(list(changed))
-    return id_positions(*ids, *row_ids) >= 0, id_positions(*ids, *saved_ids) >= 0
+        return np.zeros(len(row_ids[1]), np.bool_), np.zeros(len(saved.labels), np.bool_)
+    table = IdTable(*encode_ids(list(changed)))
+    return table.positions(*row_ids) >= 0, table.positions(*saved.ids.arrays) >= 0
 
 
 def _regions_for(

@@ -80,52 +80,81 @@ fn hash(seed: u64, bytes: &[u8]) -> u64 {
     h ^ (h >> 33)
 }
 
-/// For each id of `needles`, the position of the equal id in `hay` (-1: `hay` has none).
-///
-/// `hay` must hold distinct ids (`IdsError::Duplicate` otherwise). A needle equal to the hay id at
-/// its own position is taken without a lookup: lists saved from the same rows mostly line up.
-pub fn positions(hay: Ids<'_>, needles: Ids<'_>) -> Result<Vec<i64>, IdsError> {
-    if hay.len() >= u32::MAX as usize {
-        return Err(IdsError::Offsets(format!("{} ids are more than a table holds", hay.len())));
-    }
-    let seed = RandomState::new().hash_one(hay.len());
-    let size = (2 * hay.len()).next_power_of_two().max(16);
-    let mask = size - 1;
-    let mut slots = vec![0u32; size]; // a hay position + 1; 0: empty
-    for i in 0..hay.len() {
-        let id = hay.get(i);
-        let mut at = hash(seed, id) as usize & mask;
-        loop {
-            match slots[at] {
-                0 => {
-                    slots[at] = i as u32 + 1;
-                    break;
+/// Distinct ids (an owned copy) with a table to find each one's position.
+pub struct IdTable {
+    blob: Vec<u8>,
+    ends: Vec<u64>,
+    slots: Vec<u32>,
+    seed: u64,
+}
+
+impl IdTable {
+    /// The table of `hay`; `IdsError::Duplicate` when an id repeats an earlier one.
+    pub fn new(hay: Ids<'_>) -> Result<Self, IdsError> {
+        if hay.len() >= u32::MAX as usize {
+            return Err(IdsError::Offsets(format!("{} ids are more than a table holds", hay.len())));
+        }
+        let seed = RandomState::new().hash_one(hay.len());
+        let size = (2 * hay.len()).next_power_of_two().max(16);
+        let mask = size - 1;
+        let mut slots = vec![0u32; size]; // a hay position + 1; 0: empty
+        for i in 0..hay.len() {
+            let id = hay.get(i);
+            let mut at = hash(seed, id) as usize & mask;
+            loop {
+                match slots[at] {
+                    0 => {
+                        slots[at] = i as u32 + 1;
+                        break;
+                    }
+                    s if hay.get(s as usize - 1) == id => return Err(IdsError::Duplicate(i)),
+                    _ => at = (at + 1) & mask,
                 }
-                s if hay.get(s as usize - 1) == id => return Err(IdsError::Duplicate(i)),
+            }
+        }
+        Ok(Self { blob: hay.blob.to_vec(), ends: hay.ends.to_vec(), slots, seed })
+    }
+
+    fn ids(&self) -> Ids<'_> {
+        Ids { blob: &self.blob, ends: &self.ends }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The position of `id` (None: not held).
+    pub fn find(&self, id: &[u8]) -> Option<usize> {
+        let (hay, mask) = (self.ids(), self.slots.len() - 1);
+        let mut at = hash(self.seed, id) as usize & mask;
+        loop {
+            match self.slots[at] {
+                0 => return None,
+                s if hay.get(s as usize - 1) == id => return Some(s as usize - 1),
                 _ => at = (at + 1) & mask,
             }
         }
     }
-    let find = |id: &[u8]| {
-        let mut at = hash(seed, id) as usize & mask;
-        loop {
-            match slots[at] {
-                0 => return -1,
-                s if hay.get(s as usize - 1) == id => return i64::from(s) - 1,
-                _ => at = (at + 1) & mask,
-            }
-        }
-    };
-    Ok((0..needles.len())
-        .map(|i| {
-            let id = needles.get(i);
-            if i < hay.len() && hay.get(i) == id {
-                i as i64
-            } else {
-                find(id)
-            }
-        })
-        .collect())
+
+    /// For each id of `needles`, its position here (-1: not held). A needle equal to the id at its
+    /// own position is taken without a lookup: lists saved from the same rows mostly line up.
+    pub fn positions(&self, needles: Ids<'_>) -> Vec<i64> {
+        let hay = self.ids();
+        (0..needles.len())
+            .map(|i| {
+                let id = needles.get(i);
+                if i < hay.len() && hay.get(i) == id {
+                    i as i64
+                } else {
+                    self.find(id).map_or(-1, |at| at as i64)
+                }
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -153,29 +182,30 @@ mod tests {
     }
 
     #[test]
-    fn positions_finds_each_needle_aligned_or_not() {
+    fn a_table_finds_each_needle_aligned_or_not() {
         let (hb, he) = blob(&["x", "y", "z"]);
         let (nb, ne) = blob(&["x", "z", "w", "y", ""]);
-        let hay = Ids::new(&hb, &he).unwrap();
-        assert_eq!(positions(hay, Ids::new(&nb, &ne).unwrap()).unwrap(), vec![0, 2, -1, 1, -1]);
-        assert_eq!(positions(hay, Ids::new(&[], &[]).unwrap()).unwrap(), Vec::<i64>::new());
+        let table = IdTable::new(Ids::new(&hb, &he).unwrap()).unwrap();
+        assert_eq!(table.positions(Ids::new(&nb, &ne).unwrap()), vec![0, 2, -1, 1, -1]);
+        assert_eq!(table.positions(Ids::new(&[], &[]).unwrap()), Vec::<i64>::new());
+        assert_eq!((table.len(), table.find(b"z"), table.find(b"q")), (3, Some(2), None));
+        assert!(IdTable::new(Ids::new(&[], &[]).unwrap()).unwrap().is_empty());
     }
 
     #[test]
-    fn positions_matches_many_ids_of_every_length() {
+    fn a_table_matches_many_ids_of_every_length() {
         let hay: Vec<String> = (0..5000).map(|i| format!("node-{}", "x".repeat(i % 19)) + &i.to_string()).collect();
         let needles: Vec<String> = hay.iter().rev().cloned().chain(["absent".to_string()]).collect();
         let (hb, he) = blob(&hay.iter().map(String::as_str).collect::<Vec<_>>());
         let (nb, ne) = blob(&needles.iter().map(String::as_str).collect::<Vec<_>>());
-        let got = positions(Ids::new(&hb, &he).unwrap(), Ids::new(&nb, &ne).unwrap()).unwrap();
+        let got = IdTable::new(Ids::new(&hb, &he).unwrap()).unwrap().positions(Ids::new(&nb, &ne).unwrap());
         let want: Vec<i64> = (0..5000).rev().chain([-1]).collect();
         assert_eq!(got, want);
     }
 
     #[test]
-    fn positions_refuses_a_repeated_hay_id() {
+    fn a_table_refuses_a_repeated_id() {
         let (hb, he) = blob(&["x", "y", "x"]);
-        let hay = Ids::new(&hb, &he).unwrap();
-        assert_eq!(positions(hay, hay), Err(IdsError::Duplicate(2)));
+        assert!(matches!(IdTable::new(Ids::new(&hb, &he).unwrap()), Err(IdsError::Duplicate(2))));
     }
 }
