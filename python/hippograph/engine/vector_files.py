@@ -520,8 +520,7 @@ def _adopt(
     if len(probe):
         try:
             same = ann.holds(labels[probe].tolist(), columns.vectors(row_of[probe]))
-        # RuntimeError, ValidationError: a label the graph does not hold (live in the labels file, marked deleted)
-        except (RuntimeError, ValidationError):
+        except (RuntimeError, ValidationError):  # a label live in the labels file, marked deleted in the graph
             return None
         if not same[len(recheck) :].all():
             return None
