@@ -1235,14 +1235,20 @@ def test_a_saved_index_is_adopted_in_the_background_and_caught_up(
     assert hits == exact and hits[0][0] == "newcomer"
 
 
-def test_a_background_adoption_builds_the_id_maps_after_publishing_the_index(tmp_path: Path) -> None:
+def test_a_background_adoption_builds_the_id_and_row_maps_after_publishing_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hg.engine.column_files, "SAVE_MIN_ROWS", 10)  # the columns reopen mapped, no row map
     path = saved_store(tmp_path / "store")
     with LMDB(path, ann=BACKGROUND) as b:
+        find(b, QUERY, exact=True)
+        assert b._cache.columns[hg.NodeType.SEMANTIC]._row is None
         find(b, QUERY)
         wait_until(lambda: available(b), "the saved index was adopted in the background")
-        ann = b._cache.columns[hg.NodeType.SEMANTIC].ann
+        columns = b._cache.columns[hg.NodeType.SEMANTIC]
+        ann = columns.ann
         assert ann is not None and ann.loaded
-        wait_until(lambda: ann._maps is not None, "the builder thread built the id maps")
+        wait_until(lambda: ann._maps is not None and columns._row is not None, "the builder built the maps")
         gone = find(b, QUERY, vf=params(0.0, 3), exact=True)[0][0]
         b.delete_nodes([gone])
         b.apply_changeset(hg.Changeset().add_node(semantic("newcomer", QUERY)))

@@ -363,5 +363,9 @@ class _Cache(DerivedColumns[NodeType]):
             return False
         ann = owner.ann
         if adopted and ann is not None and not cancel.is_set():
-            ann.build_maps()  # queries never need them: built here, not by the first write
+            # What only writes need, built here rather than by the first write: the index's id maps,
+            # and the columns' row map (sharing the lock: no write runs meanwhile).
+            ann.build_maps()
+            with self.lock.read(), contextlib.suppress(HippographError):  # a write reports a bad row map
+                _ = owner.row
         return bool(adopted)
