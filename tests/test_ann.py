@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import hnswlib
+import msgpack
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -27,7 +28,9 @@ from hippograph import _core
 from hippograph.backends import LMDB, InMemory
 from hippograph.backends import lmdb as lmdb_module
 from hippograph.engine import vector_files
-from hippograph.engine.vector_index import AnnConfig
+from hippograph.engine.files import TREE_CHUNK, TreeHash
+from hippograph.engine.mapped_ids import encode_ids
+from hippograph.engine.vector_index import AnnConfig, build_rows
 from pg_server import pg_dsn, pg_store, repo_for
 
 if TYPE_CHECKING:
@@ -716,14 +719,14 @@ def test_close_saves_the_index_as_private_verified_files(tmp_path: Path) -> None
     assert stat.S_IMODE(os.stat(path / "ann").st_mode) == 0o700
     assert all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files(path))
     assert {k: doc[k] for k in ("format", "type", "dim", "M", "ef_construction")} == {
-        "format": 1,
+        "format": 3,
         "type": "semantic",
         "dim": DIM,
         "M": CFG.M,
         "ef_construction": CFG.ef_construction,
     }
     assert doc["seq"] >= 1 and doc["count"] == doc["live"] > CFG.min_nodes
-    assert doc["bin_sha256"] == hashlib.sha256(bin_path.read_bytes()).hexdigest()
+    assert doc["bin_tree_sha256"] == tree_sha256(bin_path.read_bytes())
     assert doc["labels_sha256"] == hashlib.sha256(labels_path.read_bytes()).hexdigest()
     assert not [f for f in (path / "ann").iterdir() if f.name.endswith(".tmp")]
 
@@ -752,10 +755,21 @@ def test_unchanged_loaded_index_is_not_rewritten_on_close(tmp_path: Path) -> Non
     assert os.stat(files(path)[0]).st_ino == inode
 
 
-def flip_middle_byte(f: Path) -> None:
+def flip_byte(f: Path, at: int) -> None:
     data = bytearray(f.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[at] ^= 0xFF
     f.write_bytes(bytes(data))
+
+
+def flip_middle_byte(f: Path) -> None:
+    flip_byte(f, f.stat().st_size // 2)
+
+
+def tree_sha256(data: bytes, piece: int | None = None) -> str:
+    tree = TreeHash()
+    for start in range(0, len(data), piece or max(1, len(data))):
+        tree.update(data[start : start + (piece or len(data))])
+    return tree.hexdigest()
 
 
 def truncate_half(f: Path) -> None:
@@ -772,6 +786,13 @@ DAMAGE: dict[str, Callable[[Path], object]] = {
     "missing_sidecar": lambda p: files(p)[2].unlink(),
     "sidecar_from_the_future": lambda p: files(p)[2].write_text(json.dumps({**sidecar(p), "seq": 10**6})),
     "other_format_version": lambda p: files(p)[2].write_text(json.dumps({**sidecar(p), "format": 99})),
+    "corrupt_last_leaf": lambda p: flip_byte(files(p)[0], -1),
+    "plain_sha256_root": lambda p: files(p)[2].write_text(
+        json.dumps({**sidecar(p), "bin_tree_sha256": hashlib.sha256(files(p)[0].read_bytes()).hexdigest()})
+    ),
+    "format_2_sidecar": lambda p: files(p)[2].write_text(
+        json.dumps({**sidecar(p), "format": 2, "bin_sha256": hashlib.sha256(files(p)[0].read_bytes()).hexdigest()})
+    ),
 }
 
 
@@ -801,6 +822,113 @@ def test_index_files_of_another_store_are_never_adopted(tmp_path: Path) -> None:
     loaded, hits, exact = reopen_and_query(mine)
     assert not loaded
     assert hits == exact
+
+
+def split_ids(doc: dict[str, Any]) -> list[bytes]:
+    ends = np.frombuffer(doc["ends"], "<u8").tolist()
+    return [doc["ids"][a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def join_ids(doc: dict[str, Any], ids: list[bytes]) -> None:
+    doc["ids"] = b"".join(ids)
+    doc["ends"] = np.cumsum([len(i) for i in ids], dtype=np.uint64).astype("<u8").tobytes()
+
+
+def as_format_1(doc: dict[str, Any]) -> None:
+    """The labels file as format 1 wrote it: one msgpack item per label and per id."""
+    ids = split_ids(doc)
+    doc["labels"] = np.frombuffer(doc["labels"], "<u8").tolist()
+    doc["ids"] = [i.decode() for i in ids]
+    del doc["ends"]
+
+
+def relabel(doc: dict[str, Any], change: Callable[[npt.NDArray[np.uint64]], object], key: str = "labels") -> None:
+    values = np.frombuffer(doc[key], "<u8").copy()
+    change(values)
+    doc[key] = values.tobytes()
+
+
+def reend(doc: dict[str, Any], change: Callable[[npt.NDArray[np.uint64]], object]) -> None:
+    relabel(doc, change, "ends")
+
+
+FORGED: dict[str, tuple[Callable[[dict[str, Any]], object], int | None]] = {
+    "format_1": (as_format_1, 1),
+    "repeated_id": (lambda d: join_ids(d, [split_ids(d)[0], *split_ids(d)[:1], *split_ids(d)[2:]]), None),
+    "labels_out_of_order": (lambda d: relabel(d, lambda a: a.__setitem__(slice(None), a[::-1].copy())), None),
+    "label_past_count": (lambda d: relabel(d, lambda a: a.__setitem__(-1, 10**6)), None),
+    "ends_past_the_blob": (lambda d: d.__setitem__("ids", d["ids"][:-1]), None),
+    "ends_decreasing": (lambda d: reend(d, lambda a: a.__setitem__(slice(0, 2), a[1::-1].copy())), None),
+    "no_ends": (lambda d: d.pop("ends"), None),
+}
+
+
+def forge_labels(path: Path, forge: str) -> None:
+    """Rewrites the labels file through `FORGED[forge]` with a sidecar vouching for the new bytes: damage
+    that no hash catches, which the checks of the contents must."""
+    change, fmt = FORGED[forge]
+    labels_path = files(path)[1]
+    doc = msgpack.unpackb(labels_path.read_bytes())
+    change(doc)
+    raw = msgpack.packb(doc)
+    labels_path.write_bytes(raw)
+    side = sidecar(path) | {"labels_sha256": hashlib.sha256(raw).hexdigest(), "labels_bytes": len(raw)}
+    files(path)[2].write_text(json.dumps(side if fmt is None else side | {"format": fmt}))
+
+
+@pytest.mark.parametrize("forge", FORGED)
+def test_labels_files_that_hash_but_do_not_hold_are_rebuilt(tmp_path: Path, forge: str) -> None:
+    path = saved_store(tmp_path / "store")
+    forge_labels(path, forge)
+    loaded, hits, exact = reopen_and_query(path)
+    assert not loaded
+    assert hits == exact
+    assert reopen_and_query(path)[0]  # the rebuilt index was saved afresh, in the current format
+
+
+def test_the_hash_tree_binds_every_leaf_and_the_core_checks_the_same_root(tmp_path: Path) -> None:
+    data = np.random.default_rng(16).integers(0, 256, 2 * TREE_CHUNK + 123, np.uint8).tobytes()
+    root = tree_sha256(data)
+    assert tree_sha256(data, 1_000_003) == tree_sha256(data, TREE_CHUNK) == root
+    assert root != hashlib.sha256(data).hexdigest()
+    for at in (0, TREE_CHUNK, len(data) - 1):  # a byte of the first, second and last (partial) leaf
+        changed = bytearray(data)
+        changed[at] ^= 1
+        assert tree_sha256(bytes(changed)) != root
+    assert tree_sha256(data[:-1]) != root and tree_sha256(data + b"\0") != root
+    rows = np.random.default_rng(17).standard_normal((300, DIM)).astype(np.float32)
+    graph = _core.Hnsw(DIM, 8, 50, rows)
+    graph.add_items(rows, np.arange(300))
+    path = tmp_path / "g.bin"
+    graph.save_index(str(path))
+    saved = path.read_bytes()
+    assert _core.Hnsw.open(path, tree_sha256(saved)).element_count == 300
+    with pytest.raises(ValueError, match="tree"):
+        _core.Hnsw.open(path, hashlib.sha256(saved).hexdigest())
+
+
+def test_an_id_table_finds_ids_and_refuses_repeats_and_bad_offsets() -> None:
+    table, needles = _core.IdTable(*encode_ids(["a", "bb", "c"])), encode_ids(["c", "a", "zz", "bb", ""])
+    assert len(table) == 3 and table.positions(*needles).tolist() == [2, 0, -1, 1, -1]
+    with pytest.raises(ValueError, match="repeats"):
+        _core.IdTable(*encode_ids(["a", "b", "a"]))
+    blob = encode_ids(["a", "bb", "c"])[0]
+    for ends in ([1, 9, 4], [3, 1, 4]):
+        with pytest.raises(ValueError, match="outside"):
+            _core.IdTable(blob, np.array(ends, np.uint64))
+        with pytest.raises(ValueError, match="outside"):
+            table.positions(blob, np.array(ends, np.uint64))
+
+
+def test_adopted_labels_serve_before_their_maps_are_built() -> None:
+    rows = np.random.default_rng(15).standard_normal((3, DIM)).astype(np.float32)
+    ann = build_rows(["a", "b", "c"], rows, CFG)
+    assert ann is not None
+    ann.adopt_labels(iter(["c", "a"]), np.array([2, 0], np.int64))
+    assert len(ann) == 2 and ann._maps is None
+    assert ann.label_of == {"c": 2, "a": 0} and ann.id_of == {2: "c", 0: "a"}
+    ann.discard("a")
+    assert len(ann) == 1 and ann.id_of == {2: "c"} and ann.reclaimable == 1
 
 
 def test_index_stale_by_later_writes_is_caught_up_from_the_change_log(tmp_path: Path) -> None:
@@ -1107,6 +1235,28 @@ def test_a_saved_index_is_adopted_in_the_background_and_caught_up(
     assert hits == exact and hits[0][0] == "newcomer"
 
 
+def test_a_background_adoption_builds_the_id_and_row_maps_after_publishing_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hg.engine.column_files, "SAVE_MIN_ROWS", 10)  # the columns reopen mapped, no row map
+    path = saved_store(tmp_path / "store")
+    with LMDB(path, ann=BACKGROUND) as b:
+        find(b, QUERY, exact=True)
+        assert b._cache.columns[hg.NodeType.SEMANTIC]._row is None
+        find(b, QUERY)
+        wait_until(lambda: available(b), "the saved index was adopted in the background")
+        columns = b._cache.columns[hg.NodeType.SEMANTIC]
+        ann = columns.ann
+        assert ann is not None and ann.loaded
+        wait_until(lambda: ann._maps is not None and columns._row is not None, "the builder built the maps")
+        gone = find(b, QUERY, vf=params(0.0, 3), exact=True)[0][0]
+        b.delete_nodes([gone])
+        b.apply_changeset(hg.Changeset().add_node(semantic("newcomer", QUERY)))
+        assert gone not in ann.label_of
+        hits = find(b, QUERY, vf=params(0.0, 15))
+        assert hits == find(b, QUERY, vf=params(0.0, 15), exact=True) and hits[0][0] == "newcomer"
+
+
 @pytest.mark.parametrize("damage", ["corrupt_index", "truncated_labels", "sidecar_from_the_future"])
 def test_damaged_index_files_are_rebuilt_in_the_background_never_read_by_hnswlib(
     tmp_path: Path, spy: type[SpyIndex], answered: list[bool], damage: str
@@ -1137,11 +1287,11 @@ def test_a_cancelled_verified_copy_stops_and_leaves_no_temp_file(tmp_path: Path)
     ann_dir = path / "ann"
     before = set(ann_dir.iterdir())
     copy = hg.engine.vector_files._verified_copy(
-        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"], lambda: True
+        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_tree_sha256"], lambda: True
     )
     assert copy is None and set(ann_dir.iterdir()) == before
     copy = hg.engine.vector_files._verified_copy(
-        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_sha256"]
+        files(path)[0], ann_dir, "semantic", doc["bin_bytes"], doc["bin_tree_sha256"]
     )
     assert copy is not None and copy.read_bytes() == files(path)[0].read_bytes()
     copy.unlink()

@@ -273,6 +273,16 @@ def similar_pairs(
     """Every pair of rows (a < b) with cosine above `threshold`, most similar first, ties by (a, b);
     zero rows never pair. GIL released."""
 
+class IdTable:
+    """Distinct ids (a UTF-8 blob and each id's end offset, copied) that finds where other ids sit
+    among them without an object per id; ValueError when offsets leave their blob or an id repeats.
+    GIL released."""
+
+    def __init__(self, blob: npt.NDArray[np.uint8], ends: npt.NDArray[np.uint64]) -> None: ...
+    def __len__(self) -> int: ...
+    def positions(self, blob: npt.NDArray[np.uint8], ends: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+        """For each of these ids, its position in the table, or -1."""
+
 def lmdb_check(data: bytes | mmap, txnid: int | None = None) -> dict[str, Any] | None:
     """Structural check of an LMDB data file (bytes or an mmap of data.mdb); GIL released.
 
@@ -363,8 +373,10 @@ class Hnsw:
         """An empty index; `sample` (rows of `dim` floats like those to come) sets the i8 code scales.
         ValidationError for any other `codes`."""
     @staticmethod
-    def open(path: str | os.PathLike[str], sha256: str | None = None) -> Hnsw:
-        """The index saved at `path`; ValueError when it is not an index file or not the expected one."""
+    def open(path: str | os.PathLike[str], tree_sha256: str | None = None) -> Hnsw:
+        """The index saved at `path`, after its bytes matched `tree_sha256` (the root of their SHA-256
+        hash tree, `hippograph.engine.files.TreeHash`); ValueError when it is not an index file or not
+        the expected one."""
     @property
     def dim(self) -> int: ...
     @property

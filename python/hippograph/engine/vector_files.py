@@ -3,17 +3,21 @@
 One type's index is three files in a directory, each written to a private
 temporary file, fsynced and renamed into place (mode 0600): ``<type>.bin``
 (the engine's own file, deletion marks included), ``<type>.labels.msgpack`` (the
-live label → id map, and the index's regions when it had them: their centres,
+live labels in increasing order and their ids, as arrays: a UTF-8 blob and each id's
+end offset, matched with the rows in Rust so that a million ids cost no Python
+object each; and the index's regions when it had them: their centres,
 radii and each live label's region; rows belong to the loading process's
 `TypeColumns`, which gets the regions back for the ids unchanged since) and,
 written last, ``<type>.json``: `ANN_FORMAT`, the type, the store change the
 index reflects, dim, parameters, the engine and its version, counts, and the size and
-SHA-256 of the other two. `load` trusts nothing it has not checked: the core
-engine maps the graph file copy-on-write and hashes that mapping itself (what it
-uses is what was hashed, and the pages stay shared between the processes that
-open it); hnswlib only ever reads a private copy of exactly the bytes that were
-hashed; any mismatch returns None and the caller builds afresh. docs/architecture.md
-lists every check.
+hash of the other two (the labels file's SHA-256; the root of the graph file's SHA-256 hash
+tree, `files.TreeHash`, whose leaves the core hashes on rayon's threads). `load` trusts
+nothing it has not checked: the core engine maps the graph file copy-on-write and
+hashes that mapping itself (what it uses is what was hashed, and the pages stay
+shared between the processes that open it), on a second thread while the labels
+file, once its own hash matched, is parsed; hnswlib only ever reads a private copy
+of exactly the bytes that were hashed; any mismatch returns None and the caller
+builds afresh. docs/architecture.md lists every check.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,19 +41,33 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
+from .._core import IdTable
 from ..errors import StorageError, ValidationError
 from . import calibration, vector_index
-from .files import fsync_dir, read_sidecar
+from .files import TreeHash, fsync_dir, read_sidecar
+from .mapped_ids import MappedIds, encode_ids
 from .regions import NO_REGION, Regions
 from .vector_index import AnnConfig, VectorIndex
 
 if TYPE_CHECKING:
     from .columns import TypeColumns
 
-__all__ = ["ANN_FORMAT", "ChangedSince", "Saved", "SavedRegions", "adopt_saved", "load", "read_saved", "save"]
+__all__ = [
+    "ANN_FORMAT",
+    "ChangedSince",
+    "Saved",
+    "SavedLabels",
+    "SavedRegions",
+    "adopt_saved",
+    "load",
+    "read_saved",
+    "save",
+]
 
-ANN_FORMAT = 1
-"""Version of the saved-index file set; a sidecar naming another version is never loaded."""
+ANN_FORMAT = 3
+"""Version of the saved-index file set; a sidecar naming another version is never loaded (version 1
+listed each label and id as a msgpack item and hashed the graph file whole; 2 keeps them as arrays;
+3 verifies the graph file by the root of its SHA-256 hash tree)."""
 
 ChangedSince = Callable[[int], "set[str] | None"]
 """`changed_since(seq)`: the ids changed after store change `seq` (None: the change log no longer reaches back)."""
@@ -81,7 +101,7 @@ def _temp(directory: Path, name: str) -> Path:
 
 
 def _fsync_and_hash(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
+    digest = TreeHash()
     with path.open("rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
@@ -97,12 +117,18 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def _mapping(ann: VectorIndex, regions: Regions | None) -> bytes:
-    """The labels file: live labels and their ids, with each one's region when there are regions."""
+    """The labels file: live labels (``<u8``) and their ids (a UTF-8 blob and each id's end offset,
+    as `MappedIds` reads them), with each one's region when there are regions."""
     live = sorted(ann.id_of.items())
-    labels = [label for label, _ in live]
-    doc: dict[str, Any] = {"labels": labels, "ids": [i for _, i in live]}
+    labels = np.array([label for label, _ in live], np.int64)
+    blob, ends = encode_ids([i for _, i in live])
+    doc: dict[str, Any] = {
+        "labels": labels.astype("<u8").tobytes(),
+        "ids": blob.tobytes(),
+        "ends": ends.astype("<u8").tobytes(),
+    }
     if regions is not None:
-        rows = ann.row_of_label[np.array(labels, np.int64)] if labels else np.zeros(0, np.int64)
+        rows = ann.row_of_label[labels] if len(labels) else np.zeros(0, np.int64)
         placed = (rows >= 0) & (rows < len(regions.of_row))
         of_label = np.full(len(labels), NO_REGION, np.uint32)
         of_label[placed] = regions.of_row[rows[placed]]
@@ -128,7 +154,7 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int, regions: Region
     _sweep(directory, name)
     bin_path, map_path, json_path = _paths(directory, name)
     on_disk = read_sidecar(json_path)
-    if ann.persisted is not None and on_disk is not None and on_disk.get("bin_sha256") == ann.persisted[1]:
+    if ann.persisted is not None and on_disk is not None and on_disk.get("bin_tree_sha256") == ann.persisted[1]:
         with_regions = regions is not None and on_disk.get("regions") is not True
         if on_disk.get("seq") == seq and not with_regions:
             return False
@@ -169,7 +195,7 @@ def save(ann: VectorIndex, directory: Path, name: str, seq: int, regions: Region
             "count": count,
             "live": live,
             "regions": regions is not None,
-            "bin_sha256": bin_sha,
+            "bin_tree_sha256": bin_sha,
             "bin_bytes": bin_bytes,
             "labels_sha256": hashlib.sha256(mapping).hexdigest(),
             "labels_bytes": len(mapping),
@@ -204,7 +230,7 @@ def _valid_sidecar(doc: dict[str, Any], name: str, dim: int, config: AnnConfig, 
     return (
         all(integer(k) for k in ("format", "seq", "dim", "M", "ef_construction", "count", "live"))
         and all(integer(k) for k in ("bin_bytes", "labels_bytes"))
-        and sha("bin_sha256")
+        and sha("bin_tree_sha256")
         and sha("labels_sha256")
         and doc["format"] == ANN_FORMAT
         and doc.get("type") == name
@@ -251,7 +277,33 @@ def _read_regions(got: object, dim: int, live: int) -> SavedRegions | None:
     return out
 
 
-def _read_mapping(path: Path, doc: dict[str, Any]) -> tuple[list[int], list[str], SavedRegions | None] | None:
+@dataclass(frozen=True)
+class SavedLabels:
+    """A labels file's contents: the i-th live label and its id (`table` finds an id's position), and
+    the saved regions (if any)."""
+
+    labels: npt.NDArray[np.int64]
+    ids: MappedIds
+    table: IdTable
+    regions: SavedRegions | None
+
+
+def _array(value: object, dtype: str, count: int) -> npt.NDArray[Any]:
+    """`count` items of `dtype` packed in `value` (bytes); ValueError otherwise."""
+    width = np.dtype(dtype).itemsize
+    if not isinstance(value, bytes) or len(value) != width * count:
+        raise ValueError("array size")
+    return np.frombuffer(value, dtype)
+
+
+def _read_mapping(path: Path, doc: dict[str, Any]) -> SavedLabels | None:
+    """The verified labels file, its labels increasing and in range, its ids distinct."""
+    raw = _labels_bytes(path, doc)
+    return None if raw is None else _parse_mapping(raw, doc)
+
+
+def _labels_bytes(path: Path, doc: dict[str, Any]) -> bytes | None:
+    """The labels file's bytes when their size and SHA-256 are the sidecar's."""
     try:
         with path.open("rb") as f:
             raw = f.read(doc["labels_bytes"] + 1)
@@ -259,25 +311,34 @@ def _read_mapping(path: Path, doc: dict[str, Any]) -> tuple[list[int], list[str]
         return None
     if len(raw) != doc["labels_bytes"] or hashlib.sha256(raw).hexdigest() != doc["labels_sha256"]:
         return None
+    return raw
+
+
+def _parse_mapping(raw: bytes, doc: dict[str, Any]) -> SavedLabels | None:
     try:
         mapping = msgpack.unpackb(raw, raw=False)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         return None
-    if not isinstance(mapping, dict):
+    if not isinstance(mapping, dict) or not isinstance(blob := mapping.get("ids"), bytes):
         return None
-    labels, ids = mapping.get("labels"), mapping.get("ids")
-    if not isinstance(labels, list) or not isinstance(ids, list) or not len(labels) == len(ids) == doc["live"]:
-        return None
-    if not all(isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
-        return None
-    count = doc["count"]
-    if not all(type(label) is int and 0 <= label < count for label in labels) or len(set(labels)) != len(labels):
-        return None
+    live, count = doc["live"], doc["count"]
     try:
-        regions = _read_regions(mapping.get("regions"), doc["dim"], len(labels))
+        labels = _array(mapping.get("labels"), "<u8", live)
+        ends = _array(mapping.get("ends"), "<u8", live)
+        regions = _read_regions(mapping.get("regions"), doc["dim"], live)
     except ValueError:
         return None
-    return labels, ids, regions
+    # Offsets stepping through the whole blob: every id lies inside it (`MappedIds`, `IdTable`).
+    if (int(ends[-1]) if live else 0) != len(blob) or (ends[1:] < ends[:-1]).any():
+        return None
+    if (live and int(labels[-1]) >= count) or (labels[1:] <= labels[:-1]).any():  # saved in increasing order
+        return None
+    ids = MappedIds(np.frombuffer(blob, np.uint8), ends.astype(np.uint64))
+    try:
+        table = IdTable(*ids.arrays)
+    except ValueError:  # an id listed twice
+        return None
+    return SavedLabels(labels.astype(np.int64), ids, table, regions)
 
 
 def _verified_copy(
@@ -291,7 +352,7 @@ def _verified_copy(
         fd, other = tempfile.mkstemp(prefix=f"hippograph-{name}.", suffix=".tmp")
         os.close(fd)
         tmp = Path(other)
-    digest = hashlib.sha256()
+    digest = TreeHash()
     total = 0
     try:
         with src.open("rb") as f, tmp.open("wb") as out:
@@ -317,7 +378,7 @@ class Saved:
 
     hnsw: Any
     doc: dict[str, Any]
-    mapping: tuple[list[int], list[str], SavedRegions | None]
+    mapping: SavedLabels
 
 
 def read_saved(
@@ -332,18 +393,12 @@ def read_saved(
     doc = read_sidecar(json_path)
     if doc is None or not _valid_sidecar(doc, name, dim, config, seq):
         return None
+    if config.engine == "core":
+        return _read_core(bin_path, map_path, doc, dim)
     mapping = _read_mapping(map_path, doc)
     if mapping is None:
         return None
-    if config.engine == "core":
-        try:
-            graph = _core.Hnsw.open(bin_path, doc["bin_sha256"])
-        except (ValueError, OSError, StorageError):
-            return None
-        if graph.element_count != doc["count"] or graph.dim != dim:
-            return None
-        return Saved(graph, doc, mapping)
-    copy = _verified_copy(bin_path, directory, name, doc["bin_bytes"], doc["bin_sha256"], cancelled)
+    copy = _verified_copy(bin_path, directory, name, doc["bin_bytes"], doc["bin_tree_sha256"], cancelled)
     if copy is None:
         return None
     try:
@@ -356,6 +411,36 @@ def read_saved(
     if hnsw.element_count != doc["count"] or hnsw.dim != dim:
         return None
     return Saved(hnsw, doc, mapping)
+
+
+def _read_core(bin_path: Path, map_path: Path, doc: dict[str, Any], dim: int) -> Saved | None:
+    """The core's graph, mapped and hashed in Rust on a second thread while this one parses the labels
+    file (once its hash matched: no graph is opened beside a damaged labels file)."""
+    raw = _labels_bytes(map_path, doc)
+    if raw is None:
+        return None
+    opened: list[Any] = []
+    failed: list[BaseException] = []
+
+    def open_graph() -> None:
+        try:
+            opened.append(_core.Hnsw.open(bin_path, doc["bin_tree_sha256"]))
+        except (ValueError, OSError, StorageError):
+            pass
+        except BaseException as exc:  # re-raised below, where `read_saved` was called
+            failed.append(exc)
+
+    worker = threading.Thread(target=open_graph, name="hippograph-index-open", daemon=True)
+    worker.start()
+    try:
+        mapping = _parse_mapping(raw, doc)
+    finally:
+        worker.join()
+    if failed:
+        raise failed[0]
+    if mapping is None or not opened or opened[0].element_count != doc["count"] or opened[0].dim != dim:
+        return None
+    return Saved(opened[0], doc, mapping)
 
 
 def adopt_saved(
@@ -399,63 +484,86 @@ def _adopt(
     config: AnnConfig,
     hnsw: Any,
     doc: dict[str, Any],
-    mapping: tuple[list[int], list[str], SavedRegions | None],
+    mapping: SavedLabels,
     changed: set[str],
 ) -> VectorIndex | None:
     """Wraps a verified graph, replays `changed` ids and checks it against `columns`; None on mismatch.
-    Saved regions go back to `columns` (when it has none) for the ids unchanged since."""
-    labels, ids, saved_regions = mapping
-    count = doc["count"]
-    ann = VectorIndex(columns.dim, config, capacity=max(count, len(columns)), hnsw=hnsw)
+    Saved regions go back to `columns` (when it has none) for the ids unchanged since.
+
+    Saved ids meet rows as arrays (`IdTable`): no object per id is made here."""
+    count, labels = doc["count"], mapping.labels
+    row_ids = encode_ids(columns.ids)
+    at_row = mapping.table.positions(*row_ids)  # per row: its id's position in the labels file
+    n = len(at_row)
+    row_of = np.full(len(labels), -1, np.int64)  # per saved id: its row (-1: none)
+    listed = np.flatnonzero(at_row >= 0)
+    row_of[at_row[listed]] = listed
+    if np.count_nonzero(row_of >= 0) != len(listed):  # two rows of one id
+        return None
+    embedded = columns.norms()[:n] > 0
+    stale = row_of < 0  # saved ids whose row is gone or has no vector
+    stale[~stale] = ~embedded[row_of[~stale]]
+    changed_rows, changed_saved = _changed_masks(changed, row_ids, mapping)
+    if (stale & ~changed_saved).any() or (embedded & (at_row < 0) & ~changed_rows).any():
+        return None
+    ann = VectorIndex(columns.dim, config, capacity=max(count, n), hnsw=hnsw)
     ann.next_label = count
     ann.reclaimable = count - len(labels)
-    ann.label_of = dict(zip(ids, labels, strict=True))
-    ann.id_of = dict(zip(labels, ids, strict=True))
-    ann.persisted = (doc["seq"], doc["bin_sha256"])  # until the replay below changes anything
+    ann.persisted = (doc["seq"], doc["bin_tree_sha256"])  # until the replay below changes anything
     calibration.restore(doc.get("calibration"), ann)
-    embedded = {columns.ids[r] for r in np.flatnonzero(columns.norms() > 0).tolist()}
-    stale = [i for i in ids if i not in embedded]
-    if not set(stale) <= changed or not (embedded - ann.label_of.keys()) <= changed:
-        return None
     # A changed id keeps its label only while its stored vector is still its current one;
     # the unchanged ones are sampled (a foreign or mismatched store fails here).
-    recheck = [i for i in ids if i in changed and i in embedded]
-    unchanged = [i for i in ids if i not in changed]
-    sample = unchanged[:: max(1, len(unchanged) // _SAMPLE)]
-    for node_id in stale:
-        ann.discard(node_id)
-    if recheck or sample:
-        probe = recheck + sample
+    recheck = np.flatnonzero(changed_saved & ~stale)
+    unchanged = np.flatnonzero(~changed_saved)
+    probe = np.concatenate([recheck, unchanged[:: max(1, len(unchanged) // _SAMPLE)]])
+    keep = ~stale
+    if len(probe):
         try:
-            same = ann.holds([ann.label_of[i] for i in probe], columns.vectors([columns.row[i] for i in probe]))
-        except (RuntimeError, ValidationError):  # a label the graph does not hold (live in the map, marked deleted)
+            same = ann.holds(labels[probe].tolist(), columns.vectors(row_of[probe]))
+        except (RuntimeError, ValidationError):  # a label live in the labels file, marked deleted in the graph
             return None
         if not same[len(recheck) :].all():
             return None
-        for node_id, ok in zip(recheck, same[: len(recheck)].tolist(), strict=True):
-            if not ok:
-                ann.discard(node_id)
-    rows = np.full(len(ann.row_of_label), -1, np.int64)
-    for node_id, label in ann.label_of.items():
-        rows[label] = columns.row[node_id]
-    ann.row_of_label = rows
-    missing = sorted(embedded - ann.label_of.keys(), key=columns.row.__getitem__)
-    if missing:
-        at = np.array([columns.row[i] for i in missing], np.int64)
-        ann.add_many(missing, columns.vectors(at), at)
+        keep[recheck[~same[: len(recheck)]]] = False
+    dropped = labels[~keep]
+    with ann.lock:
+        for label in dropped.tolist():
+            ann.index.mark_deleted(label)
+    if len(dropped):
+        ann.persisted = None
+        ann.changes += len(dropped)
+        ann.reclaimable += len(dropped)
+    kept = bool(keep.all())
+    ann.adopt_labels(mapping.ids if kept else itertools.compress(mapping.ids, keep.tolist()), labels[keep])
+    ann.row_of_label[labels[keep]] = row_of[keep]
+    covered = np.zeros(n, np.bool_)
+    covered[row_of[keep]] = True
+    missing = np.flatnonzero(embedded & ~covered)
+    if len(missing):
+        ann.add_many([columns.ids[r] for r in missing.tolist()], columns.vectors(missing), missing)
     ann.loaded = True
-    if saved_regions is not None and columns.regions is None:
-        columns.regions = _regions_for(columns, saved_regions, ids, changed)
+    if mapping.regions is not None and columns.regions is None:
+        columns.regions = _regions_for(n, mapping.regions, row_of, changed_saved)
     return ann
 
 
-def _regions_for(columns: TypeColumns, saved: SavedRegions, ids: list[str], changed: set[str]) -> Regions:
-    """The saved regions over `columns`' rows: an id keeps its region only if its vector has not
-    changed since the save (a changed or new row starts in none, as after any write)."""
-    of_row = np.full(len(columns.ids), NO_REGION, np.uint32)
-    keep = [(columns.row[i], r) for i, r in zip(ids, saved.of_label.tolist(), strict=True)
-            if r != NO_REGION and i not in changed and i in columns.row]  # fmt: skip
-    if keep:
-        rows, placed = np.array(keep, np.int64).T
-        of_row[rows] = placed
+def _changed_masks(
+    changed: set[str], row_ids: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]], saved: SavedLabels
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Which rows, and which saved ids, are among `changed`."""
+    if not changed:
+        return np.zeros(len(row_ids[1]), np.bool_), np.zeros(len(saved.labels), np.bool_)
+    table = IdTable(*encode_ids(list(changed)))
+    return table.positions(*row_ids) >= 0, table.positions(*saved.ids.arrays) >= 0
+
+
+def _regions_for(
+    rows: int, saved: SavedRegions, row_of: npt.NDArray[np.int64], changed: npt.NDArray[np.bool_]
+) -> Regions:
+    """The saved regions over `rows` rows (`row_of`: each saved id's row, -1 for none): an id keeps its
+    region only if its vector has not changed since the save (a changed or new row starts in none,
+    as after any write)."""
+    of_row = np.full(rows, NO_REGION, np.uint32)
+    keep = (saved.of_label != NO_REGION) & ~changed & (row_of >= 0)
+    of_row[row_of[keep]] = saved.of_label[keep]
     return Regions(saved.centres, saved.cos_radius, of_row)

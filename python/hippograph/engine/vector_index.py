@@ -25,7 +25,7 @@ import importlib.metadata
 import itertools
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,8 +191,10 @@ class VectorIndex:
         self.index = hnsw_index(dim, config, capacity, sample) if hnsw is None else hnsw
         if config.threads:
             self.index.set_num_threads(config.threads)
-        self.label_of: dict[str, int] = {}
-        self.id_of: dict[int, str] = {}
+        self._maps: tuple[dict[str, int], dict[int, str]] | None = ({}, {})
+        self._adopted: tuple[Iterable[str], npt.NDArray[np.int64]] | None = None
+        """Adopted ids and their labels not yet in the maps (`adopt_labels`)."""
+        self._maps_lock = threading.Lock()
         self.row_of_label = np.full(max(capacity, 1024), -1, np.int64)
         self.next_label = 0
         self.reclaimable = 0
@@ -218,7 +220,39 @@ class VectorIndex:
         certified path handed it over to the exact scan."""
 
     def __len__(self) -> int:
-        return len(self.label_of)
+        adopted = self._adopted
+        return len(self.label_of) if adopted is None else len(adopted[1])
+
+    @property
+    def label_of(self) -> dict[str, int]:
+        """Each live id's label."""
+        maps = self._maps
+        return (maps if maps is not None else self.build_maps())[0]
+
+    @property
+    def id_of(self) -> dict[int, str]:
+        """Each live label's id."""
+        maps = self._maps
+        return (maps if maps is not None else self.build_maps())[1]
+
+    def adopt_labels(self, ids: Iterable[str], labels: npt.NDArray[np.int64]) -> None:
+        """Makes the i-th of `ids` (distinct, iterated once) live under `labels[i]` (distinct), in place
+        of any other. The maps are built when first asked for: queries only read `row_of_label`, so an
+        adopted index of a million labels serves them without an object per label."""
+        with self._maps_lock:
+            self._maps, self._adopted = None, (ids, labels)
+
+    def build_maps(self) -> tuple[dict[str, int], dict[int, str]]:
+        """`label_of` and `id_of`, built from the adopted labels if they were not yet (any thread may;
+        the others wait for the one building)."""
+        with self._maps_lock:
+            maps, adopted = self._maps, self._adopted
+            if maps is None:
+                assert adopted is not None  # set together by `adopt_labels`
+                keys, values = list(adopted[0]), adopted[1].tolist()
+                self._maps = maps = (dict(zip(keys, values, strict=True)), dict(zip(values, keys, strict=True)))
+                self._adopted = None
+            return maps
 
     def sim_error(self) -> tuple[float, npt.NDArray[np.uint32]]:
         """The most a similarity `knn` reports may differ from the exact cosine (the core's codes), and

@@ -16,8 +16,8 @@
 //! inserts run concurrently on shared references: a neighbour list is written
 //! under its node's lock and read without one (each entry is an atomic).
 
+use crate::digest;
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::BinaryHeap;
@@ -1143,18 +1143,17 @@ impl Index {
     }
 
     /// Opens the index saved at `path`, mapped copy-on-write (its codes and level-0 links stay
-    /// shared pages until written). `sha256`: the hex digest the bytes must have (checked over
-    /// the mapping itself, so what is used is what was hashed); every link is checked in range.
-    pub fn open(path: &Path, sha256: Option<&str>) -> Result<Self, IndexError> {
+    /// shared pages until written). `tree_sha256`: the hex root of the bytes' SHA-256 hash tree
+    /// (`digest::tree_sha256`, checked over the mapping itself, so what is used is what was
+    /// hashed); every link is checked in range.
+    pub fn open(path: &Path, tree_sha256: Option<&str>) -> Result<Self, IndexError> {
         let file = File::open(path).map_err(|e| IndexError::Io(format!("{}: {e}", path.display())))?;
         // SAFETY: a private (copy-on-write) mapping; the saved files are written once under a
         // temporary name and renamed, never changed in place.
         let map = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.map_err(|e| IndexError::Io(e.to_string()))?;
-        if let Some(want) = sha256 {
-            let got = Sha256::digest(&map[..]);
-            let hex: String = got.iter().map(|b| format!("{b:02x}")).collect();
-            if hex != want {
-                return Err(IndexError::Corrupt("the index file's SHA-256 does not match".into()));
+        if let Some(want) = tree_sha256 {
+            if digest::hex(&digest::tree_sha256(&map[..])) != want {
+                return Err(IndexError::Corrupt("the index file's SHA-256 tree does not match".into()));
             }
         }
         Self::from_map(map)
@@ -1298,6 +1297,7 @@ fn locate(graph: &Graph, id: u32) -> (&Segment, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     fn rng(seed: &mut u64) -> f32 {
         *seed ^= *seed << 13;
@@ -1486,8 +1486,9 @@ mod tests {
         let path = dir.join("t.bin");
         index.save(&path).unwrap();
         let bytes = std::fs::read(&path).unwrap();
-        let hex: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
-        let back = Index::open(&path, Some(&hex)).unwrap();
+        let back = Index::open(&path, Some(&digest::hex(&digest::tree_sha256(&bytes)))).unwrap();
+        let plain = digest::hex(&Sha256::digest(&bytes));
+        assert!(matches!(Index::open(&path, Some(&plain)), Err(IndexError::Corrupt(_))));
         assert!(matches!(Index::open(&path, Some(&"0".repeat(64))), Err(IndexError::Corrupt(_))));
         assert_eq!(back.len(), n);
         assert!(back.is_deleted(3).unwrap());

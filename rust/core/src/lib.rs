@@ -4,10 +4,12 @@
 //! algorithms are tested with `cargo test` and benchmarked without an interpreter.
 
 pub mod certified;
+pub mod digest;
 pub mod etf;
 pub mod explain;
 pub mod graph_write;
 pub mod hnsw;
+pub mod ids;
 pub mod lexical;
 pub mod lmdbcheck;
 pub mod pairs;

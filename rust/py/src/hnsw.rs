@@ -59,12 +59,13 @@ impl Hnsw {
         hnsw::Index::new(dim, config, data).map(wrap).map_err(|e| mapped(py, e))
     }
 
-    /// The index saved at `path`, mapped copy-on-write, after its bytes matched `sha256`.
+    /// The index saved at `path`, mapped copy-on-write, after its bytes matched `tree_sha256` (the
+    /// root of their SHA-256 hash tree, leaves hashed on rayon's threads).
     /// ValueError: not an index file, or not the one expected.
     #[staticmethod]
-    #[pyo3(signature = (path, sha256=None))]
-    fn open(py: Python<'_>, path: PathBuf, sha256: Option<String>) -> PyResult<Self> {
-        let got = errors::detached(py, "Hnsw.open", || hnsw::Index::open(&path, sha256.as_deref()))?;
+    #[pyo3(signature = (path, tree_sha256=None))]
+    fn open(py: Python<'_>, path: PathBuf, tree_sha256: Option<String>) -> PyResult<Self> {
+        let got = errors::detached(py, "Hnsw.open", || hnsw::Index::open(&path, tree_sha256.as_deref()))?;
         got.map(wrap).map_err(|e| mapped(py, e))
     }
 

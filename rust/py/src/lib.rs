@@ -10,6 +10,7 @@ mod etf;
 mod explain;
 mod graph_write;
 mod hnsw;
+mod ids;
 mod lexical;
 mod lmdbcheck;
 mod pairs;
@@ -26,6 +27,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     explain::register(m)?;
     graph_write::register(m)?;
     hnsw::register(m)?;
+    ids::register(m)?;
     lexical::register(m)?;
     lmdbcheck::register(m)?;
     Ok(())

@@ -321,9 +321,12 @@ class _Cache(DerivedColumns[NodeType]):
 
         The files are hashed and read by hnswlib without any lock; only the
         catch-up from the change log holds the cache's lock (as a refresh does).
-        Any failure here only means the build goes on from the rows.
+        Any failure here only means the build goes on from the rows. The first
+        step shares the lock, so the files are read while the query that started
+        this build still scans (only this owner's builder marks its type tried;
+        `load_saved` and a replace hold the lock alone).
         """
-        with self.lock.write():
+        with self.lock.read():
             node_type = next((nt for nt, type_columns in self.columns.items() if type_columns is owner), None)
             if node_type is None or self.ann_dir is None or self.ann is None or node_type in self.ann_tried:
                 return False
@@ -350,11 +353,19 @@ class _Cache(DerivedColumns[NodeType]):
                 )
                 return owner.ann is not None
 
+        adopted: bool | None = None
         try:
             for _ in range(_ADOPT_TRIES):
                 adopted = self._read(adopt, "load_vector_index")
                 if adopted is not None:
-                    return adopted
+                    break
         except HippographError:  # closed or damaged meanwhile: the build (or its caller) sees it
-            pass
-        return False
+            return False
+        ann = owner.ann
+        if adopted and ann is not None and not cancel.is_set():
+            # What only writes need, built here rather than by the first write: the index's id maps,
+            # and the columns' row map (sharing the lock: no write runs meanwhile).
+            ann.build_maps()
+            with self.lock.read(), contextlib.suppress(HippographError):  # a write reports a bad row map
+                _ = owner.row
+        return bool(adopted)
