@@ -13,6 +13,8 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
+
 from ..engine.codec import HEADER, body, pack, unpack
 from ..errors import StorageError
 from .protocol import KvTxn
@@ -74,7 +76,13 @@ def encode(record: dict[str, Any]) -> bytes:
 
 
 def decode(data: bytes, what: str) -> dict[str, Any]:
-    got = unpack(data[1:] if data[:1] == HEADER else body(data, what), what)  # `body` raises
+    if data[:1] == HEADER:  # `unpack` inline: every record read pays it
+        try:
+            got = msgpack.unpackb(data[1:], raw=False, strict_map_key=False)
+        except (ValueError, msgpack.UnpackException, TypeError):
+            got = unpack(data[1:], what)  # raises the `StorageError`
+    else:
+        got = unpack(body(data, what), what)  # `body` raises
     if not isinstance(got, dict):
         raise StorageError(f"corrupt {what} record: not a map", operation="decode")
     return got

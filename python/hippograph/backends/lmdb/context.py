@@ -22,12 +22,15 @@ __all__ = ["CONTEXT_DBS", "LmdbKvTxn"]
 _KEY = itemgetter(0)
 
 CONTEXT_DBS = SPACES
+_SPACES = frozenset(SPACES)
 """The databases of the spaces (a store written before they existed, opened read-only, has none)."""
 
 
 class LmdbKvTxn:
     """`hippograph.context.KvTxn` over one LMDB transaction; a space whose database is missing
     reads as empty."""
+
+    __slots__ = ("dbs", "live", "txn", "writable")
 
     def __init__(self, txn: Any, dbs: dict[str, Any], writable: bool) -> None:
         self.txn = txn
@@ -38,12 +41,14 @@ class LmdbKvTxn:
     def _db(self, space: str) -> Any:
         if not self.live:
             raise ended("context")
-        return self.dbs.get(check_space(space))
+        if type(space) is not str or space not in _SPACES:  # the checks inline: every access pays them
+            space = check_space(space)
+        return self.dbs.get(space)
 
     def get(self, space: str, key: bytes) -> bytes | None:
         db = self._db(space)
-        if db is None or not storable(key):  # LMDB refuses to look up a key it could not hold
-            return None
+        if db is None or not ((type(key) is bytes and 0 < len(key) <= MAX_KEY) or storable(key)):
+            return None  # LMDB refuses to look up a key it could not hold
         raw = self.txn.get(key, db=db)
         return None if raw is None else bytes(raw)
 
@@ -51,7 +56,8 @@ class LmdbKvTxn:
         # Checked here: an LMDB error inside a group commit would fail every write of the group.
         if not self.writable:
             raise read_only("context_read")
-        space, key, value = check_put(space, key, value)
+        if not (type(key) is bytes and 0 < len(key) <= MAX_KEY and type(value) is bytes):
+            space, key, value = check_put(space, key, value)
         self.txn.put(key, value, db=self._db(space))
 
     def delete(self, space: str, key: bytes) -> bool:
