@@ -294,6 +294,14 @@ def lmdb_check(data: bytes | mmap, txnid: int | None = None) -> dict[str, Any] |
     StorageError naming the page and what is wrong on damage.
     """
 
+def context_keyword_scan(
+    pairs: list[tuple[bytes, bytes]], needle: str, start: int, limit: int, layers: tuple[bool, bool, bool]
+) -> tuple[list[tuple[str, str | None, str, str, str | None, str | None, str | None, bool, str] | int], int]:
+    """The keyword search's verdicts on a context node range's (key, record) pairs from `start`,
+    until `limit` are matches or undecided: per match, its `TreeNode` fields (a layer not in
+    `layers` None); per record only decoding can decide (odd types, non-ASCII text without a
+    proven match, garbage), its index. And the index after the last pair read. `needle`: casefolded."""
+
 class LexicalIndex:
     """BM25 inverted index (k1 1.2, b 0.75) over documents numbered by the caller.
 

@@ -13,7 +13,9 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from ..engine.codec import body, pack, unpack
+import msgpack
+
+from ..engine.codec import HEADER, body, pack, unpack
 from ..errors import StorageError
 from .protocol import KvTxn
 
@@ -42,8 +44,18 @@ def read_u64(data: bytes, at: int = 0) -> int:
     return int(_U64.unpack_from(data, at)[0])
 
 
+_KEYS: dict[tuple[str, ...], bytes] = {}
+"""Keys of URIs seen lately: a URI read or written again costs one lookup, not an encoding."""
+
+
 def node_key(segments: tuple[str, ...]) -> bytes:
-    return b"\x01".join(s.encode() for s in segments) + b"\x00"
+    key = _KEYS.get(segments)
+    if key is None:
+        key = b"\x01".join(s.encode() for s in segments) + b"\x00"
+        if len(_KEYS) >= 65_536:
+            _KEYS.clear()
+        _KEYS[segments] = key
+    return key
 
 
 def subtree(segments: tuple[str, ...]) -> tuple[bytes, bytes | None]:
@@ -64,7 +76,13 @@ def encode(record: dict[str, Any]) -> bytes:
 
 
 def decode(data: bytes, what: str) -> dict[str, Any]:
-    got = unpack(body(data, what), what)
+    if data[:1] == HEADER:  # `unpack` inline: every record read pays it
+        try:
+            got = msgpack.unpackb(data[1:], raw=False, strict_map_key=False)
+        except (ValueError, msgpack.UnpackException, TypeError):
+            got = unpack(data[1:], what)  # raises the `StorageError`
+    else:
+        got = unpack(body(data, what), what)  # `body` raises
     if not isinstance(got, dict):
         raise StorageError(f"corrupt {what} record: not a map", operation="decode")
     return got

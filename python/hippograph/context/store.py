@@ -19,7 +19,7 @@ import numpy as np
 from ..engine.checks import as_embedding, finite_float
 from ..engine.paths import check_repo_name, store_path
 from ..errors import NotFoundError, ValidationError
-from . import jobs, tree
+from . import jobs, scan, tree
 from .base import (
     DIM,
     MAX_LIMIT,
@@ -312,16 +312,7 @@ class ContextStore(MemoryCalls, QueueCalls):
         check_limit(limit, "limit", MAX_LIMIT)
         chosen = fields_of(fields)
 
-        def run(t: KvTxn) -> list[TreeNode]:
-            out = []
-            for uri, rec in self._docs(t, segments):
-                if rec.get("e", True) and any(_matches(rec.get(f), needle) for f in ("c", "a", "o")):
-                    out.append(tree.to_node(uri, rec, chosen))
-                    if len(out) >= limit:
-                        break
-            return out
-
-        return self._read(run)
+        return self._read(lambda t: scan.keyword(t, segments, needle, limit, chosen))
 
     def grep_content(self, query: str, scope_uri: str | None = None, limit: int = 100) -> list[LineMatch]:
         """Lines of full document content holding `query` (literally, any case), in URI then line

@@ -39,6 +39,7 @@ VECTOR_SEQ = b"vector_seq"
 """Bumped by every change of the vectors space: a process's vector cache reloads when it moved."""
 
 ALL_FIELDS = frozenset({"uri", "content", "abstract", "overview"})
+_new = tuple.__new__
 
 
 def vectors_changed(t: KvTxn) -> None:
@@ -56,7 +57,7 @@ def node(t: KvTxn, segments: tuple[str, ...]) -> dict[str, Any] | None:
 
 def to_node(uri: str, rec: dict[str, Any], fields: frozenset[str] = ALL_FIELDS) -> TreeNode:
     parent, _, name = uri.rpartition("/")
-    return TreeNode(
+    return _new(TreeNode, (  # `tuple.__new__`: the NamedTuple's own constructor is Python code
         uri,
         parent or None,
         name,
@@ -66,7 +67,7 @@ def to_node(uri: str, rec: dict[str, Any], fields: frozenset[str] = ALL_FIELDS) 
         rec.get("o") if "overview" in fields else None,
         rec.get("e", True),
         rec.get("g", ""),
-    )
+    ))  # fmt: skip
 
 
 def _count(t: KvTxn, segments: tuple[str, ...], kind: str, delta: int) -> None:

@@ -5,6 +5,7 @@
 use pyo3::prelude::*;
 
 mod certified;
+mod ctxscan;
 mod errors;
 mod etf;
 mod explain;
@@ -22,6 +23,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scoring::register(m)?;
     shadow::register(m)?;
     certified::register(m)?;
+    ctxscan::register(m)?;
     pairs::register(m)?;
     etf::register(m)?;
     explain::register(m)?;

@@ -286,14 +286,15 @@ class LMDB(DerivedBackend):
         """`ContextBackend.context_read`: one read transaction (one snapshot)."""
         self._guard("context_read")
 
-        def run(t: _Txn) -> T:
-            kt = LmdbKvTxn(t.txn, self._dbs, False)
-            try:
-                return fn(kt)
-            finally:
-                kt.live = False
+        def run() -> T:  # `_read` without its `_Txn`: a small read's fixed cost is most of it
+            with self._gate.read(), self._env.begin() as txn:
+                kt = LmdbKvTxn(txn, self._dbs, False)
+                try:
+                    return fn(kt)
+                finally:
+                    kt.live = False
 
-        return self._read(run, "context_read")
+        return self._retrying("context_read", run)
 
     # -- writes --------------------------------------------------------------
 

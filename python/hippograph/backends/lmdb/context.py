@@ -8,7 +8,10 @@ at a time across every process sharing the environment.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
+from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from ...context.protocol import SPACES
@@ -16,13 +19,18 @@ from .._context import MAX_KEY, check_bounds, check_put, check_space, ended, rea
 
 __all__ = ["CONTEXT_DBS", "LmdbKvTxn"]
 
+_KEY = itemgetter(0)
+
 CONTEXT_DBS = SPACES
+_SPACES = frozenset(SPACES)
 """The databases of the spaces (a store written before they existed, opened read-only, has none)."""
 
 
 class LmdbKvTxn:
     """`hippograph.context.KvTxn` over one LMDB transaction; a space whose database is missing
     reads as empty."""
+
+    __slots__ = ("dbs", "live", "txn", "writable")
 
     def __init__(self, txn: Any, dbs: dict[str, Any], writable: bool) -> None:
         self.txn = txn
@@ -33,12 +41,14 @@ class LmdbKvTxn:
     def _db(self, space: str) -> Any:
         if not self.live:
             raise ended("context")
-        return self.dbs.get(check_space(space))
+        if type(space) is not str or space not in _SPACES:  # the checks inline: every access pays them
+            space = check_space(space)
+        return self.dbs.get(space)
 
     def get(self, space: str, key: bytes) -> bytes | None:
         db = self._db(space)
-        if db is None or not storable(key):  # LMDB refuses to look up a key it could not hold
-            return None
+        if db is None or not ((type(key) is bytes and 0 < len(key) <= MAX_KEY) or storable(key)):
+            return None  # LMDB refuses to look up a key it could not hold
         raw = self.txn.get(key, db=db)
         return None if raw is None else bytes(raw)
 
@@ -46,7 +56,8 @@ class LmdbKvTxn:
         # Checked here: an LMDB error inside a group commit would fail every write of the group.
         if not self.writable:
             raise read_only("context_read")
-        space, key, value = check_put(space, key, value)
+        if not (type(key) is bytes and 0 < len(key) <= MAX_KEY and type(value) is bytes):
+            space, key, value = check_put(space, key, value)
         self.txn.put(key, value, db=self._db(space))
 
     def delete(self, space: str, key: bytes) -> bool:
@@ -63,6 +74,25 @@ class LmdbKvTxn:
         if db is None or (hi is not None and hi <= lo):
             return iter(())
         return self._walk(db, lo, hi, reverse)
+
+    def chunk(self, space: str, start: bytes, stop: bytes | None, n: int) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """Up to `n` pairs of `range` read by the cursor at once, with no Python step per pair (a
+        scan's batches), and whether more may follow."""
+        db = self._db(space)
+        lo, hi = check_bounds(start, stop)
+        if db is None or (hi is not None and hi <= lo):
+            return [], False
+        with self.txn.cursor(db=db) as cur:
+            if not (cur.set_range(lo[:MAX_KEY]) if lo else cur.first()):
+                return [], False
+            pairs: list[tuple[bytes, bytes]] = list(islice(cur.iternext(), n))
+        more = len(pairs) == n
+        if hi is not None and pairs and pairs[-1][0] >= hi:
+            del pairs[bisect_left(pairs, hi, key=_KEY) :]
+            more = False
+        if pairs and pairs[0][0] < lo:  # the MAX_KEY prefix of a longer bound (see `_walk`)
+            del pairs[0]
+        return pairs, more
 
     def _walk(self, db: Any, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         # A bound longer than a key can be is positioned by its first MAX_KEY bytes: the one stored
