@@ -25,7 +25,7 @@
 
 use crate::scoring::{
     default_value, normalise_queries, prefetch as prefetch_lines, relevance, usage_weight, Gate, MetaColumns,
-    ScanRequest, ShapeError, Stored, ValueParams,
+    ScanRequest, ShapeError, Stored, UnitQueries, ValueParams,
 };
 use crate::shadow::Shadow;
 use rayon::prelude::*;
@@ -462,7 +462,7 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     if let Some(sh) = req.shadow {
         sh.check(n, dim)?;
     }
-    let unit = if scoring { normalise_queries(scan.queries, dim) } else { Vec::new() };
+    let unit = if scoring { normalise_queries(scan.queries, dim) } else { UnitQueries::default() };
     let score = |r: usize| {
         let mut rel = [0.0f32];
         if scoring {

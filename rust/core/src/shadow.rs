@@ -79,9 +79,10 @@ pub fn bound(residual: f32, dim: usize) -> f32 {
     residual * 1.001 + (2 * dim + 16) as f32 * f32::EPSILON
 }
 
-/// Queries per block of every f16 kernel: the AVX2 kernel's two rows at a time keep twelve
-/// accumulators, two row values and a query value within sixteen registers, and every kernel
-/// groups the queries alike, so a row's relevance does not depend on which kernel or pairing read it.
+/// Queries per block of the AVX2 and portable f16 kernels: the AVX2 kernel's two rows at a time keep
+/// twelve accumulators, two row values and a query value within sixteen registers, and its single
+/// rows group the queries alike, so a row's relevance does not depend on the pairing that read it
+/// (a process uses one kernel: the AVX-512 one groups by eight).
 const HALF_QUERIES: usize = 6;
 
 /// Each of `Q` unit queries' dot product with an f16 row (portable).
@@ -97,19 +98,17 @@ fn dots_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: 
     acc
 }
 
+/// The largest of [`dots_half`] (portable).
+#[inline(always)]
+fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
+    dots_half::<Q, U>(row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
+}
+
 /// Relevance (clamped to [0, 1]) of every f16 unit row against the unit queries: the f32 kernels'
 /// loop, each row with norm one.
 macro_rules! shadow_rows {
-    ($dots:ident, $data:expr, $dim:expr, $unit:expr, $out:expr) => {
-        crate::scoring::relevance_rows!(
-            $dots,
-            crate::shadow::HALF_QUERIES,
-            $data,
-            std::iter::repeat(&1.0f32),
-            $dim,
-            $unit,
-            $out
-        )
+    ($max_dot:ident, $most:expr, $data:expr, $dim:expr, $unit:expr, $out:expr) => {
+        crate::scoring::relevance_rows!($max_dot, $most, $data, std::iter::repeat(&1.0f32), $dim, $unit, $out)
     };
 }
 
@@ -117,6 +116,10 @@ macro_rules! shadow_rows {
 mod avx512 {
     //! Sixteen f16 values converted per instruction and fused into the queries' accumulators.
     use std::arch::x86_64::*;
+
+    /// Queries per block: 32 registers hold eight accumulators and more, and a CPU that has this
+    /// kernel uses no other, so its grouping only has to agree with itself.
+    const WIDE_QUERIES: usize = 8;
 
     #[inline(always)]
     unsafe fn dots_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> [f32; Q] {
@@ -157,16 +160,22 @@ mod avx512 {
         out
     }
 
+    /// The largest of [`dots_half`].
+    #[inline(always)]
+    unsafe fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
+        dots_half::<Q, U>(row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
+    }
+
     /// Shadow relevance of a block of rows (the caller checked the CPU features).
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
-        shadow_rows!(dots_half, data, dim, unit, out)
+        shadow_rows!(max_dot_half, WIDE_QUERIES, data, dim, unit, out)
     }
 
     /// Each query's dot product with one f16 row (the caller checked the CPU features).
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn row_dots(row: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
-        crate::scoring::dots_of_row!(dots_half, super::HALF_QUERIES, row, dim, unit, out)
+        crate::scoring::dots_of_row!(dots_half, WIDE_QUERIES, row, dim, unit, out)
     }
 }
 
@@ -281,6 +290,12 @@ mod avx2 {
         [best_of(acc0, first, queries, dim), best_of(acc1, second, queries, dim)]
     }
 
+    /// The largest of [`dots_half`].
+    #[inline(always)]
+    unsafe fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
+        dots_half::<Q, U>(row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
+    }
+
     /// Shadow relevance of a block of rows (the caller checked the CPU features). Rows go in
     /// pairs, one from each half of the block: two sequential streams, which the hardware
     /// prefetcher follows (neighbouring rows paired in one loop defeat it, and ran slower than one
@@ -316,7 +331,7 @@ mod avx2 {
             *o0 = best[0].clamp(0.0, 1.0);
             *o1 = best[1].clamp(0.0, 1.0);
         }
-        shadow_rows!(dots_half, &data[paired * dim..], dim, unit, &mut out[paired..])
+        shadow_rows!(max_dot_half, super::HALF_QUERIES, &data[paired * dim..], dim, unit, &mut out[paired..])
     }
 
     /// Each query's dot product with one f16 row (the caller checked the CPU features).
@@ -345,7 +360,7 @@ pub(crate) fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut 
             return;
         }
     }
-    shadow_rows!(dots_half, data, dim, unit, out)
+    shadow_rows!(max_dot_half, HALF_QUERIES, data, dim, unit, out)
 }
 
 /// Each unit query's dot product with one f16 row, with the kernel [`relevance_block`] picks.
@@ -535,7 +550,7 @@ mod tests {
             for q in 1..=9 {
                 let queries = normalise_queries(&data[dim..(1 + q) * dim], dim);
                 let mut portable = vec![0.0f32; n];
-                shadow_rows!(dots_half, half, dim, &queries, portable);
+                shadow_rows!(max_dot_half, HALF_QUERIES, half, dim, &queries, portable);
                 let mut dispatched = vec![0.0f32; n];
                 relevance_block(&half, dim, &queries, &mut dispatched);
                 for i in 0..n {
