@@ -17,6 +17,7 @@
 //! under its node's lock and read without one (each entry is an atomic).
 
 use crate::digest;
+use crate::scoring::UnitQueries;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::cmp::{Ordering as CmpOrdering, Reverse};
@@ -736,10 +737,14 @@ impl Index {
     }
 
     /// `q` as a query form: its unit vector times the scales (`i8` codes).
-    fn query_form(&self, q: &[f32]) -> Vec<f32> {
+    /// On a cache line (`UnitQueries::aligned`): every code a search visits is dotted with it.
+    fn query_form(&self, q: &[f32]) -> UnitQueries {
         match self.config.codes {
-            Codes::I8 => unit(q).iter().zip(&self.scale).map(|(x, s)| x * s).collect(),
-            Codes::F16 => unit(q),
+            Codes::I8 => {
+                let scaled: Vec<f32> = unit(q).iter().zip(&self.scale).map(|(x, s)| x * s).collect();
+                UnitQueries::aligned(&scaled)
+            }
+            Codes::F16 => UnitQueries::aligned(&unit(q)),
         }
     }
 
