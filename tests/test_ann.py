@@ -1435,8 +1435,9 @@ def test_calibration_leaves_out_a_value_weighted_pool_whose_answers_miss(monkeyp
             return None
 
         def half(queries: Any, depth: int, error: float) -> Any:
-            rows, _, top = pool(queries, depth, error)
-            return np.ascontiguousarray(rows[::2]), -np.inf, top  # every other row, claimed to hold every better one
+            rows, _, top, bounds = pool(queries, depth, error)
+            # every other row, claimed to hold every better one
+            return np.ascontiguousarray(rows[::2]), -np.inf, top, np.ascontiguousarray(bounds[::2])
 
         return half
 

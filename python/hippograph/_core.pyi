@@ -215,6 +215,7 @@ def certified_walk(
     regions: tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64], npt.NDArray[np.uint32] | None] | None = None,
     shadow: tuple[npt.NDArray[np.uint16], npt.NDArray[np.float32]] | None = None,
     outside_score: float = ...,
+    pool_bounds: npt.NDArray[np.float64] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """Exact top_k over `pool` and every row that could beat it given `bound` (the relevance
     of any row outside the pool; `outside_score`, default +inf: the score of any row outside it,
@@ -224,7 +225,9 @@ def certified_walk(
     bound (a tighter bound per row), and optionally the region at each position of `order` (read
     in order; for a row not in `stale` its region or none). `shadow`: the rows' half-precision
     shadow and residuals, read first once the top_k is full (the same answer, fewer f32 rows
-    read). GIL released."""
+    read). `pool_bounds`: per entry of `pool`, a score the row cannot exceed (NaN or +inf: none);
+    the pool is then read from the largest bound down, rows that cannot reach the k-th score not at
+    all. GIL released."""
 
 def region_bounds(
     centres: npt.NDArray[np.float32],
@@ -428,10 +431,11 @@ class Hnsw:
         keys: npt.NDArray[np.float64] | None = None,
         stale: npt.NDArray[np.uint32] | None = None,
         most: float = 1.0,
-    ) -> tuple[npt.NDArray[np.uint32], float, float]:
+    ) -> tuple[npt.NDArray[np.uint32], float, float, npt.NDArray[np.float64]]:
         """The rows of largest relevance × value per query row, by a search weighted with each row's
         value factor at `now`: the rows, a score no other row exceeds (as far as the graph's recall
-        goes), and the largest code similarity found. `row_of_label[l]`: the row of id `l`
+        goes), the largest code similarity found, and per row a score it cannot exceed
+        (`certified_walk`'s `pool_bounds`). `row_of_label[l]`: the row of id `l`
         (negative: none); `live`: how many ids stand for a row. `ceiling`: nodes are explored
         while similarity × ceiling could still enter. `error`: the most a code similarity differs
         from the exact cosine for a row outside the pool (scaled here by the largest value factor).

@@ -53,14 +53,14 @@ Hits = list[tuple[int, float]]
 RowValues = Callable[[list[str], F32], F64]
 """A custom value function over rows: ``values(ids, relevance)`` → one value per row (NaN: leave the row out)."""
 
-Walk = Callable[[npt.NDArray[np.uint32], float, int, float], "Hits | None"]
-"""(pool rows, relevance bound of every other row, scoring budget, score bound of every other row)
-→ the exact top rows, or None past the budget. The pool may repeat rows and hold rows past the last
-(labels no row holds): they are ignored."""
+Walk = Callable[[npt.NDArray[np.uint32], float, int, float, "F64 | None"], "Hits | None"]
+"""(pool rows, relevance bound of every other row, scoring budget, score bound of every other row,
+each pool row's own score bound or None) → the exact top rows, or None past the budget. The pool may
+repeat rows and hold rows past the last (labels no row holds): they are ignored."""
 
-Valued = Callable[[F32, int, float], tuple[npt.NDArray[np.uint32], float, float]]
+Valued = Callable[[F32, int, float], tuple[npt.NDArray[np.uint32], float, float, F64]]
 """(queries, search depth, similarity error) → a value-weighted search's pool rows, the score no
-other row exceeds, and the largest similarity found (`_core.Hnsw.valued_pool`)."""
+other row exceeds, the largest similarity found and each row's score bound (`_core.Hnsw.valued_pool`)."""
 
 
 @dataclass(frozen=True)
@@ -215,14 +215,15 @@ def certified_scan(
     pending = np.concatenate([pending.astype(np.uint32), exempt]) if len(exempt) else pending
     if valued is not None:
         depth = max(ann.ef_search if ef is None else ef, 2 * top_k)
-        rows, outside, top = valued(queries, depth, error)
+        rows, outside, top, bounds = valued(queries, depth, error)
         if tops is not None:
             tops.append(top)
         if top < floor:
             return None
-        if len(pending):
+        if len(pending):  # rows the search did not bound
             rows = np.concatenate([rows, pending.astype(np.uint32)])
-        got = walk(rows, 1.0, 0, outside)
+            bounds = np.concatenate([bounds, np.full(len(pending), np.inf)])
+        got = walk(rows, 1.0, 0, outside, bounds)
         if got is not None:
             return None if len(got) < top_k and threshold <= 0.0 else got
     # Per query vector: the walk makes a deeper first pool rarely worth its search cost. With tags
@@ -245,7 +246,7 @@ def certified_scan(
         hits = ann.row_of_label[labels.ravel()]
         rows = (np.concatenate([hits, pending]) if len(pending) else hits).astype(np.uint32)
         bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max()) + error) + 1e-6
-        got = walk(rows, bound, max(n // 8, 1), np.inf)
+        got = walk(rows, bound, max(n // 8, 1), np.inf, None)
         if got is not None:
             return None if len(got) < top_k and threshold <= 0.0 else got
         if exhausted or 4 * pool > n // 4:
@@ -257,7 +258,9 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
     """How `certified_scan` finishes a pool: in Rust for the default value function, else in Python."""
     if values is not None:
 
-        def bounded(pool: npt.NDArray[np.uint32], bound: float, budget: int, outside: float) -> Hits | None:
+        def bounded(
+            pool: npt.NDArray[np.uint32], bound: float, budget: int, outside: float, _: F64 | None
+        ) -> Hits | None:
             # The function never exceeds relevance: rows outside the pool stay below `bound`,
             # and under either gate a row passes only with a value (or relevance) >= threshold.
             rows = np.unique(pool[pool < len(columns.ids)]).astype(np.int64)  # as the Rust walk takes a pool
@@ -272,7 +275,9 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
     regions = columns.regions
     bounds: list[F64] = []  # the regions' bounds for these queries, taken by the first walk that reads them
 
-    def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int, outside: float) -> Hits | None:
+    def walk(
+        pool: npt.NDArray[np.uint32], bound: float, budget: int, outside: float, pool_bounds: F64 | None
+    ) -> Hits | None:
         order = columns.usage_order(params.core_params)
         in_regions = None
         if regions is not None and budget > 0:  # a walk without budget only checks the pool
@@ -298,6 +303,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
             in_regions,
             shadow,
             outside,
+            pool_bounds,
         )
         if got is None:
             return None
@@ -321,7 +327,7 @@ def _valued(
     ceiling = 1.0 if most >= 0 else float(np.exp(most))
     keys, stale = keys_at(order), stale_at(order)
 
-    def valued(queries: F32, depth: int, error: float) -> tuple[npt.NDArray[np.uint32], float, float]:
+    def valued(queries: F32, depth: int, error: float) -> tuple[npt.NDArray[np.uint32], float, float, F64]:
         return ann.valued_pool(
             queries, depth, ceiling * VALUED_CEILING, error, usage, now, params.core_params, keys, stale, ceiling
         )
@@ -474,6 +480,10 @@ class Routing:
 _DEEPER_GAIN = 0.9
 """A deeper search is kept only if it cuts the sample's cost by a tenth: timing noise never decides."""
 
+_DEPTH_STEPS = 8
+"""Calibration narrows the depth it keeps to an eighth of it: closer than that, the sampled
+recall's noise decides more than the depth."""
+
 _CONFIDENCE = 1.645
 """Standard errors a kind's sampled mean recall must clear the target by (one-sided 95 %)."""
 
@@ -565,24 +575,41 @@ def calibrate(
             exact_times.append(time.perf_counter() - start)
     exact_each = float(np.median(exact_times)) if exact_times else 0.0
 
+    def measure(ef: int, weighted: bool) -> Routing:
+        trials = _trials(columns, ann, samples, truth, params, now, hold, ef, weighted)
+        return route(trials, labels, exact_each, config.target_recall, costed, asked)
+
     def deepen(weighted: bool) -> tuple[int, Routing]:
         """The depth to keep (or the last one tried, when none meets the target) and its routing."""
         ef, most = config.ef_search, max(config.ef_search, config.max_ef_search)
         best: tuple[int, Routing] | None = None
+        short = 0  # the deepest search found short of the target (0: none; the configured depth is the least)
         while True:
-            trials = _trials(columns, ann, samples, truth, params, now, hold, ef, weighted)
-            routing = route(trials, labels, exact_each, config.target_recall, costed, asked)
+            routing = measure(ef, weighted)
             meets = routing.meets
             if meets and (best is None or routing.cost < _DEEPER_GAIN * best[1].cost):
                 best = (ef, routing)
             elif best is not None:
                 break  # deeper searches cost more than the queries they take from the exact scan
+            if not meets:
+                short = ef
             if ef >= most or (meets and routing.floor == -np.inf):
                 break
             if not meets and 0 < routing.speedup < config.min_speedup:
                 break  # already too slow short of the target: a deeper search only gets slower
             ef = min(ef + max(1, ef // 2), most)  # steps of half: a doubling overshoots the depth needed
-        return best if best is not None else (ef, routing)
+        if best is None:
+            return ef, routing
+        # Between the deepest search short of the target and the first that met it lies up to a
+        # third of the depth kept, and a search's time grows with its depth: halve that gap.
+        while short and best[0] - short > max(2, best[0] // _DEPTH_STEPS):
+            mid = (short + best[0]) // 2
+            routing = measure(mid, weighted)
+            if routing.meets and _DEEPER_GAIN * routing.cost <= best[1].cost:
+                best = (mid, routing)
+            else:
+                short = mid
+        return best
 
     # With and without the value-weighted pool: it wins where value varies and the graph reaches the
     # rows of most value; where it cannot (many rows of nearly equal relevance, their order set by

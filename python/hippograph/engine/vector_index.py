@@ -420,9 +420,9 @@ class VectorIndex:
         keys: npt.NDArray[np.float64] | None = None,
         stale: npt.NDArray[np.uint32] | None = None,
         most: float = 1.0,
-    ) -> tuple[npt.NDArray[np.uint32], float, float]:
+    ) -> tuple[npt.NDArray[np.uint32], float, float, npt.NDArray[np.float64]]:
         """The core graph's value-weighted pool (`_core.Hnsw.valued_pool`) with labels mapped to rows."""
-        got: tuple[npt.NDArray[np.uint32], float, float] = self.index.valued_pool(
+        got: tuple[npt.NDArray[np.uint32], float, float, npt.NDArray[np.float64]] = self.index.valued_pool(
             queries, ef, ceiling, error, self.row_of_label, len(self), usage, now, params, keys, stale, most
         )
         return got

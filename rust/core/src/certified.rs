@@ -132,6 +132,20 @@ fn sorted_rows(rows: &[u32], n: usize) -> Vec<u32> {
     out
 }
 
+/// The pool's rows below `n`, each once with its largest bound (NaN: unbounded), largest bound first.
+fn bounded_pool(rows: &[u32], bounds: &[f64], n: usize) -> Vec<(f64, u32)> {
+    let mut out: Vec<(f64, u32)> = rows
+        .iter()
+        .zip(bounds)
+        .filter(|(&r, _)| (r as usize) < n)
+        .map(|(&r, &b)| (if b.is_nan() { f64::INFINITY } else { b }, r))
+        .collect();
+    out.sort_unstable_by(|a, b| a.1.cmp(&b.1).then(b.0.total_cmp(&a.0)));
+    out.dedup_by_key(|x| x.1);
+    out.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    out
+}
+
 /// Largest value a row with usage key `key` and relevance at most `bound` can have at `offset = λ·now/3600`.
 #[inline]
 fn upper(bound: f64, key: f64, offset: f64) -> f64 {
@@ -261,6 +275,10 @@ pub struct WalkRequest<'a> {
     /// The rows' half-precision shadow: once the top-k is full, a row is read there first, and
     /// its f32 vector only when the shadow's bound lets it reach the k-th score.
     pub shadow: Option<Shadow<'a>>,
+    /// A score no pool row exceeds, one per entry of `pool` (a value-weighted search's
+    /// [`ValuedPool::bounds`]; `+∞` or NaN for rows it did not bound). The pool is then scored from
+    /// the largest bound down, and rows whose bound lies below the k-th score are not read at all.
+    pub pool_bounds: Option<&'a [f64]>,
 }
 
 /// A partition of the rows into regions, each with a bound on the relevance any of its rows can
@@ -315,6 +333,9 @@ pub fn region_bounds(centres: Stored<'_>, radius: &[f64], queries: &[f32], slack
 pub struct ValuedPool {
     /// Rows found for any query vector, each once.
     pub rows: Vec<u32>,
+    /// Per entry of `rows`, a score the row cannot exceed: its largest product over the query
+    /// vectors plus the codes' error (scaled by the largest factor), as `outside_score` is taken.
+    pub bounds: Vec<f64>,
     /// No row outside `rows` scores above this (the [`WalkRequest::outside_score`] to pass),
     /// as far as the graph's recall goes.
     pub outside_score: f64,
@@ -405,29 +426,32 @@ pub fn valued_pool(
             }
         }
     };
-    let mut rows = Vec::new();
+    let slack = f64::from(error) + 1e-6;
+    let mut found_rows: Vec<(u32, f64)> = Vec::new();
     let mut outside = f64::NEG_INFINITY;
     let mut top = f32::NEG_INFINITY;
     for q in queries.chunks_exact(dim) {
-        let found = index.search_weighted(q, ef, ceiling, most, weight, warm).map_err(|e| ShapeError(e.to_string()))?;
+        let found = index.search_weighted(q, ef, ceiling, weight, warm).map_err(|e| ShapeError(e.to_string()))?;
         if found.len() < ef.min(live) {
             outside = f64::INFINITY;
         } else if found.len() >= ef {
             let last = found.last().map_or(f64::NEG_INFINITY, |x| f64::from(x.1));
             // Relevance is a cosine clamped at zero: no score is below zero.
-            outside = outside.max((last + f64::from(error) + 1e-6).max(0.0));
+            outside = outside.max((last + slack).max(0.0));
         }
         for (label, product) in found {
             let w = weight(label).unwrap_or(1.0);
             if w > 0.0 {
                 top = top.max(product / w);
             }
-            rows.push(row_of_label[label as usize] as u32);
+            found_rows.push((row_of_label[label as usize] as u32, (f64::from(product) + slack).max(0.0)));
         }
     }
-    rows.sort_unstable();
-    rows.dedup();
-    Ok(ValuedPool { rows, outside_score: outside, top })
+    // Each row once, with its largest bound over the query vectors.
+    found_rows.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    found_rows.dedup_by_key(|x| x.0);
+    let (rows, bounds) = found_rows.into_iter().unzip();
+    Ok(ValuedPool { rows, bounds, outside_score: outside, top })
 }
 
 /// The exact top-k over every row whose relevance respects `bound`, best first; `None` past the budget.
@@ -442,6 +466,11 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     if let Some(r) = scan.rank {
         if r.len() != n {
             return Err(ShapeError(format!("rank has {} entries, rows {n}", r.len())));
+        }
+    }
+    if let Some(b) = req.pool_bounds {
+        if b.len() != req.pool.len() {
+            return Err(ShapeError(format!("pool has {} rows but {} bounds", req.pool.len(), b.len())));
         }
     }
     if let Some(in_order) = req.regions.and_then(|g| g.in_order) {
@@ -520,11 +549,30 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
     // and zeroing n bits per query would cost more than the walk itself at a million rows.
     let pool = sorted_rows(req.pool, n);
     let stale = sorted_rows(req.stale, n);
-    for (i, &r) in pool.iter().enumerate() {
-        if let Some(&ahead) = pool.get(i + PREFETCH_AHEAD) {
-            fetch(ahead as usize);
+    match req.pool_bounds {
+        Some(bounds) => {
+            // Largest bound first: once the top-k is full, the first row whose bound lies below
+            // the k-th score ends the pass (every later row's is lower), and no row is read twice
+            // (the codes' bound is as tight as the shadow's).
+            let by_bound = bounded_pool(req.pool, bounds, n);
+            for (i, &(b, r)) in by_bound.iter().enumerate() {
+                if heap.len() == scan.top_k && heap.peek().is_some_and(|worst| b < worst.score) {
+                    break;
+                }
+                if let Some(&(_, ahead)) = by_bound.get(i + PREFETCH_AHEAD) {
+                    prefetch(scan, ahead as usize);
+                }
+                offer(&mut heap, r as usize, score(r as usize));
+            }
         }
-        consider(&mut heap, r as usize);
+        None => {
+            for (i, &r) in pool.iter().enumerate() {
+                if let Some(&ahead) = pool.get(i + PREFETCH_AHEAD) {
+                    fetch(ahead as usize);
+                }
+                consider(&mut heap, r as usize);
+            }
+        }
     }
     if !outside_can_pass || req.outside_score < cutoff(&heap) {
         return Ok(Some(heap.into_sorted_vec().into_iter().map(|k| (k.row, k.score)).collect()));
@@ -903,6 +951,7 @@ mod tests {
                         budget: usize::MAX,
                         regions,
                         shadow,
+                        pool_bounds: None,
                     })
                     .unwrap()
                     .unwrap();
@@ -941,6 +990,7 @@ mod tests {
             budget: 0,
             regions: None,
             shadow: None,
+            pool_bounds: None,
         };
         // A bound under the threshold: nothing outside the pool can pass, so no budget is spent.
         assert_eq!(walk(&w).unwrap().unwrap(), got);
@@ -962,6 +1012,7 @@ mod tests {
             budget: 5,
             regions: None,
             shadow: None,
+            pool_bounds: None,
         };
         assert_eq!(walk(&w).unwrap(), None);
         let none = WalkRequest { scan: d.scan(0.0, 0), ..w };
@@ -994,6 +1045,7 @@ mod tests {
             budget: 0,
             regions: None,
             shadow: None,
+            pool_bounds: None,
         };
         assert_eq!(walk(&w).unwrap().unwrap(), exact);
         // A bound at or above the k-th score proves nothing: the walk must go on (here: past its budget).
@@ -1049,7 +1101,19 @@ mod tests {
                 budget: 0,
                 regions: None,
                 shadow: None,
+                pool_bounds: None,
             };
+            // Every row's bound holds its exact score, and a walk that reads the pool by its bounds
+            // (skipping rows that cannot reach the k-th score) answers as the plain walk does.
+            assert_eq!(pool.bounds.len(), pool.rows.len());
+            let all = crate::scoring::scan_default(&ScanRequest { top_k: n, threshold: f64::NEG_INFINITY, ..req });
+            for (r, s) in all.unwrap() {
+                if let Ok(i) = pool.rows.binary_search(&(r as u32)) {
+                    assert!(s <= pool.bounds[i], "row {r}: score {s} above its bound {}", pool.bounds[i]);
+                }
+            }
+            let by_bounds = WalkRequest { pool_bounds: Some(&pool.bounds), ..w };
+            assert_eq!(walk(&by_bounds).unwrap(), walk(&w).unwrap());
             if let Some(got) = walk(&w).unwrap() {
                 let mut exact = scan_default(&req).unwrap();
                 exact.retain(|&(r, _)| r != n - 1 || got.iter().any(|g| g.0 == r));

@@ -122,6 +122,7 @@ impl Meta {
 }
 
 enum Backing {
+    Anon(#[allow(dead_code)] memmap2::MmapMut),
     Owned { _codes: Box<[u8]>, _links: Box<[AtomicU32]> },
     Mapped(#[allow(dead_code)] Arc<memmap2::MmapMut>),
 }
@@ -148,17 +149,36 @@ unsafe impl Sync for Segment {}
 
 impl Segment {
     fn owned(cap: usize, row_bytes: usize, m0: usize) -> Self {
-        let mut codes = vec![0u8; cap * row_bytes].into_boxed_slice();
-        let links: Box<[AtomicU32]> = (0..cap * (m0 + 1)).map(|_| AtomicU32::new(0)).collect();
-        let codes_ptr = codes.as_mut_ptr();
-        let links_ptr = links.as_ptr();
+        let codes_len = cap * row_bytes;
+        let links_at = codes_len.next_multiple_of(64);
+        let total = links_at + cap * (m0 + 1) * std::mem::size_of::<AtomicU32>();
+        // Anonymous memory asked for in huge pages: a search reaches a few thousand nodes at random
+        // places of tens of megabytes of codes and links, and with 4 KiB pages nearly each one
+        // costs a page-table walk. Zeroed memory holds valid atomics. Where the map cannot be
+        // had, the heap serves as before.
+        let (codes, links, backing) = match memmap2::MmapOptions::new().len(total.max(1)).map_anon() {
+            Ok(mut map) => {
+                #[cfg(target_os = "linux")]
+                let _ = map.advise(memmap2::Advice::HugePage);
+                let base = map.as_mut_ptr();
+                // SAFETY: `links_at` plus the links lie within the map's `total` bytes, and
+                // `links_at` is a multiple of 64 from a page-aligned base, so the atomics are aligned.
+                let links = unsafe { base.add(links_at) }.cast::<AtomicU32>().cast_const();
+                (base, links, Backing::Anon(map))
+            }
+            Err(_) => {
+                let mut codes = vec![0u8; codes_len].into_boxed_slice();
+                let links: Box<[AtomicU32]> = (0..cap * (m0 + 1)).map(|_| AtomicU32::new(0)).collect();
+                (codes.as_mut_ptr(), links.as_ptr(), Backing::Owned { _codes: codes, _links: links })
+            }
+        };
         Segment {
-            codes: codes_ptr,
-            links: links_ptr,
+            codes,
+            links,
             cap,
             meta: (0..cap).map(|_| OnceLock::new()).collect(),
             gone: (0..cap.div_ceil(64)).map(|_| AtomicU64::new(u64::MAX)).collect(),
-            _backing: Backing::Owned { _codes: codes, _links: links },
+            _backing: backing,
         }
     }
 
@@ -771,12 +791,16 @@ impl Index {
         }
     }
 
-    /// The `ef` best found from `starts` at `level`, best first. `weigh(id, sim)` gives a node's
-    /// priority in the search (explored while it exceeds the worst objective kept) and its
-    /// objective (its code similarity, or that weighted), or None for a node that routes the search
-    /// but is never returned: a deleted one, or one that stands for nothing. `warm(id)` runs for
-    /// each neighbour of a node explored, beside the prefetch of its codes, before any is weighed:
-    /// where `weigh` reads memory of its own, it asks for it there, so the loads overlap.
+    /// The `ef` best found from `starts` at `level`, best first, by `similarity × weight`.
+    /// `weigh(id)` gives a node's weight in [0, 1], or None for a node that routes the search but
+    /// is never returned (a deleted one, or one that stands for nothing). A node is explored while
+    /// its priority, the larger of its objective and `similarity × ceiling`, exceeds the worst
+    /// objective kept. The weight is taken before the similarity: a node whose priority cannot
+    /// exceed that worst objective at any similarity (weight and ceiling at most it) is passed
+    /// over without its codes being compared, which on rows of widely varying value is most of
+    /// the nodes a beam reaches. `warm(id)` runs for each neighbour of a node explored, beside the
+    /// prefetch of its codes, before any is weighed: where `weigh` reads memory of its own, it
+    /// asks for it there, so the loads overlap.
     #[expect(clippy::too_many_arguments, reason = "the graph, the query, where to start, and how to rank")]
     fn beam(
         &self,
@@ -785,10 +809,16 @@ impl Index {
         starts: &[Near],
         ef: usize,
         level: usize,
-        most: f32,
-        weigh: impl Fn(u32, f32) -> (f32, Option<f32>),
+        ceiling: f32,
+        weigh: impl Fn(u32) -> Option<f32>,
         warm: impl Fn(u32),
     ) -> Vec<Near> {
+        // No code similarity exceeds one by more than the codes' error.
+        let sim_cap = 1.0 + self.max_error();
+        let rank = |s: f32, w: Option<f32>| {
+            let kept = w.map(|w| s * w);
+            (kept.map_or(s * ceiling, |f| f.max(s * ceiling)), kept)
+        };
         VISITED.with(|cell| {
             let mut visited = cell.borrow_mut();
             visited.reset(self.len());
@@ -799,7 +829,7 @@ impl Index {
                 if !visited.first(s.1) {
                     continue;
                 }
-                let (priority, kept) = weigh(s.1, s.0);
+                let (priority, kept) = rank(s.0, weigh(s.1));
                 todo.push(Near(priority, s.1));
                 if let Some(f) = kept {
                     best.push(Reverse(Near(f, s.1)));
@@ -825,12 +855,11 @@ impl Index {
                     if n as usize >= visited.marks.len() || !visited.first(n) {
                         continue;
                     }
-                    let s = self.sim(graph, form, n);
-                    // `weigh` never ranks a node above `max(s, 0) × most`: past that, skip it unasked.
-                    if best.len() >= ef && s.max(0.0) * most <= floor {
+                    let w = weigh(n);
+                    if best.len() >= ef && w.unwrap_or(0.0).max(ceiling) * sim_cap <= floor {
                         continue;
                     }
-                    let (priority, kept) = weigh(n, s);
+                    let (priority, kept) = rank(self.sim(graph, form, n), w);
                     if best.len() < ef || priority > floor {
                         todo.push(Near(priority, n));
                         if let Some(f) = kept.filter(|&f| best.len() < ef || f > floor) {
@@ -960,8 +989,7 @@ impl Index {
         // reaches this node (inserts run side by side) never finds it without neighbours.
         let mut chosen = Vec::with_capacity(level.min(top_level) + 1);
         for l in (0..=level.min(top_level)).rev() {
-            let found =
-                self.beam(graph, &form, &starts, self.config.ef_construction, l, 1.0, |_, s| (s, Some(s)), |_| {});
+            let found = self.beam(graph, &form, &starts, self.config.ef_construction, l, 1.0, |_| Some(1.0), |_| {});
             chosen.push((l, self.select(graph, id, &found, self.config.m, &mut nform)));
             starts = found;
         }
@@ -1020,8 +1048,8 @@ impl Index {
     /// The `k` nearest live ids to `query` with their code similarities (best first, at most `k`;
     /// fewer when the graph holds fewer live ids than it finds). `ef`: the beam width (at least `k`).
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<(u32, f32)>, IndexError> {
-        let weigh = |graph: &Graph, id, s| (s, (!self.deleted(graph, id)).then_some(s));
-        let mut found = self.search_by(query, ef.max(k), 1.0, weigh, |_| {})?;
+        let mut found =
+            self.search_by(query, ef.max(k), 1.0, |graph, id| (!self.deleted(graph, id)).then_some(1.0), |_| {})?;
         found.truncate(k);
         Ok(found)
     }
@@ -1033,32 +1061,33 @@ impl Index {
     /// `similarity × ceiling` exceeds the worst product kept: `ceiling` at least every weight
     /// explores each node whose neighbours could still enter (as far as the graph's recall goes),
     /// a lower one trusts the products to lead the way. With weights in [0, 1], a reported
-    /// product is within `max_error` of the exact similarity's. `most`: no weight exceeds it (the
-    /// caller's promise), so a node whose similarity times `most` cannot enter is not weighed.
+    /// product is within `max_error` of the exact similarity's. A node whose weight (and
+    /// `ceiling`) cannot reach the worst product kept is passed over unread (see `beam`).
     /// `warm(id)`: asks for the memory `weight(id)` will read (see `beam`).
     pub fn search_weighted(
         &self,
         query: &[f32],
         ef: usize,
         ceiling: f32,
-        most: f32,
         weight: impl Fn(u32) -> Option<f32>,
         warm: impl Fn(u32),
     ) -> Result<Vec<(u32, f32)>, IndexError> {
-        let ceiling = ceiling.max(0.0);
-        let weigh = |graph: &Graph, id, s: f32| {
-            let kept = if self.deleted(graph, id) { None } else { weight(id).map(|w| s * w.clamp(0.0, 1.0)) };
-            (kept.map_or(s * ceiling, |f| f.max(s * ceiling)), kept)
+        let weigh = |graph: &Graph, id| {
+            if self.deleted(graph, id) {
+                None
+            } else {
+                weight(id).map(|w| w.clamp(0.0, 1.0))
+            }
         };
-        self.search_by(query, ef, ceiling.max(most), weigh, warm)
+        self.search_by(query, ef, ceiling.max(0.0), weigh, warm)
     }
 
     fn search_by(
         &self,
         query: &[f32],
         ef: usize,
-        most: f32,
-        weigh: impl Fn(&Graph, u32, f32) -> (f32, Option<f32>),
+        ceiling: f32,
+        weigh: impl Fn(&Graph, u32) -> Option<f32>,
         warm: impl Fn(u32),
     ) -> Result<Vec<(u32, f32)>, IndexError> {
         if query.len() != self.dim {
@@ -1078,7 +1107,7 @@ impl Index {
         for l in (1..=top_level).rev() {
             at = self.greedy(&graph, &form, at, l, &mut scratch);
         }
-        let found = self.beam(&graph, &form, &[at], ef, 0, most, |id, s| weigh(&graph, id, s), warm);
+        let found = self.beam(&graph, &form, &[at], ef, 0, ceiling, |id| weigh(&graph, id), warm);
         Ok(found.into_iter().map(|n| (n.1, n.0)).collect())
     }
 
@@ -1393,7 +1422,7 @@ mod tests {
         };
         let (mut hit, mut asked) = (0, 0);
         for q in data(30, dim, 31).chunks_exact(dim) {
-            let got = index.search_weighted(q, 40, 1.0, 1.0, weight, |_| {}).unwrap();
+            let got = index.search_weighted(q, 40, 1.0, weight, |_| {}).unwrap();
             assert_eq!(got.len(), 40);
             assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
             for &(id, f) in &got {

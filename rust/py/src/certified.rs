@@ -82,7 +82,7 @@ type RegionArrays<'py> = (PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>
 #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
 #[pyo3(signature = (
     matrix, norms, queries, usage, rank, now, params, selection, pool, bound, order, order_keys, stale, budget,
-    regions=None, shadow=None, outside_score=f64::INFINITY
+    regions=None, shadow=None, outside_score=f64::INFINITY, pool_bounds=None
 ))]
 fn certified_walk<'py>(
     py: Python<'py>,
@@ -103,6 +103,7 @@ fn certified_walk<'py>(
     regions: Option<RegionArrays<'py>>,
     shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
     outside_score: f64,
+    pool_bounds: Option<PyReadonlyArray1<'py, f64>>,
 ) -> PyResult<Option<Scan<'py>>> {
     let dim = matrix.dim();
     let shadow = match &shadow {
@@ -131,6 +132,7 @@ fn certified_walk<'py>(
             None => None,
         },
         shadow,
+        pool_bounds: pool_bounds.as_ref().map(|b| contiguous(py, "pool_bounds", b)).transpose()?,
     };
     let hits = errors::detached(py, "certified_walk", || certified::walk(&req))?.map_err(|e| shape(py, e))?;
     Ok(hits.map(|hits| hits_to_arrays(py, hits)))

@@ -195,7 +195,8 @@ impl Hnsw {
 
     /// The rows of largest `relevance × value` per query row, by a search weighted with each row's
     /// value factor at `now` (`hippograph_core::certified::valued_pool`): the rows, a score no
-    /// other row exceeds, and the largest code similarity found. `row_of_label[l]`: the row of id
+    /// other row exceeds, the largest code similarity found, and per row a score it cannot exceed
+    /// (`certified_walk`'s `pool_bounds`). `row_of_label[l]`: the row of id
     /// `l` (negative: none); `live`: how many ids stand for a row. `ceiling`: see `search_weighted`;
     /// `error`: see `hippograph_core::certified::valued_pool`.
     /// `keys` (each row's usage key, `usage_order`'s keys laid out by row) and `stale` (rows whose
@@ -218,7 +219,7 @@ impl Hnsw {
         keys: Option<PyReadonlyArray1<'py, f64>>,
         stale: Option<PyReadonlyArray1<'py, u32>>,
         most: f32,
-    ) -> PyResult<(Bound<'py, PyArray1<u32>>, f64, f32)> {
+    ) -> PyResult<ValuedPoolArrays<'py>> {
         if queries.shape()[0] > 0 && queries.shape()[1] != self.inner.dim() {
             return Err(errors::validation(py, "queries are not of the index's dimension"));
         }
@@ -234,7 +235,7 @@ impl Hnsw {
             certified::valued_pool(&self.inner, q, ef.max(1), ceiling, error, labels, live, meta, keys, now, &p)
         })?
         .map_err(|e| shape(py, e))?;
-        Ok((got.rows.into_pyarray(py), got.outside_score, got.top))
+        Ok((got.rows.into_pyarray(py), got.outside_score, got.top, got.bounds.into_pyarray(py)))
     }
 
     /// Writes the index to a new file at `path` (the caller fsyncs and renames it).
@@ -242,6 +243,9 @@ impl Hnsw {
         errors::detached(py, "Hnsw.save_index", || self.inner.save(&path))?.map_err(|e| mapped(py, e))
     }
 }
+
+/// `Hnsw.valued_pool`'s answer: rows, the outside score, the top similarity, each row's bound.
+type ValuedPoolArrays<'py> = (Bound<'py, PyArray1<u32>>, f64, f32, Bound<'py, PyArray1<f64>>);
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Hnsw>()
