@@ -306,6 +306,38 @@ unsafe fn dot_f16_avx2(q: &[f32], c: &[u8]) -> f32 {
     total
 }
 
+/// As [`dot_f16_avx2`], sixteen lanes at a time: a search's time is mostly these dot products,
+/// and a 384-dimensional code takes half the conversions and multiplies.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn dot_f16_avx512(q: &[f32], c: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = q.len().min(c.len() / 2);
+    let (qp, cp) = (q.as_ptr(), c.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 64 <= n {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 64 <= n: 128 bytes of codes and 64 floats from `i` lie within the slices.
+            let codes = _mm512_cvtph_ps(_mm256_loadu_si256(cp.add(2 * (i + 16 * k)).cast()));
+            *a = _mm512_fmadd_ps(_mm512_loadu_ps(qp.add(i + 16 * k)), codes, *a);
+        }
+        i += 64;
+    }
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n: 32 bytes of codes and 16 floats from `i` lie within the slices.
+        let codes = _mm512_cvtph_ps(_mm256_loadu_si256(cp.add(2 * i).cast()));
+        acc[0] = _mm512_fmadd_ps(_mm512_loadu_ps(qp.add(i)), codes, acc[0]);
+        i += 16;
+    }
+    let full = i;
+    let mut total = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    for (j, x) in q.iter().enumerate().take(n).skip(full) {
+        total += x * half_at(c, j);
+    }
+    total
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx,f16c")]
 unsafe fn decode_f16_f16c(c: &[u8], out: &mut [f32]) {
@@ -349,6 +381,12 @@ fn dot_i8_avx2_safe(q: &[f32], c: &[u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
+fn dot_f16_avx512_safe(q: &[f32], c: &[u8]) -> f32 {
+    // SAFETY: only chosen by `kernel` when the CPU has AVX-512F.
+    unsafe { dot_f16_avx512(q, c) }
+}
+
+#[cfg(target_arch = "x86_64")]
 fn dot_f16_avx2_safe(q: &[f32], c: &[u8]) -> f32 {
     // SAFETY: only chosen by `kernel` when the CPU has AVX2, FMA and F16C.
     unsafe { dot_f16_avx2(q, c) }
@@ -360,6 +398,7 @@ fn kernel(codes: Codes) -> Kernel {
         let simd = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
         match codes {
             Codes::I8 if simd => return dot_i8_avx2_safe,
+            Codes::F16 if std::arch::is_x86_feature_detected!("avx512f") => return dot_f16_avx512_safe,
             Codes::F16 if simd && std::arch::is_x86_feature_detected!("f16c") => return dot_f16_avx2_safe,
             _ => {}
         }
@@ -1338,6 +1377,28 @@ mod tests {
         *seed ^= *seed >> 7;
         *seed ^= *seed << 17;
         ((*seed >> 11) as f64 / (1u64 << 53) as f64) as f32 * 2.0 - 1.0
+    }
+
+    #[test]
+    fn every_f16_kernel_agrees_with_the_portable_one() {
+        for n in [0, 1, 7, 8, 15, 16, 17, 31, 32, 63, 64, 65, 100, 384, 385] {
+            let q = data(1, n.max(1), n as u64)[..n].to_vec();
+            let v = data(1, n.max(1), 1000 + n as u64);
+            let codes: Vec<u8> = v[..n].iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes()).collect();
+            let want = dot_f16_body(&q, &codes);
+            let mut kernels: Vec<Kernel> = vec![kernel(Codes::F16)];
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                kernels.push(dot_f16_avx2_safe);
+            }
+            for k in kernels {
+                let got = k(&q, &codes);
+                assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "n {n}: {got} against {want}");
+            }
+        }
     }
 
     fn data(n: usize, dim: usize, seed: u64) -> Vec<f32> {
