@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import hippograph as hg
 from hippograph import (
@@ -21,6 +23,7 @@ from hippograph import (
     Source,
     ValidationError,
 )
+from hippograph.engine.checks import as_embedding
 from hippograph.testing.graphs import NOW, make_node, sample_nodes
 
 # -- enums ------------------------------------------------------------------
@@ -119,6 +122,43 @@ def test_embedding_is_copied_and_read_only() -> None:
 def test_bad_embeddings_are_rejected(embedding: object) -> None:
     with pytest.raises(ValidationError):
         make_node(NodeType.SEMANTIC, "a", embedding)
+
+
+@pytest.mark.parametrize(
+    "embedding",
+    [[True, 1.0], [1.0, False], (1.0, "2"), [1.0, 1j], [1.0, np.bool_(True)], [1.0, None], [[1.0], [2.0]]],
+    ids=["bool_first", "bool_later", "numeric_str", "complex", "numpy_bool", "none", "nested"],
+)
+def test_lists_holding_what_is_no_real_number_are_rejected(embedding: object) -> None:
+    with pytest.raises(ValidationError):
+        make_node(NodeType.SEMANTIC, "a", embedding)
+
+
+_REALS = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False, width=64),
+    st.integers(min_value=-(2**62), max_value=2**62),
+    st.integers(),
+    st.floats(width=32).map(np.float32),
+    st.floats(width=64).map(np.float64),
+)
+
+
+@given(values=st.lists(_REALS, min_size=1, max_size=40), as_tuple=st.booleans())
+def test_a_list_of_numbers_converts_as_numpy_converts_it(values: list[Any], as_tuple: bool) -> None:
+    """Lists of Python floats and ints are read in Rust; the result (or the refusal) is numpy's."""
+    given_value = tuple(values) if as_tuple else values
+    with np.errstate(over="ignore", invalid="ignore"):
+        try:
+            want: Any = np.array(np.asarray(values), dtype=np.float32)
+        except OverflowError:
+            want = None
+    finite = want is not None and bool(np.isfinite(want).all())
+    if not finite:
+        with pytest.raises(ValidationError):
+            as_embedding(given_value)
+        return
+    got = as_embedding(given_value)
+    assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
 
 
 # -- timestamps -------------------------------------------------------------

@@ -19,6 +19,10 @@ def row_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 def vector_norm(vector: npt.NDArray[np.float32]) -> float:
     """Euclidean norm of one vector, summed in float64 (`row_norms` uses the same sum)."""
 
+def float_list_f32(value: object) -> npt.NDArray[np.float32] | None:
+    """A list or tuple of floats and ints (no bools) as a new float32 array, converted as numpy
+    converts it; None for anything else (the caller's general conversion judges it)."""
+
 def relevance(
     matrix: Rows, norms: npt.NDArray[np.float32], queries: npt.NDArray[np.float32]
 ) -> npt.NDArray[np.float32]:

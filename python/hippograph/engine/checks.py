@@ -126,6 +126,10 @@ def _converted(value: object, what: str) -> npt.NDArray[np.float32] | None:
     """`value` as a new float32 array, or None when it holds anything but real numbers."""
     if isinstance(value, (str, bytes)):
         raise ValidationError(f"{what} must be a sequence of numbers, got {type(value).__name__}")
+    if type(value) in (list, tuple):  # an embedder's list of floats: read once, in Rust
+        fast = _core.float_list_f32(value)
+        if fast is not None:
+            return fast
     try:
         raw = np.asarray(value)
         # numpy would parse numeric strings, drop imaginary parts and read bools as 0/1: all refused.

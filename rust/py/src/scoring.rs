@@ -347,6 +347,32 @@ fn vector_norm(v: PyReadonlyArray1<'_, f32>) -> f64 {
     }
 }
 
+/// A list or tuple of Python floats and ints (no bools) as a new float32 array, as numpy would
+/// convert it (a float rounded to the nearest float32, out of range: infinite), or None for any
+/// other element, which the caller's general conversion judges: an embedder's list of floats is
+/// then read once, without a float64 array and a pass over the elements' types in between.
+#[pyfunction]
+fn float_list_f32<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
+    use pyo3::types::{PyFloat, PyInt, PyList, PyTuple};
+    let read = |x: Bound<'py, PyAny>| -> Option<f32> {
+        if x.is_exact_instance_of::<PyFloat>() {
+            Some(x.cast_into::<PyFloat>().ok()?.value() as f32)
+        } else if x.is_exact_instance_of::<PyInt>() {
+            x.extract::<i64>().ok().map(|i| i as f64 as f32)
+        } else {
+            None
+        }
+    };
+    let out: Option<Vec<f32>> = if let Ok(list) = value.cast_exact::<PyList>() {
+        list.iter().map(read).collect()
+    } else if let Ok(tuple) = value.cast_exact::<PyTuple>() {
+        tuple.iter().map(read).collect()
+    } else {
+        None
+    };
+    Ok(out.map(|v| v.into_pyarray(py)))
+}
+
 /// Relevance of every stored row against the query and tag vectors.
 #[pyfunction]
 fn relevance<'py>(
@@ -494,6 +520,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<UsageColumns>()?;
     m.add_function(wrap_pyfunction!(row_norms, m)?)?;
     m.add_function(wrap_pyfunction!(vector_norm, m)?)?;
+    m.add_function(wrap_pyfunction!(float_list_f32, m)?)?;
     m.add_function(wrap_pyfunction!(relevance, m)?)?;
     m.add_function(wrap_pyfunction!(relevance_of_rows, m)?)?;
     m.add_function(wrap_pyfunction!(top_relevance, m)?)?;
