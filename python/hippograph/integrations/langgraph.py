@@ -434,9 +434,10 @@ class HippographStore(BaseStore):
     # -- writes ---------------------------------------------------------------------------------
 
     def _write(self, writes: list[_Write], doc_vectors: Mapping[str, Any]) -> None:
-        """The puts, with their extra vectors, in one transaction; then, in a second, the deletes and
-        the extra vectors of earlier versions the puts left over (which never score: an extra vector
-        counts only while its `updated_at` is its item's)."""
+        """The puts, with their extra vectors, in one transaction, which also finds the extra vectors
+        of earlier versions the puts left over; then, only when there are deletes or such leftovers
+        (which never score: an extra vector counts only while its `updated_at` is its item's), a
+        second that removes them."""
         items: list[dict[str, Any]] = []
         extras: dict[tuple[Scope, str], int] = {}
         for w in writes:
@@ -453,14 +454,16 @@ class HippographStore(BaseStore):
                 {"scope": vector_scope(w.scope, i), "key": w.key, "embedding": v, "kind": VECTOR_KIND, "ttl": w.ttl}
                 for i, v in enumerate(vectors[1:], start=1)
             )
-        if items:
-            self.store.put_many(items)
         deletes = [(w.scope, w.key) for w in writes if w.value is None]
+        stale: list[tuple[Scope, str, int]] = []
 
-        def leftover(t: Any) -> list[tuple[Scope, str, int]]:
-            return [(sc, k, n + 1) for (sc, k), n in extras.items() if any(extras_after(t, sc, k, n + 1))]
+        def leftover(t: Any) -> None:
+            # In the puts' own transaction: the extra vectors of earlier versions they left over.
+            # (Assigned, not added to: a backend may run a transaction again.)
+            stale[:] = [(sc, k, n + 1) for (sc, k), n in extras.items() if any(extras_after(t, sc, k, n + 1))]
 
-        stale = self.store.backend.entry_read(leftover) if extras else []
+        if items:
+            self.store._put_many(items, leftover)
         if not deletes and not stale:
             return
 

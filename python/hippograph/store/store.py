@@ -273,6 +273,13 @@ class Store:
 
     def put_many(self, items: Iterable[Mapping[str, Any]]) -> builtins.list[Entry]:
         """Puts every item (each a mapping of `put`'s arguments) in one transaction: all or none."""
+        return self._put_many(items)
+
+    def _put_many(
+        self, items: Iterable[Mapping[str, Any]], then: Callable[[EntryTxn], None] | None = None
+    ) -> builtins.list[Entry]:
+        """`put_many`; `then(t)` runs in the same transaction after the puts (reads a caller needs of
+        the state they leave, without a transaction of its own), and its error undoes them."""
         self._open("put_many")
         if isinstance(items, Mapping) or not isinstance(items, Iterable):
             raise ValidationError("put_many needs a collection of mappings")
@@ -281,9 +288,11 @@ class Store:
             if not isinstance(item, Mapping):
                 raise ValidationError(f"put_many item {i} must be a mapping, got {type(item).__name__}")
             prepared.append(self._prepared(item, f"put_many item {i}"))
-        return self._put_prepared(prepared)
+        return self._put_prepared(prepared, then)
 
-    def _put_prepared(self, prepared: builtins.list[dict[str, Any]]) -> builtins.list[Entry]:
+    def _put_prepared(
+        self, prepared: builtins.list[dict[str, Any]], then: Callable[[EntryTxn], None] | None = None
+    ) -> builtins.list[Entry]:
         """Puts checked items (`_prepared`'s) in one transaction, embedding those that need it."""
         self._fill_vectors(prepared)
         now = utcnow()
@@ -294,6 +303,8 @@ class Store:
                 e = self._entry(it, t.get(it["scope"], it["key"]), now)
                 t.put(e)
                 out.append(e)
+            if then is not None:
+                then(t)
             return out
 
         return [detached(e) for e in self._put_entries(run)]
