@@ -988,19 +988,7 @@ mod tests {
         assert!(got.iter().all(|&(r, _)| f64::from(rel[r]) >= 0.8));
         let order = usage_order(meta, &gated.params).unwrap();
         let pool: Vec<u32> = (0..200).filter(|&r| rel[r as usize] >= 0.5).collect();
-        let w = WalkRequest {
-            scan: gated,
-            pool: &pool,
-            bound: 0.5,
-            outside_score: f64::INFINITY,
-            order: &order.rows,
-            order_keys: &order.keys,
-            stale: &[],
-            budget: 0,
-            regions: None,
-            shadow: None,
-            pool_bounds: None,
-        };
+        let w = pool_walk(gated, &pool, 0.5, f64::INFINITY, &order);
         // A bound under the threshold: nothing outside the pool can pass, so no budget is spent.
         assert_eq!(walk(&w).unwrap().unwrap(), got);
     }
@@ -1010,19 +998,7 @@ mod tests {
         let d = data(300, 4, 5);
         let req = d.scan(0.0, 10);
         let order = usage_order(d.meta(), &req.params).unwrap();
-        let w = WalkRequest {
-            scan: req,
-            pool: &[],
-            bound: 1.0,
-            outside_score: f64::INFINITY,
-            order: &order.rows,
-            order_keys: &order.keys,
-            stale: &[],
-            budget: 5,
-            regions: None,
-            shadow: None,
-            pool_bounds: None,
-        };
+        let w = WalkRequest { budget: 5, ..pool_walk(req, &[], 1.0, f64::INFINITY, &order) };
         assert_eq!(walk(&w).unwrap(), None);
         let none = WalkRequest { scan: d.scan(0.0, 0), ..w };
         assert_eq!(walk(&none).unwrap(), Some(Vec::new()));
@@ -1043,11 +1019,27 @@ mod tests {
         let order = usage_order(d.meta(), &req.params).unwrap();
         // The pool: the exact top 10 and a few rows that score less, as a weighted search returns.
         let pool: Vec<u32> = exact.iter().map(|&(r, _)| r as u32).chain([0, 1, 2]).collect();
-        let w = WalkRequest {
-            scan: req,
-            pool: &pool,
-            bound: 1.0,
-            outside_score: kth - 1e-9,
+        let w = pool_walk(req, &pool, 1.0, kth - 1e-9, &order);
+        assert_eq!(walk(&w).unwrap().unwrap(), exact);
+        // A bound at or above the k-th score proves nothing: the walk must go on (here: past its budget).
+        let open = WalkRequest { outside_score: kth, ..w };
+        assert_eq!(walk(&open).unwrap(), None);
+    }
+
+    /// A walk of `pool` under `bound` and `outside_score` with no budget, regions, shadow,
+    /// stale rows or pool bounds: what a test then changes, it sets with `..`.
+    fn pool_walk<'a>(
+        scan: ScanRequest<'a>,
+        pool: &'a [u32],
+        bound: f64,
+        outside_score: f64,
+        order: &'a UsageOrder,
+    ) -> WalkRequest<'a> {
+        WalkRequest {
+            scan,
+            pool,
+            bound,
+            outside_score,
             order: &order.rows,
             order_keys: &order.keys,
             stale: &[],
@@ -1055,11 +1047,7 @@ mod tests {
             regions: None,
             shadow: None,
             pool_bounds: None,
-        };
-        assert_eq!(walk(&w).unwrap().unwrap(), exact);
-        // A bound at or above the k-th score proves nothing: the walk must go on (here: past its budget).
-        let open = WalkRequest { outside_score: kth, ..w };
-        assert_eq!(walk(&open).unwrap(), None);
+        }
     }
 
     /// An f16 graph over every row of `d` (labels are rows).
@@ -1101,19 +1089,7 @@ mod tests {
                 .unwrap();
                 assert!(!pool.rows.contains(&(n as u32 - 1)) && pool.rows.windows(2).all(|w| w[0] < w[1]));
                 assert!(pool.outside_score.is_finite() && pool.top > 0.5, "{} {}", pool.outside_score, pool.top);
-                let w = WalkRequest {
-                    scan: req,
-                    pool: &pool.rows,
-                    bound: 1.0,
-                    outside_score: pool.outside_score,
-                    order: &order.rows,
-                    order_keys: &order.keys,
-                    stale: &[],
-                    budget: 0,
-                    regions: None,
-                    shadow: None,
-                    pool_bounds: None,
-                };
+                let w = pool_walk(req, &pool.rows, 1.0, pool.outside_score, &order);
                 // Every row's bound holds its exact score, and a walk that reads the pool by its bounds
                 // (skipping rows that cannot reach the k-th score) answers as the plain walk does.
                 assert_eq!(pool.bounds.len(), pool.rows.len());
