@@ -143,7 +143,13 @@ _REALS = st.one_of(
 )
 
 
-@given(values=st.lists(_REALS, min_size=1, max_size=40), as_tuple=st.booleans())
+@given(
+    values=st.one_of(
+        st.lists(_REALS, min_size=1, max_size=40),
+        st.lists(st.integers(min_value=2**53 - 5, max_value=2**63 - 1), min_size=1, max_size=5),
+    ),
+    as_tuple=st.booleans(),
+)
 def test_a_list_of_numbers_converts_as_numpy_converts_it(values: list[Any], as_tuple: bool) -> None:
     """Lists of Python floats and ints are read in Rust; the result (or the refusal) is numpy's."""
     given_value = tuple(values) if as_tuple else values

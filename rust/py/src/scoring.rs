@@ -358,7 +358,9 @@ fn float_list_f32<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<O
         if x.is_exact_instance_of::<PyFloat>() {
             Some(x.cast_into::<PyFloat>().ok()?.value() as f32)
         } else if x.is_exact_instance_of::<PyInt>() {
-            x.extract::<i64>().ok().map(|i| i as f64 as f32)
+            // Exact in f64 up to 2^53, so one rounding to f32, as numpy's; larger ints go to numpy,
+            // which rounds an all-int list straight from int64.
+            x.extract::<i64>().ok().filter(|i| i.unsigned_abs() <= 1 << 53).map(|i| i as f64 as f32)
         } else {
             None
         }
