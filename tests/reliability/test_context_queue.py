@@ -10,6 +10,7 @@ agree. The ``slow`` profile drains 10,000 jobs with ``durability="sync"``.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -30,7 +31,8 @@ def _fill(path: Path, n: int, durability: str) -> list[int]:
         return ids
 
 
-def _run(path: Path, logs: Path, workers: int, die_after: list[int], durability: str) -> None:
+def _run(path: Path, logs: Path, workers: int, die_after: list[int], durability: str) -> int:
+    """Runs the workers to the end; how many of them killed themselves."""
     go = logs / f"go-{len(list(logs.glob('go-*')))}"
     procs = [
         subprocess.Popen(
@@ -54,6 +56,7 @@ def _run(path: Path, logs: Path, workers: int, die_after: list[int], durability:
     go.touch()
     for p in procs:
         p.wait(timeout=600)
+    return sum(p.returncode == -signal.SIGKILL for p in procs)
 
 
 def _logs(logs: Path) -> tuple[list[tuple[int, int]], list[int]]:
@@ -74,10 +77,13 @@ def _drain(tmp_path: Path, n: int, kills: bool, durability: str) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     ids = _fill(path, n, durability)
-    _run(path, logs, 4, [n // 20, 0, n // 13, 0] if kills else [0] * 4, durability)
+    killed = _run(path, logs, 4, [n // 20, 0, n // 13, 0] if kills else [0] * 4, durability)
+    # A worker told to die does so at its claim that many; on a busy machine the others may drain
+    # the queue before it gets that far, so count the workers that did.
+    assert killed >= 1 if kills else killed == 0
     with ContextStore(LMDB(path, durability=durability), owns_backend=True) as ctx:
         stranded = ctx.reset_running_jobs()
-        assert 2 <= stranded <= 4 if kills else stranded == 0  # each killed worker held one job or two
+        assert killed <= stranded <= 2 * killed  # each killed worker held one job or two
     _run(path, logs, 4, [0] * 4, durability)
     claims, done = _logs(logs)
     assert len(claims) == len(set(claims)), "a job was claimed twice at one attempt: two workers held it"
