@@ -118,6 +118,28 @@ def params(threshold: float, top_k: int) -> dict[str, Any]:
     return {"params": {"semantic": {"threshold": threshold, "top_k": top_k}, "subgoal": {"threshold": 0.0}}}
 
 
+def record_valued_answers(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Wraps the value-weighted search and walk (`_valued`'s callable, one native call); one entry
+    per call: True when its pool certified an answer."""
+    calls: list[bool] = []
+    real = hg.engine.query._valued
+
+    def spy(*args: Any) -> Any:
+        valued = real(*args)
+        if valued is None:
+            return None
+
+        def recorded(*call: Any) -> Any:
+            top, got = valued(*call)
+            calls.append(got is not None)
+            return top, got
+
+        return recorded
+
+    monkeypatch.setattr(hg.engine.query, "_valued", spy)
+    return calls
+
+
 def record_answers(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[bool]:
     """Wraps `owner.name`; one entry per call: True when it answered, False when it returned None."""
     calls: list[bool] = []
@@ -195,6 +217,7 @@ def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
 ) -> None:
     """The certified walk's usage order is sorted once and then only patched: every write must keep it sound."""
     walked = record_answers(monkeypatch, hg._core, "certified_walk")
+    valued = record_valued_answers(monkeypatch)
     merges: list[int] = []
     real_merge = hg._core.merge_usage_order
 
@@ -237,7 +260,7 @@ def test_ann_results_stay_exact_while_metadata_nodes_and_vectors_change(
         vf = params(float(rng.choice([0.01, 0.05, 0.2])), int(rng.integers(1, 30)))
         query, tags = rng_vec(rng), [rng_vec(rng) for _ in range(int(rng.integers(0, 3)))]
         assert find(b, query, tags=tags, vf=vf) == find(b, query, tags=tags, vf=vf, exact=True), f"step {step}"
-    assert any(walked), "the certified walk never answered"
+    assert any(walked) or any(valued), "the certified walk never answered"
     assert merges, "stale rows were never merged into the usage order"
 
 
@@ -1434,12 +1457,16 @@ def test_calibration_leaves_out_a_value_weighted_pool_whose_answers_miss(monkeyp
         if pool is None:
             return None
 
-        def half(queries: Any, depth: int, error: float) -> Any:
-            rows, _, top, bounds = pool(queries, depth, error)
-            # every other row, claimed to hold every better one
-            return np.ascontiguousarray(rows[::2]), -np.inf, top, np.ascontiguousarray(bounds[::2])
+        def wrong(*call: Any) -> Any:
+            top, got = pool(*call)
+            if not got:
+                return top, got
+            # the better half missed, rows of no better score in its place, the answer called certified
+            held, half = {r for r, _ in got}, len(got) // 2 + 1
+            others = [r for r in range(len(held) + half) if r not in held][:half]
+            return top, got[half:] + [(r, got[-1][1]) for r in others]
 
-        return half
+        return wrong
 
     monkeypatch.setattr(hg.engine.query, "_valued", missing)
     b = InMemory(ann=CFG)

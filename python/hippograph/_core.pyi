@@ -421,7 +421,7 @@ class Hnsw:
         """The decoded unit vectors of `ids`."""
     def holds(self, ids: npt.NDArray[np.uint32], vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
         """Per id, whether `vectors[i]` encodes to exactly the codes stored for `ids[i]`."""
-    def valued_pool(
+    def valued_walk(
         self,
         queries: npt.NDArray[np.float32],
         ef: int,
@@ -429,23 +429,33 @@ class Hnsw:
         error: float,
         row_of_label: npt.NDArray[np.int64],
         live: int,
+        keys: npt.NDArray[np.float64],
+        key_stale: npt.NDArray[np.uint32],
+        most: float,
+        floor: float,
+        matrix: Rows,
+        norms: npt.NDArray[np.float32],
         usage: UsageColumns,
+        rank: npt.NDArray[np.uint32] | None,
         now: float,
         params: ValueParams,
-        keys: npt.NDArray[np.float64] | None = None,
-        stale: npt.NDArray[np.uint32] | None = None,
-        most: float = 1.0,
-    ) -> tuple[npt.NDArray[np.uint32], float, float, npt.NDArray[np.float64]]:
-        """The rows of largest relevance × value per query row, by a search weighted with each row's
-        value factor at `now`: the rows, a score no other row exceeds (as far as the graph's recall
-        goes), the largest code similarity found, and per row a score it cannot exceed
-        (`certified_walk`'s `pool_bounds`). `row_of_label[l]`: the row of id `l`
-        (negative: none); `live`: how many ids stand for a row. `ceiling`: nodes are explored
-        while similarity × ceiling could still enter. `error`: the most a code similarity differs
-        from the exact cosine for a row outside the pool (scaled here by the largest value factor).
-        `keys` (`usage_order`'s keys laid out by row) and `stale` (rows whose keys are out of date)
-        make a visited row's value factor one read instead of five; with them, `most` (no factor of
-        a row the keys hold current exceeds it; the stale and newer rows' are added here) spares the
-        read for nodes that cannot enter and tightens the error. GIL released."""
+        selection: Selection,
+        pending: npt.NDArray[np.uint32],
+        order: npt.NDArray[np.uint32],
+        order_keys: npt.NDArray[np.float64],
+        stale: npt.NDArray[np.uint32],
+        shadow: tuple[npt.NDArray[np.uint16], npt.NDArray[np.float32]] | None = None,
+    ) -> tuple[float, tuple[list[int], list[float]] | None]:
+        """The rows of largest relevance × value, by a search weighted with each row's value factor at
+        `now`, finished by the certified walk over them in the same call (GIL released once): the
+        largest code similarity the search found, and the exact top rows and their scores (best
+        first), or None when the pool does not certify them or that similarity is below `floor`.
+        `row_of_label[l]`: the row of id `l` (negative: none); `live`: how many ids stand for a
+        row. `ceiling`: nodes are explored while similarity × ceiling could still enter. `error`: the
+        most a code similarity differs from the exact cosine for a row outside the pool (scaled by
+        the largest value factor). `keys` (`usage_order`'s keys laid out by row) and `key_stale`
+        (rows whose keys are out of date) let a visited row's factor cost one read; `most`: no
+        row's factor at `now` exceeds it. From `matrix` on, the walk's arguments as
+        `certified_walk` takes them; `pending` (rows the graph does not hold) are read in full."""
     def save_index(self, path: str | os.PathLike[str]) -> None:
         """Writes the index to a new file at `path` (the caller fsyncs and renames it)."""

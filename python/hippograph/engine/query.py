@@ -53,14 +53,16 @@ Hits = list[tuple[int, float]]
 RowValues = Callable[[list[str], F32], F64]
 """A custom value function over rows: ``values(ids, relevance)`` → one value per row (NaN: leave the row out)."""
 
-Walk = Callable[[npt.NDArray[np.uint32], float, int, float, "F64 | None"], "Hits | None"]
-"""(pool rows, relevance bound of every other row, scoring budget, score bound of every other row,
-each pool row's own score bound or None) → the exact top rows, or None past the budget. The pool may
-repeat rows and hold rows past the last (labels no row holds): they are ignored."""
+Walk = Callable[[npt.NDArray[np.uint32], float, int], "Hits | None"]
+"""(pool rows, relevance bound of every other row, scoring budget) → the exact top rows, or None past
+the budget. The pool may repeat rows and hold rows past the last (labels no row holds): they are
+ignored."""
 
-Valued = Callable[[F32, int, float], tuple[npt.NDArray[np.uint32], float, float, F64]]
-"""(queries, search depth, similarity error) → a value-weighted search's pool rows, the score no
-other row exceeds, the largest similarity found and each row's score bound (`_core.Hnsw.valued_pool`)."""
+Valued = Callable[[F32, int, float, npt.NDArray[np.uint32], float], tuple[float, "Hits | None"]]
+"""(queries, search depth, similarity error, rows the search cannot bound, floor) → the largest
+similarity a value-weighted search found, and the exact top rows certified from its pool (and those
+rows), or None when they are not certified or that similarity is below the floor
+(`_core.Hnsw.valued_walk`)."""
 
 
 @dataclass(frozen=True)
@@ -215,15 +217,11 @@ def certified_scan(
     pending = np.concatenate([pending.astype(np.uint32), exempt]) if len(exempt) else pending
     if valued is not None:
         depth = max(ann.ef_search if ef is None else ef, 2 * top_k)
-        rows, outside, top, bounds = valued(queries, depth, error)
+        top, got = valued(queries, depth, error, pending.astype(np.uint32, copy=False), floor)
         if tops is not None:
             tops.append(top)
         if top < floor:
             return None
-        if len(pending):  # rows the search did not bound
-            rows = np.concatenate([rows, pending.astype(np.uint32)])
-            bounds = np.concatenate([bounds, np.full(len(pending), np.inf)])
-        got = walk(rows, 1.0, 0, outside, bounds)
         if got is not None:
             return None if len(got) < top_k and threshold <= 0.0 else got
     # Per query vector: the walk makes a deeper first pool rarely worth its search cost. With tags
@@ -246,7 +244,7 @@ def certified_scan(
         hits = ann.row_of_label[labels.ravel()]
         rows = (np.concatenate([hits, pending]) if len(pending) else hits).astype(np.uint32)
         bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max()) + error) + 1e-6
-        got = walk(rows, bound, max(n // 8, 1), np.inf, None)
+        got = walk(rows, bound, max(n // 8, 1))
         if got is not None:
             return None if len(got) < top_k and threshold <= 0.0 else got
         if exhausted or 4 * pool > n // 4:
@@ -258,9 +256,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
     """How `certified_scan` finishes a pool: in Rust for the default value function, else in Python."""
     if values is not None:
 
-        def bounded(
-            pool: npt.NDArray[np.uint32], bound: float, budget: int, outside: float, _: F64 | None
-        ) -> Hits | None:
+        def bounded(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
             # The function never exceeds relevance: rows outside the pool stay below `bound`,
             # and under either gate a row passes only with a value (or relevance) >= threshold.
             rows = np.unique(pool[pool < len(columns.ids)]).astype(np.int64)  # as the Rust walk takes a pool
@@ -275,9 +271,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
     regions = columns.regions
     bounds: list[F64] = []  # the regions' bounds for these queries, taken by the first walk that reads them
 
-    def walk(
-        pool: npt.NDArray[np.uint32], bound: float, budget: int, outside: float, pool_bounds: F64 | None
-    ) -> Hits | None:
+    def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
         order = columns.usage_order(params.core_params)
         in_regions = None
         if regions is not None and budget > 0:  # a walk without budget only checks the pool
@@ -302,8 +296,6 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
             budget,
             in_regions,
             shadow,
-            outside,
-            pool_bounds,
         )
         if got is None:
             return None
@@ -327,10 +319,35 @@ def _valued(
     ceiling = 1.0 if most >= 0 else float(np.exp(most))
     keys, stale = keys_at(order), stale_at(order)
 
-    def valued(queries: F32, depth: int, error: float) -> tuple[npt.NDArray[np.uint32], float, float, F64]:
-        return ann.valued_pool(
-            queries, depth, ceiling * VALUED_CEILING, error, usage, now, params.core_params, keys, stale, ceiling
+    def valued(
+        queries: F32, depth: int, error: float, pending: npt.NDArray[np.uint32], floor: float
+    ) -> tuple[float, Hits | None]:
+        rows, shadow = columns.scanned()
+        top, got = ann.index.valued_walk(
+            queries,
+            depth,
+            ceiling * VALUED_CEILING,
+            error,
+            ann.row_of_label,
+            len(ann),
+            keys,
+            stale,
+            ceiling,
+            floor,
+            rows,
+            columns.norms(),
+            usage,
+            columns.rank(),
+            now,
+            params.core_params,
+            params.core_selection,
+            pending,
+            order.rows,
+            order.keys,
+            stale,
+            shadow,
         )
+        return top, None if got is None else list(zip(*got, strict=True))
 
     return valued
 

@@ -408,25 +408,6 @@ class VectorIndex:
                 return None
         return labels, 1.0 - distances
 
-    def valued_pool(
-        self,
-        queries: npt.NDArray[np.float32],
-        ef: int,
-        ceiling: float,
-        error: float,
-        usage: _core.UsageColumns,
-        now: float,
-        params: _core.ValueParams,
-        keys: npt.NDArray[np.float64] | None = None,
-        stale: npt.NDArray[np.uint32] | None = None,
-        most: float = 1.0,
-    ) -> tuple[npt.NDArray[np.uint32], float, float, npt.NDArray[np.float64]]:
-        """The core graph's value-weighted pool (`_core.Hnsw.valued_pool`) with labels mapped to rows."""
-        got: tuple[npt.NDArray[np.uint32], float, float, npt.NDArray[np.float64]] = self.index.valued_pool(
-            queries, ef, ceiling, error, self.row_of_label, len(self), usage, now, params, keys, stale, most
-        )
-        return got
-
     def remember(self, queries: npt.NDArray[np.float32], handed: bool) -> None:
         """Keeps an approximate query for the next calibration (`recent_queries`), and whether the
         certified path handed it over to the exact scan."""

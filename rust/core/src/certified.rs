@@ -463,6 +463,67 @@ pub fn valued_pool(
     Ok(ValuedPool { rows, bounds, outside_score: outside, top })
 }
 
+/// A value-weighted search of the vector index, as [`valued_pool`] takes it, for [`valued_walk`].
+#[derive(Clone, Copy)]
+pub struct ValuedSearch<'a> {
+    pub index: &'a crate::hnsw::Index,
+    pub ef: usize,
+    pub ceiling: f32,
+    pub error: f32,
+    pub row_of_label: &'a [i64],
+    pub live: usize,
+    pub keys: Option<RowKeys<'a>>,
+    /// Below this top similarity the queries landed away from the data, where a graph search
+    /// misses neighbours: no walk, the caller asks the exact scan.
+    pub floor: f32,
+}
+
+/// What [`valued_walk`] found: the largest code similarity of a row the search reached, and the
+/// certified top-k, or `None` when the pool could not certify it (or `top` is below the floor).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValuedAnswer {
+    pub top: f32,
+    pub hits: Option<Vec<(usize, f64)>>,
+}
+
+/// The value-weighted search and its certified finish in one step: [`valued_pool`] for the
+/// request's queries, then [`walk`] over the pool's rows by their bounds plus `req.pool` (rows
+/// the search cannot bound, such as those written since the graph absorbed them, read first in
+/// full), with no rows beyond them. `req.pool_bounds`, `bound`, `budget`, `regions` and
+/// `outside_score` are the search's to set and are ignored.
+pub fn valued_walk(search: &ValuedSearch<'_>, req: &WalkRequest<'_>) -> Result<ValuedAnswer, ShapeError> {
+    let scan = &req.scan;
+    let found = valued_pool(
+        search.index,
+        scan.queries,
+        search.ef,
+        search.ceiling,
+        search.error,
+        search.row_of_label,
+        search.live,
+        scan.meta,
+        search.keys,
+        scan.now,
+        &scan.params,
+    )?;
+    if found.top < search.floor {
+        return Ok(ValuedAnswer { top: found.top, hits: None });
+    }
+    let (mut rows, mut bounds) = (found.rows, found.bounds);
+    rows.extend_from_slice(req.pool);
+    bounds.resize(rows.len(), f64::INFINITY);
+    let full = WalkRequest {
+        pool: &rows,
+        bound: 1.0,
+        outside_score: found.outside_score,
+        budget: 0,
+        regions: None,
+        pool_bounds: Some(&bounds),
+        ..*req
+    };
+    Ok(ValuedAnswer { top: found.top, hits: walk(&full)? })
+}
+
 /// The exact top-k over every row whose relevance respects `bound`, best first; `None` past the budget.
 pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeError> {
     let scan = &req.scan;
@@ -1110,6 +1171,50 @@ mod tests {
             }
             assert!(agreed >= 18, "{vectors} query vectors: {agreed} of 20 answered from the pool");
         }
+    }
+
+    #[test]
+    fn the_one_step_valued_walk_answers_as_its_two_steps() {
+        let (n, dim) = (3000, 16);
+        let d = data(n, dim, 47);
+        let index = graph(&d, dim, 7);
+        let row_of_label: Vec<i64> = (0..n as i64).collect();
+        let req = d.scan(0.0, 10);
+        let order = usage_order(d.meta(), &req.params).unwrap();
+        // The last rows stand for rows written since the graph was built: the caller's pool.
+        let pending: Vec<u32> = vec![5, 17];
+        let mut answered = 0;
+        for q in d.data[..20 * dim].chunks_exact(dim) {
+            let req = ScanRequest { queries: q, ..req };
+            let search = ValuedSearch {
+                index: &index,
+                ef: 32,
+                ceiling: 0.0,
+                error: index.max_error(),
+                row_of_label: &row_of_label,
+                live: n,
+                keys: None,
+                floor: -1.0,
+            };
+            let base = WalkRequest { pool: &pending, ..pool_walk(req, &[], 1.0, f64::INFINITY, &order) };
+            let got = valued_walk(&search, &base).unwrap();
+            let pool =
+                valued_pool(&index, q, 32, 0.0, index.max_error(), &row_of_label, n, d.meta(), None, NOW, &req.params)
+                    .unwrap();
+            assert_eq!(got.top, pool.top);
+            let mut rows = pool.rows.clone();
+            rows.extend_from_slice(&pending);
+            let mut bounds = pool.bounds.clone();
+            bounds.resize(rows.len(), f64::INFINITY);
+            let two =
+                WalkRequest { pool_bounds: Some(&bounds), ..pool_walk(req, &rows, 1.0, pool.outside_score, &order) };
+            assert_eq!(got.hits, walk(&two).unwrap());
+            answered += usize::from(got.hits.is_some());
+            // Above every similarity, the floor sends the query to the exact scan without a walk.
+            let high = valued_walk(&ValuedSearch { floor: 2.0, ..search }, &base).unwrap();
+            assert_eq!((high.top, high.hits), (got.top, None));
+        }
+        assert!(answered >= 18, "{answered} of 20 answered from the pool");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! hnswlib index it stands in for; every call that searches or inserts releases the GIL.
 
 use crate::errors;
-use crate::scoring::{contiguous, shape, UsageColumns, ValueParams};
+use crate::scoring::{contiguous, shape, Matrix, ScanArrays, Selection, UsageColumns, ValueParams};
 use hippograph_core::certified;
 use hippograph_core::hnsw::{self, Codes, Config, IndexError};
 use numpy::ndarray::Array2;
@@ -193,18 +193,19 @@ impl Hnsw {
         Ok(got.into_pyarray(py))
     }
 
-    /// The rows of largest `relevance × value` per query row, by a search weighted with each row's
-    /// value factor at `now` (`hippograph_core::certified::valued_pool`): the rows, a score no
-    /// other row exceeds, the largest code similarity found, and per row a score it cannot exceed
-    /// (`certified_walk`'s `pool_bounds`). `row_of_label[l]`: the row of id
-    /// `l` (negative: none); `live`: how many ids stand for a row. `ceiling`: see `search_weighted`;
-    /// `error`: see `hippograph_core::certified::valued_pool`.
-    /// `keys` (each row's usage key, `usage_order`'s keys laid out by row) and `stale` (rows whose
-    /// keys are out of date) let a visited row's factor cost one read.
-    /// `most`: no row's value factor at `now` exceeds it.
-    #[pyo3(signature = (queries, ef, ceiling, error, row_of_label, live, usage, now, params, keys=None, stale=None, most=1.0))]
+    /// The value-weighted search (`hippograph_core::certified::valued_pool`) and `certified_walk`
+    /// over its rows in one step, the GIL released once
+    /// (`hippograph_core::certified::valued_walk`): the largest code similarity the search found,
+    /// and the certified top rows with their scores (lists, best first), or None when the pool
+    /// does not certify them or that similarity is below `floor`. The search takes `queries`
+    /// and its arguments as `valued_pool` takes them; the walk takes the scan's arrays as
+    /// `certified_walk` does, with `pending` (rows the graph does not hold yet) read in full.
+    #[pyo3(signature = (
+        queries, ef, ceiling, error, row_of_label, live, keys, key_stale, most, floor,
+        matrix, norms, usage, rank, now, params, selection, pending, order, order_keys, stale, shadow=None
+    ))]
     #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
-    fn valued_pool<'py>(
+    fn valued_walk<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
@@ -213,29 +214,63 @@ impl Hnsw {
         error: f32,
         row_of_label: PyReadonlyArray1<'py, i64>,
         live: usize,
+        keys: PyReadonlyArray1<'py, f64>,
+        key_stale: PyReadonlyArray1<'py, u32>,
+        most: f32,
+        floor: f32,
+        matrix: Matrix<'py>,
+        norms: PyReadonlyArray1<'py, f32>,
         usage: &Bound<'py, UsageColumns>,
+        rank: Option<PyReadonlyArray1<'py, u32>>,
         now: f64,
         params: &Bound<'py, ValueParams>,
-        keys: Option<PyReadonlyArray1<'py, f64>>,
-        stale: Option<PyReadonlyArray1<'py, u32>>,
-        most: f32,
-    ) -> PyResult<ValuedPoolArrays<'py>> {
+        selection: &Bound<'py, Selection>,
+        pending: PyReadonlyArray1<'py, u32>,
+        order: PyReadonlyArray1<'py, u32>,
+        order_keys: PyReadonlyArray1<'py, f64>,
+        stale: PyReadonlyArray1<'py, u32>,
+        shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
+    ) -> PyResult<ValuedAnswer> {
         if queries.shape()[0] > 0 && queries.shape()[1] != self.inner.dim() {
             return Err(errors::validation(py, "queries are not of the index's dimension"));
         }
-        let q = contiguous(py, "queries", &queries)?;
-        let labels = contiguous(py, "row_of_label", &row_of_label)?;
-        let view = usage.get().borrow(py)?;
-        let meta = view.columns(py)?;
-        let p = params.get().0;
-        let by_row = keys.as_ref().map(|k| contiguous(py, "keys", k)).transpose()?;
-        let stale = stale.as_ref().map(|k| contiguous(py, "stale", k)).transpose()?.unwrap_or(&[]);
-        let keys = by_row.map(|by_row| certified::RowKeys { by_row, stale, most });
-        let got = errors::detached(py, "Hnsw.valued_pool", || {
-            certified::valued_pool(&self.inner, q, ef.max(1), ceiling, error, labels, live, meta, keys, now, &p)
-        })?
-        .map_err(|e| shape(py, e))?;
-        Ok((got.rows.into_pyarray(py), got.outside_score, got.top, got.bounds.into_pyarray(py)))
+        let dim = matrix.dim();
+        let shadow = match &shadow {
+            Some((half, residual)) => Some(crate::shadow::borrowed(py, half, residual, dim)?),
+            None => None,
+        };
+        let arrays = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
+        let req = certified::WalkRequest {
+            scan: arrays.request(py, now, params.get(), selection.get())?,
+            pool: contiguous(py, "pending", &pending)?,
+            bound: 1.0,
+            outside_score: f64::INFINITY,
+            order: contiguous(py, "order", &order)?,
+            order_keys: contiguous(py, "order_keys", &order_keys)?,
+            stale: contiguous(py, "stale", &stale)?,
+            budget: 0,
+            regions: None,
+            shadow,
+            pool_bounds: None,
+        };
+        let keys = certified::RowKeys {
+            by_row: contiguous(py, "keys", &keys)?,
+            stale: contiguous(py, "key_stale", &key_stale)?,
+            most,
+        };
+        let search = certified::ValuedSearch {
+            index: &self.inner,
+            ef: ef.max(1),
+            ceiling,
+            error,
+            row_of_label: contiguous(py, "row_of_label", &row_of_label)?,
+            live,
+            keys: Some(keys),
+            floor,
+        };
+        let got = errors::detached(py, "Hnsw.valued_walk", || certified::valued_walk(&search, &req))?
+            .map_err(|e| shape(py, e))?;
+        Ok((got.top, got.hits.map(|hits| hits.into_iter().unzip())))
     }
 
     /// Writes the index to a new file at `path` (the caller fsyncs and renames it).
@@ -244,8 +279,8 @@ impl Hnsw {
     }
 }
 
-/// `Hnsw.valued_pool`'s answer: rows, the outside score, the top similarity, each row's bound.
-type ValuedPoolArrays<'py> = (Bound<'py, PyArray1<u32>>, f64, f32, Bound<'py, PyArray1<f64>>);
+/// `Hnsw.valued_walk`'s answer: the top similarity, and the certified rows and scores if any.
+type ValuedAnswer = (f32, Option<(Vec<usize>, Vec<f64>)>);
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Hnsw>()
