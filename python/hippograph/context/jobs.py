@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NotFoundError
-from .keys import add, counter, counters_under, decode, encode, keys_of, node_key, read_u64, u64
+from .keys import add, counter, counters_under, decode, encode, keys_of, next_id, node_key, read_u64, u64
 from .model import Job
 from .protocol import KvTxn
 
@@ -97,8 +97,7 @@ def enqueue(
     max_attempts: int = 5,
     delay_us: int = 0,
 ) -> int:
-    job_id = counter(t, NEXT_ID) + 1
-    add(t, NEXT_ID, 1)
+    job_id = next_id(t, NEXT_ID)
     rec = {"k": kind, "p": payload, "a": 0, "m": max_attempts, "st": "pending", "ra": now + delay_us,
            "u": None if uri is None else "/".join(uri), "r": revision, "e": None, "c": now, "t": now}  # fmt: skip
     t.put(JOBS, u64(job_id), encode(rec))

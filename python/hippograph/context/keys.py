@@ -26,6 +26,7 @@ __all__ = [
     "decode",
     "encode",
     "keys_of",
+    "next_id",
     "node_key",
     "subtree",
     "u64",
@@ -96,6 +97,13 @@ def keys_of(t: KvTxn, space: str, rng: tuple[bytes, bytes | None]) -> list[bytes
 def counter(t: KvTxn, name: bytes) -> int:
     raw = t.get(COUNTERS, name)
     return 0 if raw is None else read_u64(raw)
+
+
+def next_id(t: KvTxn, name: bytes) -> int:
+    """Takes the next id of the sequence counter `name` (one read and one write)."""
+    taken = counter(t, name) + 1
+    t.put(COUNTERS, name, u64(taken))
+    return taken
 
 
 def add(t: KvTxn, name: bytes, delta: int) -> int:

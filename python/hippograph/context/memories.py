@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NotFoundError
-from .keys import add, counter, counters_under, decode, encode, node_key, read_u64, u64
+from .keys import add, counter, counters_under, decode, encode, next_id, node_key, read_u64, u64
 from .model import MemoryRow, MemoryStatus, NoCandidateError
 from .protocol import KvTxn
 
@@ -80,8 +80,7 @@ def put(
             if st == "active" and _load(t, memory_id)["v"] == value:
                 return None
         supersedes = _supersede_active(t, rows, now)
-    memory_id = counter(t, NEXT_ID) + 1
-    add(t, NEXT_ID, 1)
+    memory_id = next_id(t, NEXT_ID)
     rec = {"u": "/".join(segments), "v": value, "c": confidence, "i": importance, "s": source, "st": status,
            "p": supersedes, "ls": None, "t": now}  # fmt: skip
     _save(t, memory_id, rec, None)
