@@ -77,6 +77,60 @@ fn region_bounds<'py>(
 /// order (optional), as Python passes them.
 type RegionArrays<'py> = (PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>, Option<PyReadonlyArray1<'py, u32>>);
 
+/// The arrays of a certified walk as Python passes them, borrowed for the call (`certified_walk`,
+/// `Hnsw.valued_walk`).
+pub(crate) struct WalkArrays<'py> {
+    pub scan: ScanArrays<'py>,
+    pub shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
+    pub pool: PyReadonlyArray1<'py, u32>,
+    pub order: PyReadonlyArray1<'py, u32>,
+    pub order_keys: PyReadonlyArray1<'py, f64>,
+    pub stale: PyReadonlyArray1<'py, u32>,
+    pub regions: Option<RegionArrays<'py>>,
+    pub pool_bounds: Option<PyReadonlyArray1<'py, f64>>,
+}
+
+impl WalkArrays<'_> {
+    /// The core's walk over these arrays, with the bounds and budget given.
+    pub(crate) fn request(
+        &self,
+        py: Python<'_>,
+        scan: (f64, &ValueParams, &Selection),
+        bound: f64,
+        outside_score: f64,
+        budget: usize,
+    ) -> PyResult<certified::WalkRequest<'_>> {
+        let (now, params, selection) = scan;
+        let shadow = match &self.shadow {
+            Some((half, residual)) => Some(crate::shadow::borrowed(py, half, residual, self.scan.matrix.dim())?),
+            None => None,
+        };
+        Ok(certified::WalkRequest {
+            scan: self.scan.request(py, now, params, selection)?,
+            pool: contiguous(py, "pool", &self.pool)?,
+            bound,
+            outside_score,
+            order: contiguous(py, "order", &self.order)?,
+            order_keys: contiguous(py, "order_keys", &self.order_keys)?,
+            stale: contiguous(py, "stale", &self.stale)?,
+            budget,
+            regions: match &self.regions {
+                Some((of_row, bound, in_order)) => Some(certified::Regions {
+                    of_row: contiguous(py, "region of each row", of_row)?,
+                    bound: contiguous(py, "region bounds", bound)?,
+                    in_order: match in_order {
+                        Some(a) => Some(contiguous(py, "region of each position of the order", a)?),
+                        None => None,
+                    },
+                }),
+                None => None,
+            },
+            shadow,
+            pool_bounds: self.pool_bounds.as_ref().map(|b| contiguous(py, "pool_bounds", b)).transpose()?,
+        })
+    }
+}
+
 /// The certified top-k from a candidate pool with the default value function, or None past the budget.
 #[pyfunction]
 #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
@@ -105,35 +159,9 @@ fn certified_walk<'py>(
     outside_score: f64,
     pool_bounds: Option<PyReadonlyArray1<'py, f64>>,
 ) -> PyResult<Option<Scan<'py>>> {
-    let dim = matrix.dim();
-    let shadow = match &shadow {
-        Some((half, residual)) => Some(crate::shadow::borrowed(py, half, residual, dim)?),
-        None => None,
-    };
-    let arrays = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
-    let req = certified::WalkRequest {
-        scan: arrays.request(py, now, params.get(), selection.get())?,
-        pool: contiguous(py, "pool", &pool)?,
-        bound,
-        outside_score,
-        order: contiguous(py, "order", &order)?,
-        order_keys: contiguous(py, "order_keys", &order_keys)?,
-        stale: contiguous(py, "stale", &stale)?,
-        budget,
-        regions: match &regions {
-            Some((of_row, bound, in_order)) => Some(certified::Regions {
-                of_row: contiguous(py, "region of each row", of_row)?,
-                bound: contiguous(py, "region bounds", bound)?,
-                in_order: match in_order {
-                    Some(a) => Some(contiguous(py, "region of each position of the order", a)?),
-                    None => None,
-                },
-            }),
-            None => None,
-        },
-        shadow,
-        pool_bounds: pool_bounds.as_ref().map(|b| contiguous(py, "pool_bounds", b)).transpose()?,
-    };
+    let scan = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
+    let arrays = WalkArrays { scan, shadow, pool, order, order_keys, stale, regions, pool_bounds };
+    let req = arrays.request(py, (now, params.get(), selection.get()), bound, outside_score, budget)?;
     let hits = errors::detached(py, "certified_walk", || certified::walk(&req))?.map_err(|e| shape(py, e))?;
     Ok(hits.map(|hits| hits_to_arrays(py, hits)))
 }

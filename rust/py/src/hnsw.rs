@@ -1,6 +1,7 @@
 //! Bindings of `hippograph_core::hnsw`: the core's vector index, with the method names of the
 //! hnswlib index it stands in for; every call that searches or inserts releases the GIL.
 
+use crate::certified::WalkArrays;
 use crate::errors;
 use crate::scoring::{contiguous, shape, Matrix, ScanArrays, Selection, UsageColumns, ValueParams};
 use hippograph_core::certified;
@@ -234,25 +235,11 @@ impl Hnsw {
         if queries.shape()[0] > 0 && queries.shape()[1] != self.inner.dim() {
             return Err(errors::validation(py, "queries are not of the index's dimension"));
         }
-        let dim = matrix.dim();
-        let shadow = match &shadow {
-            Some((half, residual)) => Some(crate::shadow::borrowed(py, half, residual, dim)?),
-            None => None,
-        };
-        let arrays = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
-        let req = certified::WalkRequest {
-            scan: arrays.request(py, now, params.get(), selection.get())?,
-            pool: contiguous(py, "pending", &pending)?,
-            bound: 1.0,
-            outside_score: f64::INFINITY,
-            order: contiguous(py, "order", &order)?,
-            order_keys: contiguous(py, "order_keys", &order_keys)?,
-            stale: contiguous(py, "stale", &stale)?,
-            budget: 0,
-            regions: None,
-            shadow,
-            pool_bounds: None,
-        };
+        let scan = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
+        let arrays =
+            WalkArrays { scan, shadow, pool: pending, order, order_keys, stale, regions: None, pool_bounds: None };
+        // Bounds, budget and regions are the search's to set (`certified::valued_walk`).
+        let req = arrays.request(py, (now, params.get(), selection.get()), 1.0, f64::INFINITY, 0)?;
         let keys = certified::RowKeys {
             by_row: contiguous(py, "keys", &keys)?,
             stale: contiguous(py, "key_stale", &key_stale)?,
