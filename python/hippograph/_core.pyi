@@ -218,20 +218,15 @@ def certified_walk(
     budget: int,
     regions: tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64], npt.NDArray[np.uint32] | None] | None = None,
     shadow: tuple[npt.NDArray[np.uint16], npt.NDArray[np.float32]] | None = None,
-    outside_score: float = ...,
-    pool_bounds: npt.NDArray[np.float64] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """Exact top_k over `pool` and every row that could beat it given `bound` (the relevance
-    of any row outside the pool; `outside_score`, default +inf: the score of any row outside it,
-    which below the k-th score found makes the pool the answer), walking `order` and re-checking
+    of any row outside the pool), walking `order` and re-checking
     `stale` rows; None when more than `budget` rows beyond the pool would need scoring.
     `regions`: each row's region (past the end of the bounds: none), each region's relevance
     bound (a tighter bound per row), and optionally the region at each position of `order` (read
     in order; for a row not in `stale` its region or none). `shadow`: the rows' half-precision
     shadow and residuals, read first once the top_k is full (the same answer, fewer f32 rows
-    read). `pool_bounds`: per entry of `pool`, a score the row cannot exceed (NaN or +inf: none);
-    the pool is then read from the largest bound down, rows that cannot reach the k-th score not at
-    all. GIL released."""
+    read). A value-weighted pool is walked with its score bounds by `Hnsw.valued_walk`. GIL released."""
 
 def region_bounds(
     centres: npt.NDArray[np.float32],

@@ -1181,7 +1181,7 @@ mod tests {
         let row_of_label: Vec<i64> = (0..n as i64).collect();
         let req = d.scan(0.0, 10);
         let order = usage_order(d.meta(), &req.params).unwrap();
-        // The last rows stand for rows written since the graph was built: the caller's pool.
+        // Rows 5 and 17 stand for rows written since the graph was built: the caller's pool.
         let pending: Vec<u32> = vec![5, 17];
         let mut answered = 0;
         for q in d.data[..20 * dim].chunks_exact(dim) {

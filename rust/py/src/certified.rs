@@ -87,17 +87,16 @@ pub(crate) struct WalkArrays<'py> {
     pub order_keys: PyReadonlyArray1<'py, f64>,
     pub stale: PyReadonlyArray1<'py, u32>,
     pub regions: Option<RegionArrays<'py>>,
-    pub pool_bounds: Option<PyReadonlyArray1<'py, f64>>,
 }
 
 impl WalkArrays<'_> {
-    /// The core's walk over these arrays, with the bounds and budget given.
+    /// The core's walk over these arrays, with the relevance bound and budget given (no score
+    /// bounds: a value-weighted search sets those itself, `certified::valued_walk`).
     pub(crate) fn request(
         &self,
         py: Python<'_>,
         scan: (f64, &ValueParams, &Selection),
         bound: f64,
-        outside_score: f64,
         budget: usize,
     ) -> PyResult<certified::WalkRequest<'_>> {
         let (now, params, selection) = scan;
@@ -109,7 +108,7 @@ impl WalkArrays<'_> {
             scan: self.scan.request(py, now, params, selection)?,
             pool: contiguous(py, "pool", &self.pool)?,
             bound,
-            outside_score,
+            outside_score: f64::INFINITY,
             order: contiguous(py, "order", &self.order)?,
             order_keys: contiguous(py, "order_keys", &self.order_keys)?,
             stale: contiguous(py, "stale", &self.stale)?,
@@ -126,7 +125,7 @@ impl WalkArrays<'_> {
                 None => None,
             },
             shadow,
-            pool_bounds: self.pool_bounds.as_ref().map(|b| contiguous(py, "pool_bounds", b)).transpose()?,
+            pool_bounds: None,
         })
     }
 }
@@ -136,7 +135,7 @@ impl WalkArrays<'_> {
 #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
 #[pyo3(signature = (
     matrix, norms, queries, usage, rank, now, params, selection, pool, bound, order, order_keys, stale, budget,
-    regions=None, shadow=None, outside_score=f64::INFINITY, pool_bounds=None
+    regions=None, shadow=None
 ))]
 fn certified_walk<'py>(
     py: Python<'py>,
@@ -156,12 +155,10 @@ fn certified_walk<'py>(
     budget: usize,
     regions: Option<RegionArrays<'py>>,
     shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
-    outside_score: f64,
-    pool_bounds: Option<PyReadonlyArray1<'py, f64>>,
 ) -> PyResult<Option<Scan<'py>>> {
     let scan = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
-    let arrays = WalkArrays { scan, shadow, pool, order, order_keys, stale, regions, pool_bounds };
-    let req = arrays.request(py, (now, params.get(), selection.get()), bound, outside_score, budget)?;
+    let arrays = WalkArrays { scan, shadow, pool, order, order_keys, stale, regions };
+    let req = arrays.request(py, (now, params.get(), selection.get()), bound, budget)?;
     let hits = errors::detached(py, "certified_walk", || certified::walk(&req))?.map_err(|e| shape(py, e))?;
     Ok(hits.map(|hits| hits_to_arrays(py, hits)))
 }

@@ -236,10 +236,9 @@ impl Hnsw {
             return Err(errors::validation(py, "queries are not of the index's dimension"));
         }
         let scan = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
-        let arrays =
-            WalkArrays { scan, shadow, pool: pending, order, order_keys, stale, regions: None, pool_bounds: None };
+        let arrays = WalkArrays { scan, shadow, pool: pending, order, order_keys, stale, regions: None };
         // Bounds, budget and regions are the search's to set (`certified::valued_walk`).
-        let req = arrays.request(py, (now, params.get(), selection.get()), 1.0, f64::INFINITY, 0)?;
+        let req = arrays.request(py, (now, params.get(), selection.get()), 1.0, 0)?;
         let keys = certified::RowKeys {
             by_row: contiguous(py, "keys", &keys)?,
             stale: contiguous(py, "key_stale", &key_stale)?,
