@@ -859,6 +859,59 @@ def test_writes_land_pending_answered_exactly_until_they_settle(
         server.close()
 
 
+def test_settle_clears_every_type_in_chunks_that_resume_where_the_last_ended(
+    pgvector_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pending rows of two types, more than a chunk holds: one `settle` clears all of them, counts
+    each once, and the answers stay the exact ones."""
+    from hippograph.backends.postgres import builder
+
+    monkeypatch.setattr(builder.Settler, "nudge", lambda self: None)
+    monkeypatch.setattr(upkeep, "SETTLE_CHUNK", 3)
+    monkeypatch.setattr(upkeep, "SETTLE_MOST", 7)
+    server = open_(pgvector_dsn, schema, search="server", ann=INDEXED)
+    try:
+        server.build_vector_index(["semantic", "episodic"])
+        server.apply_changeset(graph(61, 300))
+        waiting = pending_rows(pgvector_dsn, schema)
+        assert waiting > 2 * 7  # rows of both tables and types, in many chunks
+        with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+            assert upkeep.settle(conn, schema, "r") == waiting
+            assert upkeep.settle(conn, schema, "r") == 0
+        assert pending_rows(pgvector_dsn, schema) == 0
+        for q, tags in queries(62, 10):
+            assert answers(server, q, tags, exact=False) == answers(server, q, tags)
+    finally:
+        server.close()
+
+
+def test_a_schema_with_the_earlier_pending_index_gains_the_keyed_one(pgvector_dsn: str, schema: str) -> None:
+    """The release before listed pending rows by (repo, type) alone; opening replaces that index with
+    the one keyed by id that `settle` walks, and writes still settle."""
+    open_(pgvector_dsn, schema, search="server").close()
+    with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+        s = f'"{schema}"'
+        for table in ("vectors", "valued"):
+            conn.execute(f"DROP INDEX {s}.{table}_pending_key")
+            conn.execute(f"CREATE INDEX {table}_pending ON {s}.{table} (repo, type) WHERE pending")
+    server = open_(pgvector_dsn, schema, search="server", ann=INDEXED)
+    try:
+        with psycopg.connect(pgvector_dsn, autocommit=True) as conn:
+            names = {
+                name
+                for (name,) in conn.execute(
+                    "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND indexname LIKE '%%pending%%'",
+                    (schema,),
+                ).fetchall()
+            }
+        assert names == {"vectors_pending_key", "valued_pending_key"}
+        server.apply_changeset(graph(63, 60))
+        settled(pgvector_dsn, schema)
+        assert pending_rows(pgvector_dsn, schema) == 0
+    finally:
+        server.close()
+
+
 def test_a_schema_without_pending_rows_is_upgraded_in_place(pgvector_dsn: str, schema: str) -> None:
     """As the release before the pending segment left it (no ``pending`` columns, indexes over every
     row under their earlier names): opening adds the columns, the earlier indexes serve meanwhile,

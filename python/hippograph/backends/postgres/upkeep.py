@@ -9,6 +9,7 @@ background, which is where the inserts happen. ``docs/postgres.md`` (Writes) tel
 from __future__ import annotations
 
 import threading
+import time
 
 from psycopg import sql
 
@@ -112,15 +113,27 @@ def fold(conn: Conn, schema: str, repo: str, node_type: NodeType, dim: int, stop
 
 
 SETTLE_CHUNK = 32
-"""Pending rows `settle` indexes per transaction: a writer re-putting one of them waits for one
-chunk's HNSW inserts at most (a few milliseconds a row)."""
+"""Pending rows `settle` clears in its first transaction: a writer re-putting one of them waits for
+one chunk's HNSW inserts at most (a few milliseconds a row)."""
+
+SETTLE_MOST = 4096
+"""Rows a chunk grows to at most: rows no index covers yet (a bulk load before `build_vector_index`)
+cost no graph insert, so chunks grow while they stay under `SETTLE_SECONDS`."""
+
+SETTLE_SECONDS = 0.1
+"""The time a chunk aims at: the longest a writer re-putting one of its rows waits."""
 
 
 def settle(conn: Conn, schema: str, repo: str, stop: threading.Event | None = None, wait: bool = False) -> int:
-    """Clears the repo's pending rows (`vectors._PENDING`), `SETTLE_CHUNK` per transaction, which inserts them
+    """Clears the repo's pending rows (`vectors._PENDING`), a chunk per transaction, which inserts them
     into the HNSW indexes; returns how many. `conn`: autocommit. Another process settling the repo
     (its advisory lock) skips it, or with `wait` (before a calibration, which must measure the pools
-    queries will see) is waited for; `stop` set ends it; rows a writer holds are left for next time."""
+    queries will see) is waited for; `stop` set ends it; rows a writer holds are left for next time.
+
+    Each chunk resumes in key order where the last ended (the pending index holds (repo, type, id)),
+    so a pass costs in proportion to the rows it clears, not to the settled rows before them; a chunk
+    starts at `SETTLE_CHUNK` rows and doubles while it takes under half of `SETTLE_SECONDS`, halving
+    when over, up to `SETTLE_MOST`."""
     lock = index_lock(schema, "settle:" + repo)
     if wait:
         conn.execute("SELECT pg_advisory_lock(%s)", (lock,))
@@ -133,14 +146,30 @@ def settle(conn: Conn, schema: str, repo: str, stop: threading.Event | None = No
     try:
         for table in ("vectors", "valued"):  # the order writers lock them in
             step = sql.SQL(
-                "UPDATE {s}.{t} x SET pending = false WHERE x.repo = %s AND x.id IN (SELECT y.id FROM {s}.{t} y "
-                "WHERE y.repo = %s AND y.pending ORDER BY y.id LIMIT %s FOR UPDATE SKIP LOCKED) AND x.pending"
+                "WITH taken AS (SELECT y.type, y.id FROM {s}.{t} y WHERE y.repo = %s AND y.pending "
+                "AND (y.type, y.id) > (%s, %s) ORDER BY y.type, y.id LIMIT %s FOR UPDATE SKIP LOCKED), "
+                "cleared AS (UPDATE {s}.{t} x SET pending = false FROM taken WHERE x.repo = %s "
+                "AND x.id = taken.id AND x.pending RETURNING 1) "
+                "SELECT (SELECT count(*) FROM taken), (SELECT count(*) FROM cleared), l.type, l.id "
+                "FROM (SELECT type, id FROM taken ORDER BY type DESC, id DESC LIMIT 1) l"
             ).format(s=s, t=sql.Identifier(table))
+            after: tuple[str, bytes] = ("", b"")
+            chunk = SETTLE_CHUNK
             while stop is None or not stop.is_set():
-                cur = conn.execute(step, (repo, repo, SETTLE_CHUNK))
-                done += cur.rowcount
-                if cur.rowcount < SETTLE_CHUNK:
+                t0 = time.perf_counter()
+                row = conn.execute(step, (repo, *after, chunk, repo)).fetchone()
+                took = time.perf_counter() - t0
+                if row is None:  # nothing taken
                     break
+                taken = int(row[0])
+                done += int(row[1])
+                after = (str(row[2]), bytes(row[3]))
+                if taken < chunk:
+                    break
+                if took < SETTLE_SECONDS / 2:
+                    chunk = min(chunk * 2, SETTLE_MOST)
+                elif took > SETTLE_SECONDS:
+                    chunk = max(chunk // 2, 1)
         return done
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))

@@ -311,8 +311,11 @@ _PENDING = (
     "ALTER TABLE {s}.vectors ALTER COLUMN pending SET DEFAULT true",
     "ALTER TABLE {s}.valued ADD COLUMN IF NOT EXISTS pending boolean NOT NULL DEFAULT false",
     "ALTER TABLE {s}.valued ALTER COLUMN pending SET DEFAULT true",
-    "CREATE INDEX IF NOT EXISTS vectors_pending ON {s}.vectors (repo, type) WHERE pending",
-    "CREATE INDEX IF NOT EXISTS valued_pending ON {s}.valued (repo, type) WHERE pending",
+    # Keyed by id too: `settle` walks the pending rows in key order from where its last chunk ended.
+    "DROP INDEX IF EXISTS {s}.vectors_pending",
+    "DROP INDEX IF EXISTS {s}.valued_pending",
+    "CREATE INDEX IF NOT EXISTS vectors_pending_key ON {s}.vectors (repo, type, id) WHERE pending",
+    "CREATE INDEX IF NOT EXISTS valued_pending_key ON {s}.valued (repo, type, id) WHERE pending",
     """CREATE OR REPLACE FUNCTION {s}.hg_pending() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     NEW.pending := true;
@@ -372,12 +375,9 @@ lock `enable` takes, idempotent (it also follows a re-creation of ``{s}.valued``
 
 
 def _settling(conn: Conn, schema: str) -> bool:
-    """Whether the schema's vectors have the pending segment (`_PENDING`)."""
-    row = conn.execute(
-        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'pending' AND NOT attisdropped",
-        (f'"{schema}".valued',),
-    ).fetchone()
-    return row is not None
+    """Whether the schema's vectors have the pending segment as this release keeps it (`_PENDING`,
+    whose last index an earlier release did not have)."""
+    return _table_exists(conn, schema, "valued_pending_key")
 
 
 def kept(conn: Conn, schema: str) -> bool:
