@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
@@ -855,6 +856,32 @@ def test_writes_land_pending_answered_exactly_until_they_settle(
         for q, tags in queries(43, 10):
             assert answers(server, q, tags, exact=False) == answers(server, q, tags)
         assert server.verify_storage()[0] == []
+    finally:
+        server.close()
+
+
+def test_the_settler_waits_for_a_pause_in_writes_at_most_its_longest(
+    pgvector_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows a write leaves pending settle in the background once writes pause, and no later than
+    `Settler.LONGEST` after the write that woke it, however long the pause it waits for."""
+    from hippograph.backends.postgres import builder
+
+    monkeypatch.setattr(builder.Settler, "QUIET", 3600.0)
+    monkeypatch.setattr(builder.Settler, "LONGEST", 0.2)
+    server = open_(pgvector_dsn, schema, search="server", ann=INDEXED)
+    try:
+        server.apply_changeset(graph(71, 200))
+        server.build_vector_index(["semantic"])
+        rng = np.random.default_rng(72)
+        cs = Changeset()
+        for j, vec in enumerate(clustered(rng, 5)):
+            cs.add_node(hg.Semantic(id=f"burst{j}", embedding=vec, proposition="p", confidence=1.0))
+        server.apply_changeset(cs)
+        deadline = time.monotonic() + 60.0  # bounds the wait for the background thread, not its speed
+        while pending_rows(pgvector_dsn, schema) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pending_rows(pgvector_dsn, schema) == 0
     finally:
         server.close()
 

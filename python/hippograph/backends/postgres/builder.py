@@ -82,9 +82,14 @@ class IndexBuilder:
 class Settler:
     """Inserts the repo's pending rows into its HNSW indexes (`upkeep.settle`) on a connection of its
     own, woken by each write (`nudge`): the writer has committed without those inserts, and queries
-    scan the rows exactly until they settle. The thread ends after `IDLE` seconds without a write."""
+    scan the rows exactly until they settle. A settle starts once writes pause for `QUIET` seconds
+    (at most `LONGEST` after the write that woke it), so a burst of writes commits without the
+    index inserts competing with it for the server's cores. The thread ends after `IDLE` seconds
+    without a write."""
 
     IDLE = 30.0
+    QUIET = 0.05
+    LONGEST = 1.0
 
     def __init__(self, schema: str, repo: str, connect: Callable[[], Conn], name: str) -> None:
         self.schema = schema
@@ -114,6 +119,11 @@ class Settler:
                             self.thread = None
                             return
                 self.wake.clear()
+                woken = time.monotonic()
+                while not self.stop.is_set() and time.monotonic() - woken < self.LONGEST:
+                    if not self.wake.wait(self.QUIET):
+                        break
+                    self.wake.clear()
                 if self.conn is None:
                     self.conn = self.connect()
                 upkeep.settle(self.conn, self.schema, self.repo, self.stop)
