@@ -625,6 +625,10 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
             // the k-th score ends the pass (every later row's is lower), and no row is read twice
             // (the codes' bound is as tight as the shadow's).
             let by_bound = bounded_pool(req.pool, bounds, n);
+            // The first rows are asked for together; the loop then keeps PREFETCH_AHEAD in flight.
+            for &(_, r) in by_bound.iter().take(PREFETCH_AHEAD) {
+                prefetch(scan, r as usize);
+            }
             for (i, &(b, r)) in by_bound.iter().enumerate() {
                 if heap.len() == scan.top_k && heap.peek().is_some_and(|worst| b < worst.score) {
                     break;
@@ -636,6 +640,9 @@ pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeErr
             }
         }
         None => {
+            for &r in pool.iter().take(PREFETCH_AHEAD) {
+                fetch(r as usize);
+            }
             for (i, &r) in pool.iter().enumerate() {
                 if let Some(&ahead) = pool.get(i + PREFETCH_AHEAD) {
                     fetch(ahead as usize);
