@@ -94,7 +94,7 @@ def enable(conn: Conn, schema: str) -> str:
     assert ext is not None
     quoted = sql.Identifier(schema)
     for attempt in range(1, _ENABLE_ATTEMPTS + 1):
-        if all(_table_exists(conn, schema, table) for table in ("vectors", "valued", "reweighed")) and _settling(
+        if all(_relation_exists(conn, schema, table) for table in ("vectors", "valued", "reweighed")) and _settling(
             conn, schema
         ):
             return ext
@@ -134,13 +134,13 @@ def _enable_once(conn: Conn, quoted: sql.Identifier, ext: sql.Identifier, schema
                     s=quoted
                 )
             )
-            if not _table_exists(conn, schema):
+            if not _relation_exists(conn, schema):
                 for statement in _ENABLE:
                     conn.execute(sql.SQL(statement).format(s=quoted, e=ext))
                 _backfill(conn, schema)
-            if not _table_exists(conn, schema, "valued"):
+            if not _relation_exists(conn, schema, "valued"):
                 steps: tuple[str, ...] = (*_VALUED, *_REWEIGHED, *_VALUED_TRIGGERS)
-            elif not _table_exists(conn, schema, "reweighed"):  # enabled by an earlier release
+            elif not _relation_exists(conn, schema, "reweighed"):  # enabled by an earlier release
                 steps = _REWEIGHED
             else:
                 steps = ()
@@ -377,16 +377,17 @@ lock `enable` takes, idempotent (it also follows a re-creation of ``{s}.valued``
 def _settling(conn: Conn, schema: str) -> bool:
     """Whether the schema's vectors have the pending segment as this release keeps it (`_PENDING`,
     whose last index an earlier release did not have)."""
-    return _table_exists(conn, schema, "valued_pending_key")
+    return _relation_exists(conn, schema, "valued_pending_key")
 
 
 def kept(conn: Conn, schema: str) -> bool:
     """Whether `schema` keeps server-side vectors (its writers must send them)."""
-    return _table_exists(conn, schema)
+    return _relation_exists(conn, schema)
 
 
-def _table_exists(conn: Conn, schema: str, table: str = "vectors") -> bool:
-    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{table}',)).fetchone()
+def _relation_exists(conn: Conn, schema: str, name: str = "vectors") -> bool:
+    """Whether the schema holds a table or index of that name."""
+    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{name}',)).fetchone()
     return row is not None and row[0] is not None
 
 
