@@ -419,12 +419,17 @@ pub fn valued_pool(
         let row = *row_of_label.get(label as usize)?;
         usize::try_from(row).ok().filter(|&r| r < n).map(factor)
     };
-    // A neighbour's row, read as its codes are prefetched, so its key arrives with them (the reads
-    // of a node's neighbours overlap, where `weight` would wait for each row, then each key).
-    let warm = |label: u32| {
-        if let Some(&row) = row_of_label.get(label as usize) {
-            if let Some(key) = usize::try_from(row).ok().and_then(|r| by_row.get(r)) {
-                prefetch_lines([std::ptr::from_ref(key).cast::<i8>()]);
+    // The neighbours' rows, then their keys, asked for together while their codes arrive: read
+    // one by one, `weight` would wait for each row, then for each key.
+    let warm = |labels: &[u32]| {
+        prefetch_lines(
+            labels.iter().filter_map(|&l| row_of_label.get(l as usize)).map(|r| std::ptr::from_ref(r).cast::<i8>()),
+        );
+        for &label in labels {
+            if let Some(&row) = row_of_label.get(label as usize) {
+                if let Some(key) = usize::try_from(row).ok().and_then(|r| by_row.get(r)) {
+                    prefetch_lines([std::ptr::from_ref(key).cast::<i8>()]);
+                }
             }
         }
     };

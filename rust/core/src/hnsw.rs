@@ -439,6 +439,13 @@ impl Visited {
             self.stamp = 1;
         }
     }
+    /// Asks for `id`'s mark ahead of `first`.
+    #[inline]
+    fn prefetch(&self, id: u32) {
+        if let Some(slot) = self.marks.get(id as usize) {
+            crate::scoring::prefetch([std::ptr::from_ref(slot).cast::<i8>()]);
+        }
+    }
     /// True the first time `id` is seen since the last reset.
     #[inline]
     fn first(&mut self, id: u32) -> bool {
@@ -837,9 +844,9 @@ impl Index {
     /// objective kept. The weight is taken before the similarity: a node whose priority cannot
     /// exceed that worst objective at any similarity (weight and ceiling at most it) is passed
     /// over without its codes being compared, which on rows of widely varying value is most of
-    /// the nodes a beam reaches. `warm(id)` runs for each neighbour of a node explored, beside the
-    /// prefetch of its codes, before any is weighed: where `weigh` reads memory of its own, it
-    /// asks for it there, so the loads overlap.
+    /// the nodes a beam reaches. `warm(ids)` runs with the unvisited neighbours of a node explored,
+    /// after the prefetch of their codes and before any is weighed: where `weigh` reads memory of
+    /// its own, it asks for all of it there, so the loads overlap.
     #[expect(clippy::too_many_arguments, reason = "the graph, the query, where to start, and how to rank")]
     fn beam(
         &self,
@@ -850,7 +857,7 @@ impl Index {
         level: usize,
         ceiling: f32,
         weigh: impl Fn(u32) -> Option<f32>,
-        warm: impl Fn(u32),
+        warm: impl Fn(&[u32]),
     ) -> Vec<Near> {
         // No code similarity exceeds one by more than the codes' error.
         let sim_cap = 1.0 + self.max_error();
@@ -881,19 +888,31 @@ impl Index {
                 floor = best.peek().map_or(f32::NEG_INFINITY, |r| r.0 .0);
             }
             let mut scratch = Vec::with_capacity(self.m0);
+            let mut fresh = Vec::with_capacity(self.m0);
             while let Some(cur) = todo.pop() {
                 if best.len() >= ef && cur.0 < floor {
                     break;
                 }
                 self.neighbours(graph, cur.1, level, &mut scratch);
-                for &n in &scratch {
-                    self.prefetch(graph, n);
-                    warm(n);
+                // The next node likely explored: its links arrive while this one's neighbours are
+                // weighed and compared.
+                if let Some(next) = todo.peek() {
+                    self.prefetch_links(graph, next.1, level);
                 }
+                // Visit marks first (one line each, asked for together), then codes and weights
+                // for the unvisited only: a visited neighbour costs no memory beyond its mark.
                 for &n in &scratch {
-                    if n as usize >= visited.marks.len() || !visited.first(n) {
-                        continue;
-                    }
+                    visited.prefetch(n);
+                }
+                fresh.clear();
+                fresh.extend(
+                    scratch.iter().copied().filter(|&n| (n as usize) < visited.marks.len() && visited.first(n)),
+                );
+                for &n in &fresh {
+                    self.prefetch(graph, n);
+                }
+                warm(&fresh);
+                for &n in &fresh {
                     let w = weigh(n);
                     if best.len() >= ef && w.unwrap_or(0.0).max(ceiling) * sim_cap <= floor {
                         continue;
@@ -931,6 +950,17 @@ impl Index {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (graph, id);
+    }
+
+    /// Asks for the start of `id`'s level-0 links (the count and the first neighbours).
+    #[inline]
+    fn prefetch_links(&self, graph: &Graph, id: u32, level: usize) {
+        if level == 0 {
+            let (seg, at) = locate(graph, id);
+            // SAFETY: `at < seg.cap`; only the address is formed, prefetching reads nothing.
+            let start = unsafe { seg.links.add(at * (self.m0 + 1)) };
+            crate::scoring::prefetch([start.cast::<i8>(), start.cast::<i8>().wrapping_add(64)]);
+        }
     }
 
     fn deleted(&self, graph: &Graph, id: u32) -> bool {
@@ -1087,8 +1117,13 @@ impl Index {
     /// The `k` nearest live ids to `query` with their code similarities (best first, at most `k`;
     /// fewer when the graph holds fewer live ids than it finds). `ef`: the beam width (at least `k`).
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<(u32, f32)>, IndexError> {
-        let mut found =
-            self.search_by(query, ef.max(k), 1.0, |graph, id| (!self.deleted(graph, id)).then_some(1.0), |_| {})?;
+        let mut found = self.search_by(
+            query,
+            ef.max(k),
+            1.0,
+            |graph, id| (!self.deleted(graph, id)).then_some(1.0),
+            |_: &[u32]| {},
+        )?;
         found.truncate(k);
         Ok(found)
     }
@@ -1102,14 +1137,14 @@ impl Index {
     /// a lower one trusts the products to lead the way. With weights in [0, 1], a reported
     /// product is within `max_error` of the exact similarity's. A node whose weight (and
     /// `ceiling`) cannot reach the worst product kept is passed over unread (see `beam`).
-    /// `warm(id)`: asks for the memory `weight(id)` will read (see `beam`).
+    /// `warm(ids)`: asks for the memory `weight` will read for each of `ids` (see `beam`).
     pub fn search_weighted(
         &self,
         query: &[f32],
         ef: usize,
         ceiling: f32,
         weight: impl Fn(u32) -> Option<f32>,
-        warm: impl Fn(u32),
+        warm: impl Fn(&[u32]),
     ) -> Result<Vec<(u32, f32)>, IndexError> {
         let weigh = |graph: &Graph, id| {
             if self.deleted(graph, id) {
@@ -1127,7 +1162,7 @@ impl Index {
         ef: usize,
         ceiling: f32,
         weigh: impl Fn(&Graph, u32) -> Option<f32>,
-        warm: impl Fn(u32),
+        warm: impl Fn(&[u32]),
     ) -> Result<Vec<(u32, f32)>, IndexError> {
         if query.len() != self.dim {
             return Err(IndexError::Shape(format!("a query of {} floats for dimension {}", query.len(), self.dim)));
@@ -1483,7 +1518,7 @@ mod tests {
         };
         let (mut hit, mut asked) = (0, 0);
         for q in data(30, dim, 31).chunks_exact(dim) {
-            let got = index.search_weighted(q, 40, 1.0, weight, |_| {}).unwrap();
+            let got = index.search_weighted(q, 40, 1.0, weight, |_: &[u32]| {}).unwrap();
             assert_eq!(got.len(), 40);
             assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
             for &(id, f) in &got {
