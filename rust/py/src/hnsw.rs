@@ -243,6 +243,8 @@ impl Hnsw {
             by_row: contiguous(py, "keys", &keys)?,
             stale: contiguous(py, "key_stale", &key_stale)?,
             most,
+            // The order's keys run from largest to smallest, over the same rows as `keys`.
+            least: req.order_keys.last().copied().unwrap_or(f64::NEG_INFINITY),
         };
         let search = certified::ValuedSearch {
             index: &self.inner,
