@@ -1151,6 +1151,17 @@ mod tests {
         index
     }
 
+    /// Each pool row's bound is at least its exact score (of the `n` rows `req` scans).
+    fn bounds_hold(pool: &ValuedPool, req: ScanRequest<'_>, n: usize) {
+        assert_eq!(pool.bounds.len(), pool.rows.len());
+        let all = crate::scoring::scan_default(&ScanRequest { top_k: n, threshold: f64::NEG_INFINITY, ..req });
+        for (r, s) in all.unwrap() {
+            if let Ok(i) = pool.rows.binary_search(&(r as u32)) {
+                assert!(s <= pool.bounds[i], "row {r}: score {s} above its bound {}", pool.bounds[i]);
+            }
+        }
+    }
+
     #[test]
     fn a_value_weighted_pool_answers_as_the_exact_scan() {
         let (n, dim) = (3000, 16);
@@ -1185,13 +1196,7 @@ mod tests {
                 let w = pool_walk(req, &pool.rows, 1.0, pool.outside_score, &order);
                 // Every row's bound holds its exact score, and a walk that reads the pool by its bounds
                 // (skipping rows that cannot reach the k-th score) answers as the plain walk does.
-                assert_eq!(pool.bounds.len(), pool.rows.len());
-                let all = crate::scoring::scan_default(&ScanRequest { top_k: n, threshold: f64::NEG_INFINITY, ..req });
-                for (r, s) in all.unwrap() {
-                    if let Ok(i) = pool.rows.binary_search(&(r as u32)) {
-                        assert!(s <= pool.bounds[i], "row {r}: score {s} above its bound {}", pool.bounds[i]);
-                    }
-                }
+                bounds_hold(&pool, req, n);
                 let by_bounds = WalkRequest { pool_bounds: Some(&pool.bounds), ..w };
                 assert_eq!(walk(&by_bounds).unwrap(), walk(&w).unwrap());
                 if let Some(got) = walk(&w).unwrap() {
@@ -1257,12 +1262,7 @@ mod tests {
             let mut sorted = near.clone();
             sorted.sort_unstable();
             assert_eq!(pool.rows, sorted);
-            let all = crate::scoring::scan_default(&ScanRequest { top_k: n, threshold: f64::NEG_INFINITY, ..req });
-            for (r, s) in all.unwrap() {
-                if let Ok(i) = pool.rows.binary_search(&(r as u32)) {
-                    assert!(s <= pool.bounds[i], "row {r}: score {s} above its bound {}", pool.bounds[i]);
-                }
-            }
+            bounds_hold(&pool, req, n);
             let w = WalkRequest {
                 pool_bounds: Some(&pool.bounds),
                 ..pool_walk(req, &pool.rows, 1.0, pool.outside_score, &order)
