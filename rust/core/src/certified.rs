@@ -438,10 +438,8 @@ pub fn valued_pool(
             labels.iter().filter_map(|&l| row_of_label.get(l as usize)).map(|r| std::ptr::from_ref(r).cast::<i8>()),
         );
         for &label in labels {
-            if let Some(&row) = row_of_label.get(label as usize) {
-                if let Some(key) = usize::try_from(row).ok().and_then(|r| by_row.get(r)) {
-                    prefetch_lines([std::ptr::from_ref(key).cast::<i8>()]);
-                }
+            if let Some(key) = row_at(label).and_then(|r| by_row.get(r)) {
+                prefetch_lines([std::ptr::from_ref(key).cast::<i8>()]);
             }
         }
     };
@@ -1257,11 +1255,10 @@ mod tests {
             )
             .unwrap();
             // The pool is the similarity search's, less the id that stands for no row.
-            let near: Vec<u32> =
+            let mut near: Vec<u32> =
                 index.search(q, 48, 48).unwrap().into_iter().map(|x| x.0).filter(|&l| l as usize != n - 1).collect();
-            let mut sorted = near.clone();
-            sorted.sort_unstable();
-            assert_eq!(pool.rows, sorted);
+            near.sort_unstable();
+            assert_eq!(pool.rows, near);
             bounds_hold(&pool, req, n);
             let w = WalkRequest {
                 pool_bounds: Some(&pool.bounds),
