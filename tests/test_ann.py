@@ -1459,12 +1459,13 @@ def test_calibration_leaves_out_a_value_weighted_pool_whose_answers_miss(monkeyp
 
         def wrong(*call: Any) -> Any:
             top, got = pool(*call)
-            if not got:
+            if not got or not got[0]:
                 return top, got
             # the better half missed, rows of no better score in its place, the answer called certified
-            held, half = {r for r, _ in got}, len(got) // 2 + 1
+            rows, scores = got
+            held, half = set(rows), len(rows) // 2 + 1
             others = [r for r in range(len(held) + half) if r not in held][:half]
-            return top, got[half:] + [(r, got[-1][1]) for r in others]
+            return top, (rows[half:] + others, scores[half:] + [scores[-1]] * len(others))
 
         return wrong
 

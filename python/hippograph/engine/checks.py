@@ -46,6 +46,8 @@ def utcnow() -> datetime:
 
 def as_datetime(value: object, what: str = "timestamp") -> datetime:
     """An aware datetime converted to UTC; naive datetimes are refused as ambiguous."""
+    if type(value) is datetime and value.tzinfo is UTC:  # the common case, already as wanted
+        return value
     if not isinstance(value, datetime):
         raise ValidationError(f"{what} must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:

@@ -48,7 +48,8 @@ GATES: tuple[Gate, ...] = ("score", "relevance")
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
-Hits = list[tuple[int, float]]
+Hits = tuple[list[int], list[float]]
+"""Rows and their exact scores, best first (two lists, as the core hands them back)."""
 
 RowValues = Callable[[list[str], F32], F64]
 """A custom value function over rows: ``values(ids, relevance)`` → one value per row (NaN: leave the row out)."""
@@ -103,8 +104,8 @@ def prepare_queries(query: object, tags: Iterable[object], dim: int | None) -> F
         first = np.ascontiguousarray(_vector(query, "query"))
         if dim and first.shape[0] != dim:
             raise ValidationError(f"query has dimension {first.shape[0]}, the store holds dimension {dim}")
-        if not math.isfinite(first.dot(first)):  # NaN and infinities make the sum so; an overflow only
-            as_embedding(first, "query")  # costs the exact check, which then passes
+        if not math.isfinite(_core.vector_norm(first)):  # only NaN and infinities make it so (summed in f64)
+            as_embedding(first, "query")  # refused as `as_embedding` words it
         return first[None, :]
     vectors = [_vector(query, "query")]
     if isinstance(tags, np.ndarray) and tags.ndim == 2:
@@ -166,7 +167,7 @@ def scan(
         if got is not None:
             if route is not None:
                 route.append(routes.CERTIFIED)
-            return [(columns.ids[r], s) for r, s in got]
+            return list(zip(map(columns.ids.__getitem__, got[0]), got[1], strict=True))
         if route is not None:
             route.append(routes.UNCERTIFIED)
     elif route is not None:
@@ -223,7 +224,7 @@ def certified_scan(
         if top < floor:
             return None
         if got is not None:
-            return None if len(got) < top_k and threshold <= 0.0 else got
+            return None if len(got[0]) < top_k and threshold <= 0.0 else got
     # Per query vector: the walk makes a deeper first pool rarely worth its search cost. With tags
     # the answer is shared among the vectors: half as deep each, for searches that cost about as
     # much per vector as they are deep, and the walk finishes the rest.
@@ -246,7 +247,7 @@ def certified_scan(
         bound = 0.0 if exhausted else max(0.0, float(sims[:, -1].max()) + error) + 1e-6
         got = walk(rows, bound, max(n // 8, 1))
         if got is not None:
-            return None if len(got) < top_k and threshold <= 0.0 else got
+            return None if len(got[0]) < top_k and threshold <= 0.0 else got
         if exhausted or 4 * pool > n // 4:
             return None
         pool *= 4
@@ -264,7 +265,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
             cutoff = float(scores[params.top_k - 1]) if len(picked) >= params.top_k else params.threshold
             if bound >= cutoff:
                 return None
-            return list(zip(picked.tolist(), scores.tolist(), strict=True))
+            return picked.tolist(), scores.tolist()
 
         return bounded
 
@@ -299,7 +300,7 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
         )
         if got is None:
             return None
-        return list(zip(got[0].tolist(), got[1].tolist(), strict=True))
+        return got[0].tolist(), got[1].tolist()
 
     return walk
 
@@ -315,8 +316,8 @@ def _valued(
     order = columns.usage_order(params.core_params)
     # The largest value factor now among the rows the order holds current (rows without metadata:
     # one); the core adds the stale rows' and scales the codes' error by it.
-    most = order.keys[0] - params.core_params.lambda_ * now / 3600.0 if len(order.keys) else 0.0
-    ceiling = 1.0 if most >= 0 else float(np.exp(most))
+    most = float(order.keys[0]) - params.core_params.lambda_ * now / 3600.0 if len(order.keys) else 0.0
+    ceiling = 1.0 if most >= 0 else math.exp(most)
     keys, stale = keys_at(order), stale_at(order)
 
     def valued(
@@ -347,7 +348,7 @@ def _valued(
             stale,
             shadow,
         )
-        return top, None if got is None else list(zip(*got, strict=True))
+        return top, got
 
     return valued
 
@@ -468,7 +469,7 @@ def _trials(
             valued = _valued(columns, ann, params, now, None) if weighted else None
             got = certified_scan(columns, ann, q, params.top_k, params.threshold, walk, tops=tops, ef=ef, valued=valued)
             seconds = time.perf_counter() - start
-        recall = None if got is None else len({r for r, _ in got} & want) / len(want) if want else 1.0
+        recall = None if got is None else len(set(got[0]) & want) / len(want) if want else 1.0
         out.append(Trial(recall, seconds, tops[0] if tops else np.inf))
     return out
 
