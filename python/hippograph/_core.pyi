@@ -395,8 +395,10 @@ class Hnsw:
     @property
     def max_error(self) -> float:
         """The most a reported similarity differs from the exact cosine."""
-    def error_split(self, most: int) -> tuple[float, npt.NDArray[np.uint32]]:
-        """The error bound all but at most `most` ids keep, and those ids (scored exactly instead)."""
+    def error_split(self, most: int) -> tuple[float, npt.NDArray[np.uint32], int]:
+        """The error bound all but at most `most` ids keep, those ids (scored exactly instead), and
+        how many ids it covers (every id below that count; an add still running covers its ids
+        once it returns)."""
     @property
     def memory_bytes(self) -> int:
         """Bytes of codes and links the index addresses (mapped or owned)."""

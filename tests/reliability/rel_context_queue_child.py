@@ -6,6 +6,7 @@ itself (SIGKILL) right after that many claims, before completing the last one: a
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -15,9 +16,14 @@ import time
 from hippograph.backends.lmdb import LMDB
 from hippograph.context import ContextStore
 
+STUCK_AFTER_S = 300
+
 
 def main(path: str, log_path: str, threads: int, die_after: int, durability: str, go: str) -> None:
     ctx = ContextStore(LMDB(path, durability=durability))
+    # A worker still running after five minutes is stuck: its threads' stacks go to stderr (which
+    # the test shows) and it exits with status 1, which the test reports, instead of hanging it.
+    faulthandler.dump_traceback_later(STUCK_AFTER_S, exit=True)
     print("ready", flush=True)
     while not os.path.exists(go):  # every worker starts at once: none drains the queue alone
         time.sleep(0.005)

@@ -56,7 +56,9 @@ def _run(path: Path, logs: Path, workers: int, die_after: list[int], durability:
     go.touch()
     for p in procs:
         p.wait(timeout=600)
-    return sum(p.returncode == -signal.SIGKILL for p in procs)
+    codes = [p.returncode for p in procs]
+    assert all(c in (0, -signal.SIGKILL) for c in codes), f"a worker failed or was stuck (its stacks above): {codes}"
+    return codes.count(-signal.SIGKILL)
 
 
 def _logs(logs: Path) -> tuple[list[tuple[int, int]], list[int]]:

@@ -62,7 +62,9 @@ def _usage_row(usage: Usage | None) -> tuple[int, float, float, float, float]:
 _ABSORB_BATCH = 4  # pending vectors inserted per hold of the graph's lock: a query waits for at most so many
 _COPY_CHUNK = 8192  # rows the upkeep thread copies per hold of the shared lock (rows written meanwhile: no region)
 _SETTLE_S = 0.01  # the upkeep thread starts once no write woke it for this long (or `_ABSORB_NOW` vectors wait)
-_ABSORB_NOW = 1024
+_ABSORB_NOW = 64
+"""Pending vectors at which the upkeep thread absorbs even while writes keep coming: every query
+scores the pending segment exactly, so it is kept small (docs/architecture.md, index upkeep)."""
 _ABSORB_IDLE_S = 5.0
 """An upkeep thread with nothing to do for this long exits; the next write or query starts another."""
 

@@ -38,6 +38,9 @@ class TieBreak:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rank: npt.NDArray[np.uint32] | None = None
+        self._room: npt.NDArray[np.uint32] | None = None
+        """The array `_rank` is the start of, with room for rows appended later: a merge writes the
+        new rows' keys after the old ones (which readers may still hold) instead of copying them."""
         self._sorted: SortedList | None = None
         self._adopted: Sequence[str] | None = None
         """Ids of rows whose keys were taken over (`adopt`), until `_ordered` lists them by key."""
@@ -47,6 +50,7 @@ class TieBreak:
         ids in key order are listed only once a row is added or removed."""
         with self._lock:
             self._rank, self._sorted, self._adopted = rank, None, snapshot(ids)  # rows move later
+            self._room = rank
 
     def _ordered(self) -> SortedList | None:
         """The ids in key order (listed from adopted keys on first need); None when not kept."""
@@ -107,7 +111,12 @@ class TieBreak:
             for j, other in enumerate(ordered[start:stop]):
                 set_key(other, left + step * (j + 1))
         fresh = np.array([keys[i] for i in ids[ranked:]], np.uint32)
-        self._rank = np.concatenate([kept[0], fresh])
+        room = self._room
+        if kept[0] is not self._rank or room is None or len(room) < n:  # old keys changed, or no room
+            room = self._room = np.empty(n + n // 8 + 64, np.uint32)
+            room[:ranked] = kept[0]
+        room[ranked:n] = fresh
+        self._rank = room[:n]
         return self._rank
 
     def _deal(self, row: dict[str, int]) -> npt.NDArray[np.uint32]:
@@ -115,7 +124,8 @@ class TieBreak:
         assert self._sorted is not None
         n = len(self._sorted)
         spacing = max(1, min(_RANK_SPACING, _RANK_TOP // max(n, 1)))
-        rank = np.empty(n, np.uint32)
+        self._room = np.empty(n + n // 8 + 64, np.uint32)
+        rank = self._room[:n]
         rows = np.fromiter((row[i] for i in self._sorted), np.int64, count=n)
         rank[rows] = np.arange(n, dtype=np.uint32) * np.uint32(spacing)
         self._rank = rank

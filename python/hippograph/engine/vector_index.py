@@ -264,10 +264,13 @@ class VectorIndex:
         count = int(self.index.element_count)
         cached = self._error
         if cached is None or cached[0] != count:
-            bound, labels = self.index.error_split(_EXEMPT)
+            # Carried forward in the core over the ids added since the last split: a few per write.
+            # Ids of an insert still running are not covered until it returns; meanwhile they are
+            # pending, so every query scores them exactly, and the next query asks again.
+            bound, labels, covered = self.index.error_split(_EXEMPT)
             if 2 * bound > self.index.max_error:  # not worth scoring them on every query (f16 codes)
                 bound, labels = self.index.max_error, labels[:0]
-            self._error = cached = (count, float(bound), labels.astype(np.int64))
+            self._error = cached = (covered, float(bound), labels.astype(np.int64))
         if not len(cached[2]):
             return cached[1], _NO_ROWS
         rows = self.row_of_label[cached[2]]

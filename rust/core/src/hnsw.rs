@@ -486,9 +486,22 @@ pub struct Index {
     graph: RwLock<Graph>,
     entry: Mutex<Option<Entry>>,
     len: AtomicU32,
+    /// Every id below this one is inserted (its codes and residual final); ids from here to `len`
+    /// belong to an `add` still running.
+    ready: AtomicU32,
     max_residual: AtomicU32,
+    /// The last [`Index::error_split`], carried forward over the ids added since.
+    split: Mutex<Option<Split>>,
     reserve: Mutex<()>,
     adding: Mutex<()>,
+}
+
+/// An error split over the ids below `upto`: none outside `above` has a residual beyond `cut`.
+struct Split {
+    most: usize,
+    upto: u32,
+    cut: f32,
+    above: Vec<u32>,
 }
 
 fn unit(v: &[f32]) -> Vec<f32> {
@@ -548,7 +561,9 @@ impl Index {
             graph: RwLock::new(Graph { segments }),
             entry: Mutex::new(None),
             len: AtomicU32::new(0),
+            ready: AtomicU32::new(0),
             max_residual: AtomicU32::new(0f32.to_bits()),
+            split: Mutex::new(None),
             reserve: Mutex::new(()),
             adding: Mutex::new(()),
         }
@@ -585,22 +600,41 @@ impl Index {
     }
 
     /// A tighter error bound than `max_error` for all but a few ids: the bound that at most `most`
-    /// ids' residuals exceed, and those ids (a vector clamped by the scales, say), which a caller
-    /// scores exactly instead. With `most` or fewer ids, `max_error` and none.
-    pub fn error_split(&self, most: usize) -> (f32, Vec<u32>) {
+    /// ids' residuals exceed, those ids (a vector clamped by the scales, say), which a caller
+    /// scores exactly instead, and how many ids it covers: every id below that count, inserted
+    /// in full (an `add` still running covers its ids once it returns). With `most` or fewer
+    /// ids, `max_error` and none.
+    ///
+    /// Each call carries the last split forward over the ids added since (a few after a write,
+    /// rather than a pass over every id per query), and passes over every id again only when
+    /// more than `most` of them lie beyond its bound.
+    pub fn error_split(&self, most: usize) -> (f32, Vec<u32>, usize) {
         let graph = self.graph.read().expect("graph lock");
-        let n = self.len();
-        if n <= most {
-            return (self.max_error(), Vec::new());
+        let ready = self.ready.load(Ordering::Acquire);
+        if ready as usize <= most {
+            return (self.max_error(), Vec::new(), ready as usize);
         }
         let residual = |id: u32| {
             let (seg, at) = locate(&graph, id);
             seg.meta[at].get().map_or(0.0, |m| f32::from_bits(m.residual.load(Ordering::Acquire)))
         };
-        let mut all: Vec<f32> = (0..n as u32).map(residual).collect();
-        let (_, &mut cut, _) = all.select_nth_unstable_by(most, |a, b| b.total_cmp(a));
-        let above = (0..n as u32).filter(|&id| residual(id) > cut).collect();
-        (cut + ROUNDING, above)
+        let mut kept = self.split.lock().expect("split lock");
+        let carried = match kept.as_mut() {
+            Some(split) if split.most == most && split.upto <= ready => {
+                split.above.extend((split.upto..ready).filter(|&id| residual(id) > split.cut));
+                split.upto = ready;
+                split.above.len() <= most
+            }
+            _ => false,
+        };
+        if !carried {
+            let mut all: Vec<f32> = (0..ready).map(residual).collect();
+            let (_, &mut cut, _) = all.select_nth_unstable_by(most, |a, b| b.total_cmp(a));
+            let above = (0..ready).filter(|&id| residual(id) > cut).collect();
+            *kept = Some(Split { most, upto: ready, cut, above });
+        }
+        let split = kept.as_ref().expect("split just kept");
+        (split.cut + ROUNDING, split.above.clone(), ready as usize)
     }
 
     /// Bytes of codes and links this index addresses (mapped or owned).
@@ -678,6 +712,7 @@ impl Index {
                 pool.install(|| (serial..rows).into_par_iter().for_each(insert));
             }
         }
+        self.ready.store((start + rows) as u32, Ordering::Release);
         Ok(())
     }
 
@@ -1362,6 +1397,7 @@ impl Index {
         };
         let index = Self::with_scale(dim, config, scale, segments);
         index.len.store(n as u32, Ordering::Release);
+        index.ready.store(n as u32, Ordering::Release);
         index.max_residual.store(max_residual.to_bits(), Ordering::Release);
         if n > 0 {
             *index.entry.lock().expect("entry lock") = Some(Entry { node: entry_node as u32, level: entry_level });
@@ -1539,14 +1575,28 @@ mod tests {
     fn error_split_bounds_every_id_it_does_not_list() {
         let (n, dim) = (2000, 24);
         let mut d = data(n, dim, 37);
-        for v in &mut d[5 * dim..6 * dim] {
-            *v *= 40.0; // far outside the scales' sample: clamped codes, a large residual
+        for id in [5, 1500] {
+            for v in &mut d[id * dim..(id + 1) * dim] {
+                *v *= 40.0; // far outside the scales' sample: clamped codes, a large residual
+            }
+            d[id * dim] = 1.0;
         }
-        d[5 * dim] = 1.0;
         let index = Index::new(dim, config(), &d[100 * dim..400 * dim]).unwrap();
-        index.add(0, &d, 0).unwrap();
-        let (bound, listed) = index.error_split(8);
+        index.add(0, &d[..1000 * dim], 0).unwrap();
+        let (_, _, covered) = index.error_split(8);
+        assert_eq!(covered, 1000);
+        // The second half carried forward from the first half's split, with the clamped vector in it.
+        index.add(1000, &d[1000 * dim..], 0).unwrap();
+        let (bound, listed, covered) = index.error_split(8);
+        assert_eq!(covered, n);
         assert!(listed.len() <= 8 && bound <= index.max_error());
+        let graph = index.graph.read().unwrap();
+        for id in (0..n as u32).filter(|id| !listed.contains(id)) {
+            let (seg, at) = locate(&graph, id);
+            let residual = f32::from_bits(seg.meta[at].get().unwrap().residual.load(Ordering::Acquire));
+            assert!(residual + ROUNDING <= bound, "id {id}: residual {residual} beyond the bound {bound}");
+        }
+        drop(graph);
         for q in data(10, dim, 41).chunks_exact(dim) {
             let qu = unit(q);
             for (id, s) in index.search(q, 50, 60).unwrap() {
@@ -1558,7 +1608,7 @@ mod tests {
                 assert!((cos - s).abs() <= bound, "{cos} vs {s} (bound {bound})");
             }
         }
-        assert_eq!(index.error_split(n), (index.max_error(), Vec::new()));
+        assert_eq!(index.error_split(n), (index.max_error(), Vec::new(), n));
     }
 
     #[test]

@@ -87,10 +87,11 @@ impl Hnsw {
         self.inner.max_error()
     }
 
-    /// The error bound all but at most `most` ids keep, and those ids (`Index::error_split`).
-    fn error_split<'py>(&self, py: Python<'py>, most: usize) -> PyResult<(f32, Bound<'py, PyArray1<u32>>)> {
-        let (bound, ids) = errors::detached(py, "Hnsw.error_split", || self.inner.error_split(most))?;
-        Ok((bound, ids.into_pyarray(py)))
+    /// The error bound all but at most `most` ids keep, those ids, and how many ids it covers
+    /// (`Index::error_split`).
+    fn error_split<'py>(&self, py: Python<'py>, most: usize) -> PyResult<(f32, Bound<'py, PyArray1<u32>>, usize)> {
+        let (bound, ids, covered) = errors::detached(py, "Hnsw.error_split", || self.inner.error_split(most))?;
+        Ok((bound, ids.into_pyarray(py), covered))
     }
 
     /// Bytes of codes and links the index addresses (mapped or owned).
