@@ -755,6 +755,24 @@ def test_async_methods() -> None:
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("bad", [[float("nan")] * DIM, [1.0] * (DIM + 1), ["x"] * DIM])
+def test_an_embedder_vector_the_store_cannot_hold_fails_the_batch_with_nothing_written(bad: list[Any]) -> None:
+    """The adapter hands the store its puts checked; the embedder's vectors are checked there, and
+    one it cannot hold (not finite, another dimension, not numbers) refuses every put of the batch."""
+
+    def embed(texts: Sequence[str]) -> list[Any]:
+        return [bad if t == "poison" else v for t, v in zip(texts, fake_embed(texts), strict=True)]
+
+    with HippographStore(index={"dims": DIM, "embed": embed, "fields": ["text"]}) as store:
+        store.put(("a",), "old", {"text": "apple"})
+        with pytest.raises(ValidationError):
+            store.batch([PutOp(("a",), "k1", {"text": "pear"}), PutOp(("a",), "old", {"text": "poison"})])
+        assert store.get(("a",), "k1") is None
+        old = store.get(("a",), "old")
+        assert old is not None and old.value == {"text": "apple"}
+        assert [item.key for item in store.search(("a",), query="apple")] == ["old"]
+
+
 def test_async_embedder() -> None:
     async def aembed(texts: Sequence[str]) -> list[list[float]]:
         await asyncio.sleep(0)

@@ -56,7 +56,7 @@ from ..backends.memory import InMemory
 from ..engine.checks import finite_float, utcnow
 from ..errors import ConfigError, StorageError, ValidationError
 from ..store import Entry, Scope, Store, open_store
-from ..store.model import MAX_SEGMENTS, check_key, check_scope, check_value
+from ..store.model import MAX_SEGMENTS, check_embedding, check_key, check_scope, check_value
 from ._langgraph_filter import Predicate, compile_filter
 from ._langgraph_rank import (
     VECTOR_KIND,
@@ -114,6 +114,16 @@ def _addressable(namespace: object, key: object = None) -> bool:
     except ValidationError:
         return False
     return True
+
+
+def _item_put(
+    scope: Scope, key: str, text: str, value: dict[str, Any], vector: object, kind: str, ttl: float | None
+) -> dict[str, Any]:
+    """One put as `Store._put_prepared` takes it; only the embedder's vector is checked here."""
+    return {
+        "scope": scope, "key": key, "text": text, "value": value, "embedding": check_embedding(vector),
+        "kind": kind, "importance": 0.5, "pending": False, "ttl": ttl,
+    }  # fmt: skip
 
 
 def _put_scope(namespace: tuple[str, ...]) -> Scope:
@@ -447,11 +457,10 @@ class HippographStore(BaseStore):
             extras[(w.scope, w.key)] = max(len(vectors) - 1, 0)
             text = "\n".join(w.texts)
             first = vectors[0] if vectors else None
-            items.append(
-                {"scope": w.scope, "key": w.key, "text": text, "value": w.value, "embedding": first, "ttl": w.ttl}
-            )
+            # Complete as `Store` checks them: scope, key, value and texts were checked in `_prepare`.
+            items.append(_item_put(w.scope, w.key, text, w.value, first, "semantic", w.ttl))
             items.extend(
-                {"scope": vector_scope(w.scope, i), "key": w.key, "embedding": v, "kind": VECTOR_KIND, "ttl": w.ttl}
+                _item_put(vector_scope(w.scope, i), w.key, "", {}, v, VECTOR_KIND, w.ttl)
                 for i, v in enumerate(vectors[1:], start=1)
             )
         deletes = [(w.scope, w.key) for w in writes if w.value is None]
@@ -463,7 +472,7 @@ class HippographStore(BaseStore):
             stale[:] = [(sc, k, n + 1) for (sc, k), n in extras.items() if any(extras_after(t, sc, k, n + 1))]
 
         if items:
-            self.store._put_many(items, leftover)
+            self.store._put_prepared(items, leftover, copies=False)
         if not deletes and not stale:
             return
 

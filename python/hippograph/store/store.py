@@ -291,9 +291,14 @@ class Store:
         return self._put_prepared(prepared, then)
 
     def _put_prepared(
-        self, prepared: builtins.list[dict[str, Any]], then: Callable[[EntryTxn], None] | None = None
+        self,
+        prepared: builtins.list[dict[str, Any]],
+        then: Callable[[EntryTxn], None] | None = None,
+        *,
+        copies: bool = True,
     ) -> builtins.list[Entry]:
-        """Puts checked items (`_prepared`'s) in one transaction, embedding those that need it."""
+        """Puts checked items (`_checked`'s) in one transaction, embedding those that need it.
+        Without `copies` it hands back the entries the index holds, for a caller that reads none."""
         self._fill_vectors(prepared)
         now = utcnow()
 
@@ -307,7 +312,8 @@ class Store:
                 then(t)
             return out
 
-        return [detached(e) for e in self._put_entries(run)]
+        written = self._put_entries(run)
+        return [detached(e) for e in written] if copies else written
 
     def update(self, /, scope: Sequence[str], key: str, **changes: Any) -> Entry:
         """Changes the named fields of an existing entry (`NotFoundError` if there is none)."""
