@@ -203,7 +203,7 @@ def _search(
     def run(t: KvTxn) -> list[ContextHit]:
         query = store._query(t, vector)
         cache = store._vectors.current(t, store._active_dim(t))
-        rows, sims = cache.ranked(query, *cache.slice_of(segments))
+        rows, sims, _ = cache.ranked(query, *cache.slice_of(segments))
         if cut_first:
             rows, sims = rows[:top_k], sims[:top_k]
         out = []

@@ -17,8 +17,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import hippograph as hg
 from hippograph.backends import InMemory
 from hippograph.context import ContextStore
+from hippograph.context.vectors import VectorSnapshot, _changed
 from hippograph.errors import ValidationError
 from hippograph.testing.context import EMBED, embed_pending
 
@@ -84,6 +86,36 @@ def test_min_score_cuts_the_ranking_and_nothing_else(
         assert len(got) == min(top_k, sum(cosine(x, query) > floor for x in docs.values()))
 
 
+DIRECTIONS = (*([1.0, a / 4, 0.0] for a in range(8)), [0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [-1.0, 0.0, 0.0])
+"""Cosines from 1 down to -1 with the query [1, 0, 0]: well apart, or (the same pick) tied exactly."""
+
+
+@SETTINGS
+@given(
+    docs=st.lists(st.tuples(st.integers(0, len(DIRECTIONS) - 1), st.booleans()), min_size=1, max_size=40),
+    top_k=st.integers(1, 6),
+    floor=st.sampled_from((None, -0.5, 0.5)),
+)
+def test_the_k_nearest_skip_disabled_documents_however_many_rank_above(
+    docs: list[tuple[int, bool]], top_k: int, floor: float | None
+) -> None:
+    """The scan ranks only the best few rows before reading their documents back; when disabled
+    documents take their places, it ranks the rest, so the answer is the rule's whatever the mix."""
+    vectors = {f"d/{i:02d}": DIRECTIONS[p] for i, (p, _) in enumerate(docs)}
+    store = embedded(vectors)
+    for i, (_, enabled) in enumerate(docs):
+        if not enabled:
+            store.set_node_enabled(f"d/{i:02d}", False)
+    query = [1.0, 0.0, 0.0]
+    kept = [
+        u
+        for (u, x), (_, on) in zip(vectors.items(), docs, strict=True)
+        if on and (floor is None or cosine(x, query) > floor)
+    ]
+    want = sorted(kept, key=lambda u: (-cosine(vectors[u], query), u))[:top_k]
+    assert [h.uri for h in store.search_vector(query, top_k, min_score=floor)] == want
+
+
 def finite_number(value: object) -> bool:
     """The rule for `min_score`: None, or an int or float that is a finite float."""
     if value is None:
@@ -116,3 +148,109 @@ def test_min_score_is_refused_unless_a_finite_number(floor: Any) -> None:
     else:
         with pytest.raises(ValidationError):
             store.search_vector([1.0, 0.0, 0.0], 5, min_score=floor)
+
+
+ANN = hg.AnnConfig(min_nodes=100, ef_search=128, ef_construction=200, background=False, min_speedup=0)
+
+
+def clustered(n: int, seed: int) -> tuple[dict[str, list[float]], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((8, 16))
+    rows = centres[rng.integers(0, 8, n)] + 0.4 * rng.standard_normal((n, 16))
+    return {f"{'big' if i % 4 else 'small'}/d{i:04d}": r.tolist() for i, r in enumerate(rows)}, centres
+
+
+def large(docs: dict[str, list[float]], ann: hg.AnnConfig | None, backend: InMemory | None = None) -> ContextStore:
+    store = ContextStore(backend or InMemory(), document_jobs=[EMBED], ann=ann)
+    for uri in docs:
+        store.put_document(uri, uri)
+    embed_pending(store, docs)
+    return store
+
+
+def test_the_vector_index_answers_a_large_store_as_the_exact_scan_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over most of a store past `min_nodes`, the HNSW index answers; a narrow scope, a floor or a
+    store without the index give the same documents with the same scores."""
+    scans: list[int] = []
+    monkeypatch.setattr(VectorSnapshot, "ranked", _counted(VectorSnapshot.ranked, scans))
+    docs, centres = clustered(800, 1)
+    indexed, exact = large(docs, ANN), large(docs, None)
+    assert indexed.build_vector_index() and not indexed.build_vector_index()
+    stats = indexed.vector_index_stats()["index"]
+    assert stats["available"] and not stats["exact_fallback"]
+    assert "index" not in exact.vector_index_stats() and not exact.build_vector_index()
+    rng = np.random.default_rng(2)
+    asked = found = 0
+    for query, scope, floor in itertools.product(
+        [*centres[:4], *rng.standard_normal((4, 16))], (None, "big", "small"), (None, 0.0, 0.5)
+    ):
+        got = indexed.search_vector(query.tolist(), 10, scope, min_score=floor)
+        want = exact.search_vector(query.tolist(), 10, scope, min_score=floor)
+        assert len(got) == len(want)
+        truth = {h.uri: h.score for h in want}
+        for h in got:  # every hit is a document of the scope with its exact score
+            assert in_scope(h.uri, scope) and h.score == pytest.approx(cosine(docs[h.uri], query.tolist()), abs=TOL)
+            assert floor is None or h.score > floor
+        asked += len(want)
+        found += sum(h.uri in truth for h in got)
+        scanned = len(scans) == 2  # the exact store's scan, and the indexed store's own
+        scans.clear()
+        assert scanned == (scope == "small") or floor == 0.5, "the index answers most of the store"
+    assert found / asked >= 0.98
+
+
+def _counted(fn: Any, calls: list[int]) -> Any:
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return fn(*args, **kw)
+
+    return wrapper
+
+
+def test_the_index_never_returns_a_document_the_store_does_not_hold_or_has_disabled() -> None:
+    docs, centres = clustered(600, 3)
+    store = large(docs, ANN)
+    assert store.build_vector_index()
+    query = centres[0].tolist()
+    first = [h.uri for h in store.search_vector(query, 10)]
+    store.set_node_enabled(first[0], False)
+    store.remove_subtree(first[1])
+    again = [h.uri for h in store.search_vector(query, 10)]
+    assert len(again) == 10 and first[0] not in again and first[1] not in again
+    assert again[:8] == first[2:]
+
+
+def test_another_writer_s_vector_reaches_the_index() -> None:
+    """A vector written through another store on the same backend (another process's write) is
+    found by the next search, the index catching up with only what changed."""
+    docs, centres = clustered(600, 4)
+    backend = InMemory()
+    store = large(docs, ANN, backend)
+    assert store.build_vector_index()
+    other = ContextStore(backend, document_jobs=[EMBED])
+    target = (centres[5] + 0.01).tolist()
+    other.put_document("big/new", "new")
+    moved = next(iter(docs))
+    embed_pending(other, {"big/new": target, moved: (-centres[5]).tolist()})
+    hits = store.search_vector(target, 3)
+    assert hits[0].uri == "big/new" and moved not in [h.uri for h in store.search_vector(centres[5].tolist(), 50)]
+    assert store.vector_index_stats()["index"]["available"]
+
+
+@SETTINGS
+@given(
+    old=st.dictionaries(st.binary(min_size=1, max_size=3), st.integers(0, 3), max_size=30),
+    new=st.dictionaries(st.binary(min_size=1, max_size=3), st.integers(0, 3), max_size=30),
+)
+def test_a_reload_hands_the_index_exactly_the_rows_that_changed(old: dict[bytes, int], new: dict[bytes, int]) -> None:
+    """Between two snapshots: every row new or with other bits is fresh, every lost key gone, and
+    nothing else (the columns of the vector index are brought up to date with only those)."""
+
+    def snapshot(rows: dict[bytes, int]) -> VectorSnapshot:
+        keys = sorted(rows)
+        return VectorSnapshot(0, 2, keys, [np.array([rows[k], 1.0], "<f4").tobytes() for k in keys])
+
+    before, after = snapshot(old), snapshot(new)
+    fresh, gone = _changed(before, after)
+    assert [k for k, f in zip(after.keys, fresh, strict=True) if f] == [k for k in after.keys if old.get(k) != new[k]]
+    assert gone == [k for k in before.keys if k not in new]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
 from ..engine.checks import finite_float
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, ValidationError
 from . import jobs, tree
 from .keys import counter
@@ -89,6 +90,7 @@ class ContextBase:
         dim: int | None = None,
         max_attempts: int = 5,
         owns_backend: bool = False,
+        ann: AnnConfig | None = DEFAULT_ANN,
     ) -> None:
         for name in ("context_write", "context_read"):
             if not callable(getattr(backend, name, None)):
@@ -99,12 +101,15 @@ class ContextBase:
         self.document_jobs = tuple(check_name(k, "document_jobs kind") for k in document_jobs)
         self.max_attempts = check_limit(max_attempts, "max_attempts", 1000)
         self._dim = dim
-        self._vectors = VectorCache()
+        if ann is not None and not isinstance(ann, AnnConfig):
+            raise ConfigError(f"ann must be an AnnConfig or None, got {type(ann).__name__}")
+        self._vectors = VectorCache(ann)
         self._owns = owns_backend
 
     # -- plumbing -------------------------------------------------------------------------------
 
     def close(self) -> None:
+        self._vectors.close()
         if self._owns:
             close = getattr(self.backend, "close", None)
             if callable(close):

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..engine.checks import as_embedding, finite_float
 from ..engine.paths import check_repo_name, store_path
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import NotFoundError, ValidationError
 from . import jobs, scan, tree
 from .base import (
@@ -48,6 +49,7 @@ from .model import (
 )
 from .protocol import ContextBackend, KvTxn
 from .queue_calls import QueueCalls
+from .vectors import VectorSnapshot
 
 __all__ = ["ContextStore", "open_context"]
 
@@ -62,6 +64,7 @@ class ContextStore(MemoryCalls, QueueCalls):
     `document_jobs`: the background work every written document gets unless a call names its own
     (kinds, each enqueued with ``{"uri": ...}``), so a file written by `replace_skill` is like one
     written by `put_document`. `dim`: the vector dimension (None: the first stored vector's).
+    `ann`: the vector index that answers searches over most of a large store (None: exact scans).
     """
 
     # -- documents ------------------------------------------------------------------------------
@@ -367,23 +370,18 @@ class ContextStore(MemoryCalls, QueueCalls):
             query = self._query(t, vector)
             cache = self._vectors.current(t, self._active_dim(t))
             lo, hi = cache.slice_of(segments)
-            rows, sims = cache.ranked(query, lo, hi, floor)
-            out = []
-            for row, sim in zip(rows, sims, strict=True):
-                key = cache.keys[row]
-                raw = t.get(tree.NODES, key)
-                if raw is None:
-                    continue
-                rec = decode(raw, "context node")
-                if rec["k"] != "doc" or not rec.get("e", True):
-                    continue
-                n = tree.to_node(uri_of(key), rec, chosen)
-                out.append(
-                    ContextHit(uri=n.uri, content=n.content, abstract=n.abstract, overview=n.overview, score=sim)
-                )
-                if len(out) >= top_k:
-                    break
-            return out
+            if hi > lo:  # most of the store: its vector index's best rows, when they hold the answer
+                depth = -(-top_k * len(cache.keys) // (hi - lo)) + top_k
+                got = self._vectors.nearest(cache, query, lo, hi, depth, floor)
+                if got is not None:
+                    out = _hits(t, cache, *got[:2], chosen, top_k)
+                    if len(out) >= top_k or got[2]:
+                        return out
+            rows, sims, whole = cache.ranked(query, lo, hi, floor, 2 * top_k)
+            out = _hits(t, cache, rows, sims, chosen, top_k)
+            if len(out) >= top_k or whole:
+                return out
+            return _hits(t, cache, *cache.ranked(query, lo, hi, floor)[:2], chosen, top_k)
 
         return self._read(run)
 
@@ -460,9 +458,17 @@ class ContextStore(MemoryCalls, QueueCalls):
 
         return self._write(run)
 
+    def build_vector_index(self) -> bool:
+        """Builds and measures the vector index of the documents' vectors now, instead of in the
+        background after the first search over most of the store; True when this call built it
+        (False: built already, or no more rows than `AnnConfig.min_nodes`)."""
+        return self._read(lambda t: self._vectors.build(self._vectors.current(t, self._active_dim(t))))
+
     def vector_index_stats(self) -> dict[str, Any]:
         """``available``, ``vectors`` (rows held; None when unavailable), ``documents`` (documents
-        they describe), ``reclaimable`` (rows naming a URI the store no longer holds)."""
+        they describe), ``reclaimable`` (rows naming a URI the store no longer holds); and
+        ``index``, the HNSW index's own figures, once this process holds more rows than
+        `AnnConfig.min_nodes` and has searched them."""
 
         def run(t: KvTxn) -> dict[str, Any]:
             vectors = counter(t, tree.VECTOR_COUNT)
@@ -470,7 +476,9 @@ class ContextStore(MemoryCalls, QueueCalls):
             return {"available": True, "vectors": vectors, "documents": vectors - len(reclaimable),
                     "reclaimable": len(reclaimable), "dim": self._active_dim(t)}  # fmt: skip
 
-        return self._read(run)
+        out = self._read(run)
+        index = self._vectors.stats()
+        return out if index is None else out | {"index": index}
 
     @staticmethod
     def _reclaimable(t: KvTxn) -> list[bytes]:
@@ -553,6 +561,26 @@ def _excerpt(line: str, start: int, end: int) -> str:
     return line[first : first + _EXCERPT]
 
 
+def _hits(
+    t: KvTxn, cache: VectorSnapshot, rows: list[int], sims: list[float], chosen: frozenset[str], top_k: int
+) -> list[ContextHit]:
+    """The first `top_k` of the ranked rows whose documents `t` holds, enabled."""
+    out = []
+    for row, sim in zip(rows, sims, strict=True):
+        key = cache.keys[row]
+        raw = t.get(tree.NODES, key)
+        if raw is None:
+            continue
+        rec = decode(raw, "context node")
+        if rec["k"] != "doc" or not rec.get("e", True):
+            continue
+        n = tree.to_node(uri_of(key), rec, chosen)
+        out.append(ContextHit(uri=n.uri, content=n.content, abstract=n.abstract, overview=n.overview, score=sim))
+        if len(out) >= top_k:
+            break
+    return out
+
+
 def open_context(
     name: str,
     *,
@@ -561,16 +589,18 @@ def open_context(
     durability: Literal["sync", "fast"] = "sync",
     document_jobs: Sequence[str] = (),
     dim: int | None = None,
+    ann: AnnConfig | None = DEFAULT_ANN,
 ) -> ContextStore:
     """Opens (creating if needed) the context store `name`: LMDB in `path`, or
     ``./.hippograph/<name>``; or any `ContextBackend` passed as `backend`. The directory may hold
-    a graph repo and a scoped store as well."""
+    a graph repo and a scoped store as well. `ann`: the vector index that answers searches over
+    most of a large store (None: exact scans only)."""
     check_repo_name(name)
     if backend is not None and path is not None:
         raise ValidationError("pass either path or backend, not both")
     if backend is not None:
-        return ContextStore(backend, document_jobs=document_jobs, dim=dim)
+        return ContextStore(backend, document_jobs=document_jobs, dim=dim, ann=ann)
     from ..backends.lmdb import LMDB
 
     lmdb = LMDB(store_path(name, path), durability=durability)
-    return ContextStore(lmdb, document_jobs=document_jobs, dim=dim, owns_backend=True)
+    return ContextStore(lmdb, document_jobs=document_jobs, dim=dim, owns_backend=True, ann=ann)

@@ -38,6 +38,7 @@ from .vector_index import NO_HNSWLIB, AnnConfig, VectorIndex, ann_available
 __all__ = [
     "USAGE_COLUMNS",
     "ColumnsCopy",
+    "HeldLock",
     "SharedLock",
     "TypeColumns",
     "Usage",
@@ -97,6 +98,17 @@ class SharedLock(Protocol):
     """The owning backend's lock over its type indexes: readers share it, writers hold it alone."""
 
     def read(self) -> AbstractContextManager[None]: ...
+
+
+class HeldLock:
+    """One plain lock offered as a `SharedLock`: for an owner whose readers and writers all hold
+    the same lock, so the upkeep thread publishes only while no search or write runs."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+
+    def read(self) -> AbstractContextManager[None]:
+        return self._lock  # type: ignore[return-value]
 
 
 class TypeColumns:

@@ -32,6 +32,7 @@ from .usage_order import keys_at, regions_at, stale_at
 from .vector_index import VectorIndex
 
 __all__ = [
+    "COSINE",
     "GATES",
     "Gate",
     "RowValues",
@@ -88,6 +89,11 @@ class ScanParams:
     def core_selection(self) -> _core.Selection:
         """Threshold, gate and top_k as the Rust core takes them, built once per resolved config."""
         return _core.Selection(self.threshold, self.gate, self.top_k)
+
+
+COSINE = ScanParams(threshold=float(np.nextafter(0.0, 1.0)), top_k=1, gate="relevance", lam=0.0, k=1.0,
+                    base_floor=1.0, beta=0.0)  # fmt: skip
+"""Relevance alone: rows without usage metadata score their cosine, and only those above 0 count."""
 
 
 def _vector(value: object, what: str) -> F32:

@@ -15,7 +15,6 @@ import dataclasses
 import heapq
 import threading
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -24,8 +23,8 @@ import numpy.typing as npt
 
 from .. import _core
 from ..engine.checks import Progress, vector_norm
-from ..engine.columns import TypeColumns
-from ..engine.query import ScanParams, calibrate, scan
+from ..engine.columns import HeldLock, TypeColumns
+from ..engine.query import COSINE, calibrate, scan
 from ..engine.routes import SCAN
 from ..engine.rows import RowVectors, VectorDtype
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
@@ -41,25 +40,10 @@ Ranked = tuple[list[int], list[float]]
 """Slots best first and their route scores."""
 
 
-_COSINE = ScanParams(threshold=float(np.nextafter(0.0, 1.0)), top_k=1, gate="relevance", lam=0.0, k=1.0,
-                     base_floor=1.0, beta=0.0)  # fmt: skip
-"""Relevance alone: rows without usage metadata score their cosine, and only those above 0 count."""
-
-
 _RUN = 32
 """Most slots reserved for a scope at once: a scope's vectors lie in runs of up to this many rows."""
 _PROGRESS_STEP = 4096
 """Entries between two progress reports of a rebuild."""
-
-
-class _Held:
-    """The index's one lock, offered to the vector index's upkeep thread as its shared lock."""
-
-    def __init__(self, lock: threading.RLock) -> None:
-        self._lock = lock
-
-    def read(self) -> AbstractContextManager[None]:
-        return self._lock  # type: ignore[return-value]
 
 
 class EntryIndex:
@@ -70,7 +54,7 @@ class EntryIndex:
     def __init__(self, ann: AnnConfig | None = DEFAULT_ANN, vector_dtype: VectorDtype = "float32") -> None:
         self.lock = threading.RLock()
         self.ann = ann
-        self.columns = TypeColumns(ann, _Held(self.lock), vector_dtype=vector_dtype)
+        self.columns = TypeColumns(ann, HeldLock(self.lock), vector_dtype=vector_dtype)
         self.expiring = 0
         """Active entries with an expiry: an unrestricted search asks the vector index for as many more."""
         self.seq = -1
@@ -354,7 +338,7 @@ class EntryIndex:
     def _scanned(
         self, vector: npt.NDArray[np.float32], depth: int, now: datetime, route: list[str] | None = None
     ) -> Ranked | None:
-        params = dataclasses.replace(_COSINE, top_k=depth)
+        params = dataclasses.replace(COSINE, top_k=depth)
         found = scan(self.columns, np.ascontiguousarray(vector[None, :], np.float32), params, now.timestamp(),
                      approximate=True, route=route)  # fmt: skip
         at = now.timestamp()
@@ -375,7 +359,7 @@ class EntryIndex:
         ann = self.columns.ann
         if ann is not None and ann.needs_calibration():
             with self.columns.calibrating:
-                calibrate(self.columns, ann, dataclasses.replace(_COSINE, top_k=10), now.timestamp())
+                calibrate(self.columns, ann, dataclasses.replace(COSINE, top_k=10), now.timestamp())
         return built
 
     def vector_stats(self) -> dict[str, Any]:
