@@ -19,7 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from ..engine.columns import HeldLock, TypeColumns
+from ..engine.columns import TypeColumns
+from ..engine.locks import HeldLock
 from ..engine.query import COSINE, calibrate, scan
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from .keys import counter, decode, subtree

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,7 @@ from . import regions as regions_
 from .checks import Embedding
 from .column_files import SavedType
 from .index_build import build_rows_index, catch_up
+from .locks import SharedLock
 from .mapped_ids import MappedIds, snapshot
 from .regions import Regions
 from .rows import RowVectors, VectorDtype
@@ -38,8 +39,6 @@ from .vector_index import NO_HNSWLIB, AnnConfig, VectorIndex, ann_available
 __all__ = [
     "USAGE_COLUMNS",
     "ColumnsCopy",
-    "HeldLock",
-    "SharedLock",
     "TypeColumns",
     "Usage",
     "UsageArrays",
@@ -92,23 +91,6 @@ class ColumnsCopy:
     matrix: npt.NDArray[np.float32]
     norms: npt.NDArray[np.float32]
     columns: dict[str, npt.NDArray[Any]]
-
-
-class SharedLock(Protocol):
-    """The owning backend's lock over its type indexes: readers share it, writers hold it alone."""
-
-    def read(self) -> AbstractContextManager[None]: ...
-
-
-class HeldLock:
-    """One plain lock offered as a `SharedLock`: for an owner whose readers and writers all hold
-    the same lock, so the upkeep thread publishes only while no search or write runs."""
-
-    def __init__(self, lock: threading.RLock) -> None:
-        self._lock = lock
-
-    def read(self) -> AbstractContextManager[None]:
-        return self._lock  # type: ignore[return-value]
 
 
 class TypeColumns:

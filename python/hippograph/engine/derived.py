@@ -15,7 +15,8 @@ from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar
 
 from .checks import Embedding
-from .columns import SharedLock, TypeColumns, Usage
+from .columns import TypeColumns, Usage
+from .locks import SharedLock
 from .rows import VectorDtype
 from .vector_index import AnnConfig
 

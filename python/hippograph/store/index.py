@@ -23,7 +23,8 @@ import numpy.typing as npt
 
 from .. import _core
 from ..engine.checks import Progress, vector_norm
-from ..engine.columns import HeldLock, TypeColumns
+from ..engine.columns import TypeColumns
+from ..engine.locks import HeldLock
 from ..engine.query import COSINE, calibrate, scan
 from ..engine.routes import SCAN
 from ..engine.rows import RowVectors, VectorDtype
