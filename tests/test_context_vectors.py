@@ -14,15 +14,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import hippograph as hg
 from hippograph.backends import InMemory
-from hippograph.context import ContextStore
+from hippograph.context import ContextStore, tree
+from hippograph.context.keys import COUNTERS
 from hippograph.context.vectors import VectorSnapshot, _changed
 from hippograph.errors import ValidationError
-from hippograph.testing.context import EMBED, embed_pending
+from hippograph.testing.context import EMBED, embed_pending, plant_vector
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DIM = 3
@@ -248,9 +249,86 @@ def test_a_reload_hands_the_index_exactly_the_rows_that_changed(old: dict[bytes,
 
     def snapshot(rows: dict[bytes, int]) -> VectorSnapshot:
         keys = sorted(rows)
-        return VectorSnapshot(0, 2, keys, [np.array([rows[k], 1.0], "<f4").tobytes() for k in keys])
+        return VectorSnapshot.of_rows(0, 2, keys, [np.array([rows[k], 1.0], "<f4").tobytes() for k in keys])
 
     before, after = snapshot(old), snapshot(new)
     fresh, gone = _changed(before, after)
     assert [k for k, f in zip(after.keys, fresh, strict=True) if f] == [k for k in after.keys if old.get(k) != new[k]]
     assert gone == [k for k in before.keys if k not in new]
+
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("embed"), uris, vectors),
+        st.tuples(st.just("rewrite"), uris),
+        st.tuples(st.just("remove"), st.sampled_from(("d", "d/b", "d/c", "e", "f"))),
+        st.tuples(st.just("disable"), uris),
+        st.tuples(st.just("plant"), uris, vectors),
+        st.tuples(st.just("read")),
+    ),
+    max_size=25,
+)
+
+
+def _fully_read(backend: InMemory) -> VectorSnapshot:
+    """The snapshot a process with an empty cache would build now."""
+    fresh = ContextStore(backend, document_jobs=[EMBED], ann=None)
+    return fresh._read(lambda t: fresh._vectors.current(t, fresh._active_dim(t)))
+
+
+@SETTINGS
+@given(ops=steps, min_nodes=st.sampled_from((2, 1000)))
+@example(
+    ops=[("embed", "d/a", [1.0, 0.0, 0.0]), ("read",), ("remove", "d"), ("embed", "f", [0.0, 1.0, 0.0])], min_nodes=2
+)
+@example(ops=[("embed", "e/a", [1.0, 0.0, 0.0]), ("read",), ("embed", "e/a", [0.0, 2.0, 0.0])], min_nodes=2)
+def test_a_cache_caught_up_from_the_change_log_holds_what_a_full_read_finds(
+    ops: list[tuple[Any, ...]], min_nodes: int
+) -> None:
+    """A reader that last looked any number of changes ago (other writers' embeddings, rewrites that
+    retire a vector, subtree removals, a writer that logs nothing) holds exactly the vectors a fresh
+    read finds, and its vector index exactly those rows."""
+    backend = InMemory()
+    writer = ContextStore(backend, document_jobs=[EMBED])
+    reader = ContextStore(backend, document_jobs=[EMBED], ann=hg.AnnConfig(min_nodes=min_nodes, background=False))
+    writer.put_document("z", "z")
+    embed_pending(writer, {"z": [1.0, 0.0, 0.0]})  # the store's dimension, so `plant` may write
+    for op, *args in [*ops, ("read",)]:
+        if op == "embed":
+            writer.put_document(args[0], "text")
+            embed_pending(writer, {args[0]: args[1]})
+        elif op == "rewrite" and writer.get_node(args[0]) is not None:
+            writer.put_document(args[0], "again")
+        elif op == "remove" and writer.get_node(args[0]) is not None:
+            writer.remove_subtree(args[0])
+        elif op == "disable" and writer.get_node(args[0]) is not None:
+            writer.set_node_enabled(args[0], False)
+        elif op == "plant":
+            plant_vector(backend, args[0], args[1])
+        elif op == "read":
+            reader.search_vector([1.0, 1.0, 1.0], 3)
+            held, truth = reader._vectors.snapshot, _fully_read(backend)
+            assert held.keys == truth.keys
+            assert held.matrix.tobytes() == truth.matrix.tobytes()
+            assert held.norms.tobytes() == truth.norms.tobytes()
+            cols = reader._vectors.columns
+            if reader._vectors._synced is not None:
+                assert sorted(cols.ids) == sorted(k.hex() for k in truth.keys)
+                for i, key in enumerate(cols.ids):
+                    assert cols.matrix()[i].tobytes() == truth.matrix[truth.keys.index(bytes.fromhex(key))].tobytes()
+
+
+def test_the_change_log_keeps_a_bounded_tail_and_a_reader_further_behind_reads_everything() -> None:
+    backend = InMemory()
+    writer = ContextStore(backend, document_jobs=[EMBED])
+    reader = ContextStore(backend, document_jobs=[EMBED])
+    writer.put_document("a", "a")
+    embed_pending(writer, {"a": [1.0, 0.0, 0.0]})
+    assert [h.uri for h in reader.search_vector([1.0, 0.0, 0.0], 5)] == ["a"]
+    writer.put_document("b", "b")
+    embed_pending(writer, {"b": [0.0, 1.0, 0.0]})
+    backend.context_write(lambda t: [tree.vectors_changed(t) for _ in range(2 * tree.VECTOR_LOG_KEPT)])
+    log = (tree.VECTOR_LOG, tree.VECTOR_LOG + b"\xff")
+    logged = backend.context_read(lambda t: sum(1 for _ in t.range(COUNTERS, *log)))
+    assert tree.VECTOR_LOG_KEPT <= logged <= tree.VECTOR_LOG_KEPT + 256
+    assert [h.uri for h in reader.search_vector([0.0, 1.0, 0.0], 5)] == ["b", "a"]

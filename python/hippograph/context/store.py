@@ -430,7 +430,7 @@ class ContextStore(MemoryCalls, QueueCalls):
             if t.get(tree.VECTORS, key) is None:
                 add(t, tree.VECTOR_COUNT, 1)
             t.put(tree.VECTORS, key, encode({"d": len(emb), "v": emb.astype("<f4").tobytes(), "r": rec.get("r")}))
-            tree.vectors_changed(t)
+            tree.vectors_changed(t, key)
             return "stored"
 
         return self._write(run)

@@ -20,6 +20,8 @@ __all__ = [
     "NODES",
     "VECTORS",
     "VECTOR_COUNT",
+    "VECTOR_LOG",
+    "VECTOR_LOG_KEPT",
     "VECTOR_SEQ",
     "node",
     "put_document",
@@ -37,17 +39,29 @@ TOP = b"top\x00"
 VECTOR_COUNT = b"vectors"
 VECTOR_SEQ = b"vector_seq"
 """Bumped by every change of the vectors space: a process's vector cache reloads when it moved."""
+VECTOR_LOG = b"vector_log\x00"
+"""Under `VECTOR_LOG` + each value `VECTOR_SEQ` took: what that change touched (one vector's key, a
+range of keys, or nothing), so a cache a few changes behind rereads only those vectors."""
+VECTOR_LOG_KEPT = 4096
+"""Changes the log keeps; a cache further behind, or missing an entry, reads every vector again."""
+_LOG_PRUNED_EVERY = 256
 
 ALL_FIELDS = frozenset({"uri", "content", "abstract", "overview"})
 _new = tuple.__new__
 
 
-def vectors_changed(t: KvTxn) -> None:
-    """Moves the vector counter every process's cache compares with. A counter created afresh (a
-    new store, or one whose records were all dropped) starts at a random value, so a cache of the
-    dropped store can never meet its old value again."""
+def vectors_changed(t: KvTxn, key: bytes | None = None, rng: tuple[bytes, bytes | None] | None = None) -> None:
+    """Moves the vector counter every process's cache compares with, logging what moved it: the
+    vector at `key`, those in `rng`, or none (a change of which rows may be returned). A counter
+    created afresh (a new store, or one whose records were all dropped) starts at a random value,
+    so a cache of the dropped store can never meet its old value again."""
     raw = t.get(COUNTERS, VECTOR_SEQ)
-    t.put(COUNTERS, VECTOR_SEQ, u64(secrets.randbits(48) + 1 if raw is None else read_u64(raw) + 1))
+    seq = secrets.randbits(48) + 1 if raw is None else read_u64(raw) + 1
+    t.put(COUNTERS, VECTOR_SEQ, u64(seq))
+    t.put(COUNTERS, VECTOR_LOG + u64(seq), encode({"k": key} if key is not None else {"r": list(rng)} if rng else {}))
+    if seq % _LOG_PRUNED_EVERY == 0 and seq > VECTOR_LOG_KEPT:
+        for old in keys_of(t, COUNTERS, (VECTOR_LOG, VECTOR_LOG + u64(seq - VECTOR_LOG_KEPT))):
+            t.delete(COUNTERS, old)
 
 
 def node(t: KvTxn, segments: tuple[str, ...]) -> dict[str, Any] | None:
@@ -119,7 +133,7 @@ def put_document(t: KvTxn, segments: tuple[str, ...], content: str, abstract: st
 def retire_vector(t: KvTxn, key: bytes) -> None:
     if t.delete(VECTORS, key):
         add(t, VECTOR_COUNT, -1)
-        vectors_changed(t)
+        vectors_changed(t, key)
 
 
 def set_field(t: KvTxn, segments: tuple[str, ...], name: str, value: Any) -> int:
@@ -153,7 +167,7 @@ def remove(t: KvTxn, segments: tuple[str, ...]) -> int:
         t.delete(VECTORS, key)
     if vectors:
         add(t, VECTOR_COUNT, -len(vectors))
-        vectors_changed(t)
+        vectors_changed(t, rng=rng)
     memories.remove_range(t, rng)
     for key in keys_of(t, COMMITS, rng):
         t.delete(COMMITS, key)

@@ -23,9 +23,9 @@ from ..engine.columns import TypeColumns
 from ..engine.locks import HeldLock
 from ..engine.query import COSINE, calibrate, scan
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
-from .keys import counter, decode, subtree
+from .keys import COUNTERS, counter, decode, subtree, u64
 from .protocol import KvTxn
-from .tree import VECTOR_SEQ, VECTORS
+from .tree import VECTOR_LOG, VECTOR_LOG_KEPT, VECTOR_SEQ, VECTORS
 
 __all__ = ["VectorCache", "VectorSnapshot"]
 
@@ -34,11 +34,23 @@ class VectorSnapshot:
     """One version of the vectors: `keys[i]` (URI keys, sorted) and `matrix[i]`, of the active
     dimension. Never changed once built, so a search ranks one version whatever reloads meanwhile."""
 
-    def __init__(self, seq: int, dim: int | None, keys: list[bytes], rows: list[bytes]) -> None:
-        self.seq, self.dim, self.keys = seq, dim, keys
-        self.matrix = np.frombuffer(b"".join(rows), "<f4").astype(np.float32).reshape(len(rows), dim or 0)
-        self.norms = _core.row_norms(self.matrix) if rows else np.zeros(0, np.float32)
+    def __init__(
+        self,
+        seq: int,
+        dim: int | None,
+        keys: list[bytes],
+        matrix: npt.NDArray[np.float32],
+        norms: npt.NDArray[np.float32] | None = None,
+    ) -> None:
+        self.seq, self.dim, self.keys, self.matrix = seq, dim, keys, matrix
+        self.norms = norms if norms is not None else _core.row_norms(matrix) if len(keys) else np.zeros(0, np.float32)
         self._row_of: dict[bytes, int] | None = None
+
+    @classmethod
+    def of_rows(cls, seq: int, dim: int | None, keys: list[bytes], rows: list[bytes]) -> VectorSnapshot:
+        """The snapshot of `keys` (sorted) and their stored little-endian float32 `rows`."""
+        matrix = np.frombuffer(b"".join(rows), "<f4").astype(np.float32).reshape(len(rows), dim or 0)
+        return cls(seq, dim, keys, matrix)
 
     def slice_of(self, segments: tuple[str, ...]) -> tuple[int, int]:
         start, stop = subtree(segments)
@@ -89,33 +101,40 @@ class VectorCache:
 
     def __init__(self, ann: AnnConfig | None = DEFAULT_ANN) -> None:
         self.lock = threading.RLock()
-        self.snapshot = VectorSnapshot(-1, None, [], [])
+        self.snapshot = VectorSnapshot.of_rows(-1, None, [], [])
         self.ann = ann
         self.columns = TypeColumns(ann, HeldLock(self.lock))
         self._synced: VectorSnapshot | None = None
         """The snapshot `columns` holds (None: they hold nothing)."""
 
     def current(self, t: KvTxn, dim: int | None) -> VectorSnapshot:
-        """The version the snapshot `t` reads (rebuilt when any vector changed since)."""
+        """The version the snapshot `t` reads: the last one brought up to date with the changes
+        logged since (`tree.VECTOR_LOG`), or every vector read again when the log falls short."""
         seq = counter(t, VECTOR_SEQ)
         with self.lock:
             got = self.snapshot
             if got.seq == seq and got.dim == dim:
                 return got
-            keys: list[bytes] = []
-            rows: list[bytes] = []
-            if dim is not None:
-                for key, raw in t.range(VECTORS):
-                    rec = decode(raw, "context vector")
-                    if rec["d"] == dim:
-                        keys.append(key)
-                        rows.append(rec["v"])
-            self.snapshot = got = VectorSnapshot(seq, dim, keys, rows)
-            self._sync(got)
+            caught = _caught_up(t, got, seq) if got.dim == dim else None
+            if caught is None:
+                keys: list[bytes] = []
+                rows: list[bytes] = []
+                if dim is not None:
+                    for key, raw in t.range(VECTORS):
+                        rec = decode(raw, "context vector")
+                        if rec["d"] == dim:
+                            keys.append(key)
+                            rows.append(rec["v"])
+                self.snapshot = got = VectorSnapshot.of_rows(seq, dim, keys, rows)
+                self._sync(got)
+            else:
+                self.snapshot = got = caught.snapshot
+                self._sync(got, caught)
             return got
 
-    def _sync(self, snap: VectorSnapshot) -> None:
-        """Brings `columns` to `snap`: only the rows that changed since the snapshot they hold."""
+    def _sync(self, snap: VectorSnapshot, changes: Changes | None = None) -> None:
+        """Brings `columns` to `snap`: only the rows that changed since the snapshot they hold
+        (`changes`, when the caller knows them since that snapshot; else found by comparing)."""
         base = self._synced
         if base is not None and base.dim != snap.dim:
             self.close()
@@ -126,6 +145,8 @@ class VectorCache:
         cols = self.columns
         if base is None:
             fresh, gone = np.ones(len(snap.keys), bool), list[bytes]()
+        elif changes is not None and changes.since is base:
+            fresh, gone = changes.fresh, changes.gone
         else:
             fresh, gone = _changed(base, snap)
         for key in gone:
@@ -191,6 +212,74 @@ class VectorCache:
         """Stops the vector index's background threads (a build, its upkeep) and waits for them."""
         for thread in self.columns.close_background_builds():
             thread.join()
+
+
+@dataclasses.dataclass(frozen=True)
+class Changes:
+    """How `snapshot` differs from `since`: its rows new or rewritten (`fresh`), the keys it lost."""
+
+    since: VectorSnapshot
+    snapshot: VectorSnapshot
+    fresh: npt.NDArray[np.bool_]
+    gone: list[bytes]
+
+
+def _caught_up(t: KvTxn, base: VectorSnapshot, seq: int) -> Changes | None:
+    """`base` brought to the vectors `t` reads at counter `seq` from the changes logged since: the
+    touched keys read again, the others' rows copied; None when the log does not hold every change
+    (too far behind, or a writer that logs nothing)."""
+    behind = seq - base.seq
+    if base.dim is None or not 0 < behind <= VECTOR_LOG_KEPT:
+        return None
+    since = t.range(COUNTERS, VECTOR_LOG + u64(base.seq + 1), VECTOR_LOG + u64(seq + 1))
+    logged = [decode(raw, "context vector log") for _, raw in since]
+    if len(logged) != behind:
+        return None
+    old, n = base.keys, len(base.keys)
+    dropped = np.zeros(n, bool)
+    touched: set[bytes] = set()
+    for rec in logged:
+        if "k" in rec:
+            touched.add(rec["k"])
+        elif "r" in rec:
+            start, stop = rec["r"]
+            dropped[bisect.bisect_left(old, start) : n if stop is None else bisect.bisect_left(old, stop)] = True
+    added: list[bytes] = []
+    vectors: list[bytes] = []
+    for key in sorted(touched):
+        i = bisect.bisect_left(old, key)
+        if i < n and old[i] == key:
+            dropped[i] = True
+        raw = t.get(VECTORS, key)
+        if raw is not None and (rec := decode(raw, "context vector"))["d"] == base.dim:
+            added.append(key)
+            vectors.append(rec["v"])
+    if not added and not dropped.any():
+        snap = VectorSnapshot(seq, base.dim, old, base.matrix, base.norms)
+        return Changes(base, snap, np.zeros(n, bool), [])
+    rows = np.frombuffer(b"".join(vectors), "<f4").astype(np.float32).reshape(len(added), base.dim)
+    norms = _core.row_norms(rows) if added else np.zeros(0, np.float32)
+    where = [bisect.bisect_left(old, key) for key in added]
+    if int(dropped.sum()) == len(added) and all(i < n and old[i] == key for i, key in zip(where, added, strict=True)):
+        matrix, new_norms = base.matrix.copy(), base.norms.copy()  # vectors rewritten in place
+        matrix[where], new_norms[where] = rows, norms
+        fresh = np.zeros(n, bool)
+        fresh[where] = True
+        return Changes(base, VectorSnapshot(seq, base.dim, old, matrix, new_norms), fresh, [])
+    kept = np.flatnonzero(~dropped)
+    keys = old if len(kept) == n else [old[i] for i in kept.tolist()]
+    at = [bisect.bisect_left(keys, key) for key in added]
+    gone = [old[i] for i in np.flatnonzero(dropped).tolist()]
+    matrix = np.insert(base.matrix if len(kept) == n else base.matrix[kept], at, rows, axis=0)
+    new_norms = np.insert(base.norms if len(kept) == n else base.norms[kept], at, norms)
+    keys = list(keys)
+    for a, key in zip(reversed(at), reversed(added), strict=True):
+        keys.insert(a, key)
+    fresh = np.zeros(len(keys), bool)
+    fresh[[a + j for j, a in enumerate(at)]] = True
+    still = set(added)
+    snap = VectorSnapshot(seq, base.dim, keys, matrix, new_norms)
+    return Changes(base, snap, fresh, [k for k in gone if k not in still])
 
 
 def _changed(base: VectorSnapshot, snap: VectorSnapshot) -> tuple[npt.NDArray[np.bool_], list[bytes]]:
