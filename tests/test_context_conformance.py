@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hippograph.backends import LMDB, InMemory
 from hippograph.context import ContextStore
-from hippograph.context.vectors import VectorSnapshot
+from hippograph.context.vector_snapshot import VectorSnapshot
 from hippograph.testing import ContextConformance, PersistentContextConformance
 from hippograph.testing.context import EMBED, embed_pending, v
 

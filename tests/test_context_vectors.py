@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 import hippograph as hg
 from hippograph.backends import InMemory
-from hippograph.context import ContextStore, tree
+from hippograph.context import ContextStore, tree, vector_snapshot
 from hippograph.context.keys import COUNTERS
-from hippograph.context.vectors import VectorSnapshot, _changed
+from hippograph.context.vector_snapshot import VectorSnapshot, changed
 from hippograph.errors import ValidationError
 from hippograph.testing.context import EMBED, embed_pending, plant_vector
 
@@ -252,7 +252,7 @@ def test_a_reload_hands_the_index_exactly_the_rows_that_changed(old: dict[bytes,
         return VectorSnapshot.of_rows(0, 2, keys, [np.array([rows[k], 1.0], "<f4").tobytes() for k in keys])
 
     before, after = snapshot(old), snapshot(new)
-    fresh, gone = _changed(before, after)
+    fresh, gone = changed(before, after)
     assert [k for k, f in zip(after.keys, fresh, strict=True) if f] == [k for k in after.keys if old.get(k) != new[k]]
     assert gone == [k for k in before.keys if k not in new]
 
@@ -277,22 +277,33 @@ def _fully_read(backend: InMemory) -> VectorSnapshot:
 
 
 @SETTINGS
-@given(ops=steps, min_nodes=st.sampled_from((2, 1000)))
+@given(ops=steps, min_nodes=st.sampled_from((2, 1000)), slack=st.sampled_from((0, 1024)))
 @example(
-    ops=[("embed", "d/a", [1.0, 0.0, 0.0]), ("read",), ("remove", "d"), ("embed", "f", [0.0, 1.0, 0.0])], min_nodes=2
+    ops=[("embed", "d/a", [1.0, 0.0, 0.0]), ("read",), ("remove", "d"), ("embed", "f", [0.0, 1.0, 0.0])],
+    min_nodes=2,
+    slack=1024,
 )
-@example(ops=[("embed", "e/a", [1.0, 0.0, 0.0]), ("read",), ("embed", "e/a", [0.0, 2.0, 0.0])], min_nodes=2)
+@example(ops=[("embed", "e/a", [1.0, 0.0, 0.0]), ("read",), ("embed", "e/a", [0.0, 2.0, 0.0])], min_nodes=2, slack=1024)
 def test_a_cache_caught_up_from_the_change_log_holds_what_a_full_read_finds(
-    ops: list[tuple[Any, ...]], min_nodes: int
+    ops: list[tuple[Any, ...]], min_nodes: int, slack: int
 ) -> None:
     """A reader that last looked any number of changes ago (other writers' embeddings, rewrites that
     retire a vector, subtree removals, a writer that logs nothing) holds exactly the vectors a fresh
-    read finds, and its vector index exactly those rows."""
+    read finds, scores them alike, and its vector index holds exactly those rows; whether the
+    rows are picked from older versions' (`slack` 1024) or gathered at each change (0)."""
     backend = InMemory()
     writer = ContextStore(backend, document_jobs=[EMBED])
     reader = ContextStore(backend, document_jobs=[EMBED], ann=hg.AnnConfig(min_nodes=min_nodes, background=False))
+    vector_snapshot._SLACK, kept_slack = slack, vector_snapshot._SLACK
     writer.put_document("z", "z")
     embed_pending(writer, {"z": [1.0, 0.0, 0.0]})  # the store's dimension, so `plant` may write
+    try:
+        _replay(writer, reader, backend, ops)
+    finally:
+        vector_snapshot._SLACK = kept_slack
+
+
+def _replay(writer: ContextStore, reader: ContextStore, backend: InMemory, ops: list[tuple[Any, ...]]) -> None:
     for op, *args in [*ops, ("read",)]:
         if op == "embed":
             writer.put_document(args[0], "text")
@@ -311,6 +322,10 @@ def test_a_cache_caught_up_from_the_change_log_holds_what_a_full_read_finds(
             assert held.keys == truth.keys
             assert held.matrix.tobytes() == truth.matrix.tobytes()
             assert held.norms.tobytes() == truth.norms.tobytes()
+            for query in ([1.0, -0.5, 2.0], [0.0, 0.0, 0.0]):
+                q = np.asarray(query, np.float32)
+                got, want = held.ranked(q, 0, len(held.keys)), truth.ranked(q, 0, len(truth.keys))
+                assert dict(zip(*got[:2], strict=True)) == pytest.approx(dict(zip(*want[:2], strict=True)), abs=1e-6)
             cols = reader._vectors.columns
             if reader._vectors._synced is not None:
                 assert sorted(cols.ids) == sorted(k.hex() for k in truth.keys)
@@ -332,3 +347,14 @@ def test_the_change_log_keeps_a_bounded_tail_and_a_reader_further_behind_reads_e
     logged = backend.context_read(lambda t: sum(1 for _ in t.range(COUNTERS, *log)))
     assert tree.VECTOR_LOG_KEPT <= logged <= tree.VECTOR_LOG_KEPT + 256
     assert [h.uri for h in reader.search_vector([0.0, 1.0, 0.0], 5)] == ["b", "a"]
+
+
+def test_rows_appended_after_a_version_never_overwrite_the_rows_an_earlier_version_reads() -> None:
+    """Two versions derived from one (a successor of a version that is no longer the newest) each
+    keep their own appended rows, whatever the buffer grew to."""
+    first = vector_snapshot._Appended(2)
+    one = first.extended(0, np.ones((1, 2), np.float32))
+    many = one.extended(1, np.full((100, 2), 2.0, np.float32))
+    other = one.extended(1, np.full((1, 2), 3.0, np.float32))
+    assert one.buf[0].tolist() == [1.0, 1.0] and many.buf[1].tolist() == [2.0, 2.0] and many.size == 101
+    assert other.buf[:2].tolist() == [[1.0, 1.0], [3.0, 3.0]] and many.buf[1].tolist() == [2.0, 2.0]

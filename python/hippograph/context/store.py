@@ -49,7 +49,7 @@ from .model import (
 )
 from .protocol import ContextBackend, KvTxn
 from .queue_calls import QueueCalls
-from .vectors import VectorSnapshot
+from .vector_snapshot import VectorSnapshot
 
 __all__ = ["ContextStore", "open_context"]
 
