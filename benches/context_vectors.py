@@ -132,8 +132,8 @@ def run(n: int) -> list[str]:
         *rows,
         "",
         f"A search right after one new document and its vector ({TURNS} turns, the new document found first each "
-        "time): every vector write makes the next search reload the process's matrix of vectors, and with the "
-        "vector index bring its columns up to the reloaded rows: p50 "
+        "time; the search brings the process's rows up to date from the store's change log, and the index's columns "
+        "with them): p50 "
         + ", ".join(f"{label} {fmt(statistics.median(t))}" for label, t in after.items())
         + ".",
     ]
