@@ -324,8 +324,14 @@ def _replay(writer: ContextStore, reader: ContextStore, backend: InMemory, ops: 
             assert held.norms.tobytes() == truth.norms.tobytes()
             for query in ([1.0, -0.5, 2.0], [0.0, 0.0, 0.0]):
                 q = np.asarray(query, np.float32)
-                got, want = held.ranked(q, 0, len(held.keys)), truth.ranked(q, 0, len(truth.keys))
-                assert dict(zip(*got[:2], strict=True)) == pytest.approx(dict(zip(*want[:2], strict=True)), abs=1e-6)
+                for depth in (None, 1, 2):
+                    got, want = (
+                        held.ranked(q, 0, len(held.keys), None, depth),
+                        truth.ranked(q, 0, len(truth.keys), None, depth),
+                    )
+                    assert dict(zip(*got[:2], strict=True)) == pytest.approx(
+                        dict(zip(*want[:2], strict=True)), abs=1e-6
+                    )
             cols = reader._vectors.columns
             if reader._vectors._synced is not None:
                 assert sorted(cols.ids) == sorted(k.hex() for k in truth.keys)
@@ -358,3 +364,29 @@ def test_rows_appended_after_a_version_never_overwrite_the_rows_an_earlier_versi
     other = one.extended(1, np.full((1, 2), 3.0, np.float32))
     assert one.buf[0].tolist() == [1.0, 1.0] and many.buf[1].tolist() == [2.0, 2.0] and many.size == 101
     assert other.buf[:2].tolist() == [[1.0, 1.0], [3.0, 3.0]] and many.buf[1].tolist() == [2.0, 2.0]
+
+
+def test_the_best_rows_found_by_the_core_s_scan_are_the_head_of_the_whole_ranking() -> None:
+    """`ranked` with a depth (the Rust core's scan, through the rows' half-precision shadow after a
+    few scans) gives the first rows of the full ranking and their scores, over any slice, for a
+    version read whole and for one derived from it by rewrites, appends and removals."""
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((1500, 32))
+    rows[::7] += 3.0 * rows[0]  # a cluster, for near ties
+    store = embedded({f"g{i % 3}/d{i:04d}": r.tolist() for i, r in enumerate(rows)})
+    versions = [store._read(lambda t: store._vectors.current(t, store._active_dim(t)))]
+    store.remove_subtree("g1")
+    for i in range(40):
+        store.put_document(f"g{i % 3}/new{i}", "new")
+    embed_pending(store, {f"g{i % 3}/new{i}": rng.standard_normal(32).tolist() for i in range(40)})
+    versions.append(store._read(lambda t: store._vectors.current(t, store._active_dim(t))))
+    assert versions[1].pick is not None  # derived from the first, not read again
+    for snap in versions:
+        n = len(snap.keys)
+        for i in range(12):
+            query = rng.standard_normal(32).astype(np.float32) if i % 2 else snap.matrix[i * 11] + 0.01
+            lo, hi = (0, n) if i % 3 else (n // 5, n // 2)
+            head, scores, whole = snap.ranked(query, lo, hi, None, 20)
+            every, every_scores, _ = snap.ranked(query, lo, hi)
+            assert not whole and head[:20] == every[:20] and scores[:20] == pytest.approx(every_scores[:20], abs=1e-6)
+        assert snap.root.shadow is not None

@@ -23,6 +23,8 @@ from .tree import VECTOR_LOG, VECTOR_LOG_KEPT, VECTORS
 __all__ = ["Changes", "VectorSnapshot", "caught_up", "changed"]
 
 F32 = npt.NDArray[np.float32]
+_SHADOW_AFTER = 4
+"""Exact scans of a root version's rows after which their shadow is computed (a pass over them)."""
 _SLACK = 1024
 """Dead base rows, or appended rows, a version tolerates beyond a quarter of its rows before the
 next version is gathered into a base of its own (the exact scan reads dead rows it skips)."""
@@ -53,6 +55,31 @@ class _Appended:
         return out
 
 
+class _Base:
+    """A root version's rows and norms, shared by the versions derived from it, with their
+    half-precision shadow once a few exact scans have read them: the scan then reads 2 bytes a
+    value and the f32 rows only of those that may reach the answer (`_core.top_relevance_shadowed`,
+    the same answer)."""
+
+    def __init__(self, rows: F32, norms: F32) -> None:
+        self.rows, self.norms = rows, norms
+        self.scans = 0
+        self.shadow: tuple[npt.NDArray[np.uint16], F32] | None = None
+
+    def top(
+        self, query: F32, depth: int, lo: int, hi: int, allowed: npt.NDArray[np.uint32] | None = None
+    ) -> npt.NDArray[np.uint32]:
+        """The best `depth` rows of ``[lo, hi)`` (of `allowed` rows, when given) by positive
+        cosine, and every row tied with the last, unordered; relative to `lo`."""
+        self.scans += 1
+        if self.shadow is None and self.scans > _SHADOW_AFTER:
+            self.shadow = _core.shadow_rows(self.rows)  # a race computes it twice: harmless
+        rows, norms, shadow = self.rows[lo:hi], self.norms[lo:hi], self.shadow
+        if shadow is None:
+            return _core.top_relevance(rows, norms, query, depth, allowed)[0]
+        return _core.top_relevance_shadowed(rows, norms, shadow[0][lo:hi], shadow[1][lo:hi], query, depth, allowed)[0]
+
+
 class VectorSnapshot:
     """One version of the vectors: `keys[i]` (URI keys, sorted) and its row `i`, of the active
     dimension. Never changed once built, so a search ranks one version whatever reloads meanwhile.
@@ -69,11 +96,15 @@ class VectorSnapshot:
         norms: F32 | None = None,
         pick: npt.NDArray[np.int64] | None = None,
         appended: tuple[_Appended, int] | None = None,
+        root: _Base | None = None,
     ) -> None:
         self.seq, self.dim, self.keys, self.base = seq, dim, keys, base
         self.norms = norms if norms is not None else _core.row_norms(base) if len(keys) else np.zeros(0, np.float32)
         self.pick, self.appended = pick, appended
+        self.root = _Base(base, self.norms) if root is None else root
+        """`base` with its norms (a root version's own), shared by the versions derived from it."""
         self._matrix = base if pick is None else None
+        self._row_of_base: npt.NDArray[np.int64] | None = None
 
     @classmethod
     def of_rows(cls, seq: int, dim: int | None, keys: list[bytes], rows: list[bytes]) -> VectorSnapshot:
@@ -141,23 +172,58 @@ class VectorSnapshot:
         if hi <= lo:
             return [], [], True
         qn = np.float32(np.linalg.norm(query))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            sims = self.products(query, lo, hi) / (self.norms[lo:hi] * qn)
-        # in float64, the scores' type: a float32 comparison would round the floor to float32 first
-        scores = np.clip(np.nan_to_num(sims, nan=0.0, posinf=0.0, neginf=0.0), -1.0, 1.0).astype(np.float64)
-        whole = depth is None or depth >= len(scores)
-        if whole:
+        if depth is None or depth >= hi - lo:
+            scores = self._cosines(self.products(query, lo, hi), self.norms[lo:hi], qn)
             order = np.argsort(-scores, kind="stable")  # stable: ties stay in key order
+            return self._cut(order + lo, scores[order], floor, True)
+        at = self._best(query, lo, hi, depth)
+        if at is None:  # every row scored
+            at = np.arange(lo, hi)
+            scores = self._cosines(self.products(query, lo, hi), self.norms[lo:hi], qn)
         else:
-            assert depth is not None
-            last = -np.partition(-scores, depth - 1)[depth - 1]
-            picked = np.flatnonzero(scores >= last)  # in key order: the stable sort keeps ties so
-            order = picked[np.argsort(-scores[picked], kind="stable")]
+            scores = self._cosines(self.rows(at) @ query, self.norms[at], qn)
+        last = -np.partition(-scores, depth - 1)[depth - 1]
+        keep = scores >= last
+        at, scores = at[keep], scores[keep]
+        order = np.lexsort((at, -scores))  # ties by row: by key
+        return self._cut(at[order], scores[order], floor, False)
+
+    @staticmethod
+    def _cut(
+        rows: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], floor: float | None, whole: bool
+    ) -> tuple[list[int], list[float], bool]:
         if floor is not None:
-            cut = scores[order] > floor
+            cut = scores > floor
             whole = whole or not cut.all()
-            order = order[cut]
-        return (order + lo).tolist(), scores[order].tolist(), whole
+            rows, scores = rows[cut], scores[cut]
+        return rows.tolist(), scores.tolist(), whole
+
+    @staticmethod
+    def _cosines(products: F32, norms: F32, qn: np.float32) -> npt.NDArray[np.float64]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sims = products / (norms * qn)
+        # in float64, the scores' type: a float32 comparison would round the floor to float32 first
+        scores: npt.NDArray[np.float64] = np.clip(np.nan_to_num(sims, nan=0.0, posinf=0.0, neginf=0.0), -1.0, 1.0)
+        return scores.astype(np.float64)
+
+    def _best(self, query: F32, lo: int, hi: int, depth: int) -> npt.NDArray[np.int64] | None:
+        """Rows of ``[lo, hi)`` among which lie the best `depth` by cosine and every row tied with
+        the last of them, found by the Rust core's scan; None when fewer than `depth` score above 0
+        (the scan ranks positive similarity only)."""
+        q = np.ascontiguousarray(query[None, :], np.float32)
+        if self.pick is None:
+            found = self.root.top(q, depth, lo, hi)
+            return None if len(found) < depth else found.astype(np.int64) + lo
+        picked = self.pick[lo:hi]
+        based = picked >= 0
+        found = self.root.top(q, depth, 0, len(self.base), picked[based].astype(np.uint32))
+        if self._row_of_base is None:
+            row_of_base = np.full(len(self.base), -1, np.int64)
+            row_of_base[self.pick[self.pick >= 0]] = np.flatnonzero(self.pick >= 0)
+            self._row_of_base = row_of_base
+        if len(found) < depth and len(found) < np.count_nonzero(based):
+            return None  # base rows of cosine <= 0 may rank above appended ones
+        return np.concatenate([self._row_of_base[found.astype(np.int64)], lo + np.flatnonzero(~based)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +267,7 @@ def caught_up(t: KvTxn, base: VectorSnapshot, seq: int) -> Changes | None:
             added.append(key)
             vectors.append(rec["v"])
     if not added and not dropped.any():
-        snap = VectorSnapshot(seq, base.dim, old, base.base, base.norms, base.pick, base.appended)
+        snap = VectorSnapshot(seq, base.dim, old, base.base, base.norms, base.pick, base.appended, base.root)
         return Changes(base, snap, np.zeros(n, bool), [])
     rows = np.frombuffer(b"".join(vectors), "<f4").astype(np.float32).reshape(len(added), base.dim)
     norms = _core.row_norms(rows) if added else np.zeros(0, np.float32)
@@ -220,7 +286,7 @@ def caught_up(t: KvTxn, base: VectorSnapshot, seq: int) -> Changes | None:
         keys.insert(a, key)
     fresh = np.zeros(len(keys), bool)
     fresh[[a + j for j, a in enumerate(at)]] = True
-    snap = VectorSnapshot(seq, base.dim, keys, base.base, new_norms, new_pick, appended)
+    snap = VectorSnapshot(seq, base.dim, keys, base.base, new_norms, new_pick, appended, base.root)
     dead = len(base.base) - int(np.count_nonzero(new_pick >= 0))
     if max(dead, appended[1]) > _SLACK + len(keys) // 4:  # gathered into a base of its own
         snap = VectorSnapshot(seq, base.dim, keys, snap.matrix, new_norms)
