@@ -1163,6 +1163,17 @@ impl Index {
         Ok(found)
     }
 
+    /// `search` of each `dim`-long row of `queries`, in order; several rows are searched side by
+    /// side on rayon's threads (a query with its tags asks for one list per vector).
+    pub fn search_many(&self, queries: &[f32], k: usize, ef: usize) -> Result<Vec<Vec<(u32, f32)>>, IndexError> {
+        let dim = self.dim.max(1);
+        if queries.len() <= dim {
+            queries.chunks_exact(dim).map(|q| self.search(q, k, ef)).collect()
+        } else {
+            queries.par_chunks_exact(dim).map(|q| self.search(q, k, ef)).collect()
+        }
+    }
+
     /// The `ef` live ids of largest `similarity × weight(id)`, with that product by their codes
     /// (best first): a beam over the weighted objective, so a row's value steers the search
     /// rather than filtering after it. `weight(id)` is None for an id that stands for nothing now
@@ -1506,6 +1517,20 @@ mod tests {
             hit += want.iter().filter(|w| got.contains(w)).count();
         }
         assert!(hit as f64 / 500.0 >= 0.9, "recall {}", hit as f64 / 500.0);
+    }
+
+    #[test]
+    fn several_queries_searched_side_by_side_answer_as_each_alone() {
+        let (n, dim) = (2000, 24);
+        let d = data(n, dim, 11);
+        let index = Index::new(dim, config(), &d[..256 * dim]).unwrap();
+        index.add(0, &d, 0).unwrap();
+        let qs = data(7, dim, 13);
+        let many = index.search_many(&qs, 10, 32).unwrap();
+        let alone: Vec<_> = qs.chunks_exact(dim).map(|q| index.search(q, 10, 32).unwrap()).collect();
+        assert_eq!(many, alone);
+        assert_eq!(index.search_many(&qs[..dim], 10, 32).unwrap(), alone[..1].to_vec());
+        assert!(index.search_many(&[], 10, 32).unwrap().is_empty());
     }
 
     #[test]

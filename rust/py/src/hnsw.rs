@@ -159,11 +159,8 @@ impl Hnsw {
             return Err(errors::validation(py, "queries are not of the index's dimension"));
         }
         let ef = self.ef.load(Ordering::Relaxed);
-        let dim = self.inner.dim();
-        let found = errors::detached(py, "Hnsw.knn_query", || {
-            queries.chunks_exact(dim).map(|q| self.inner.search(q, k, ef)).collect::<Result<Vec<_>, _>>()
-        })?
-        .map_err(|e| mapped(py, e))?;
+        let found = errors::detached(py, "Hnsw.knn_query", || self.inner.search_many(queries, k, ef))?
+            .map_err(|e| mapped(py, e))?;
         if found.iter().any(|f| f.len() < k) {
             return Err(PyRuntimeError::new_err("the graph found fewer live neighbours than asked for"));
         }
