@@ -133,9 +133,7 @@ def run(n: int) -> list[str]:
         "",
         f"A search right after one new document and its vector ({TURNS} turns, the new document found first each "
         "time; the search brings the process's rows up to date from the store's change log, and the index's columns "
-        "with them): p50 "
-        + ", ".join(f"{label} {fmt(statistics.median(t))}" for label, t in after.items())
-        + ".",
+        "with them): p50 " + ", ".join(f"{label} {fmt(statistics.median(t))}" for label, t in after.items()) + ".",
     ]
 
 
