@@ -5,8 +5,8 @@ Writes its section of benches/RESULTS.md.
 N documents (default 30,000) with 384-d float32 vectors around 64 centres (spread 0.6), under 50
 directories; 200 queries near a centre (spread 0.3), top 10 over the whole store. Recall@10 of each
 answer against the exact cosine top 10 (numpy, float64). Then 30 turns of one new document with
-its vector followed by a search that must find it first (the reload a write leaves to the next
-search is in that figure).
+its vector followed by a search that must find it first (the work a write leaves to the next
+search is in that figure: the process catches up from the store's change log).
 
     python benches/context_vectors.py [--n 30000] [--out benches/RESULTS.md]
 """
