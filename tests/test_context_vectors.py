@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,8 +21,8 @@ from hypothesis import strategies as st
 
 import hippograph as hg
 from hippograph.backends import InMemory
-from hippograph.context import ContextStore, tree, vector_snapshot
-from hippograph.context.keys import COUNTERS
+from hippograph.context import ContextStore, open_context, tree, vector_snapshot
+from hippograph.context.keys import COUNTERS, uri_of
 from hippograph.context.vector_snapshot import VectorSnapshot, changed
 from hippograph.errors import ValidationError
 from hippograph.testing.context import EMBED, embed_pending, plant_vector
@@ -390,3 +392,38 @@ def test_the_best_rows_found_by_the_core_s_scan_are_the_head_of_the_whole_rankin
             every, every_scores, _ = snap.ranked(query, lo, hi)
             assert not whole and head[:20] == every[:20] and scores[:20] == pytest.approx(every_scores[:20], abs=1e-6)
         assert snap.root.shadow is not None
+
+
+def test_readers_at_two_versions_never_make_each_other_read_every_vector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search whose transaction began before a vector write finds its own version among the last
+    few, and the next search at the newest version finds that one: neither reads every vector."""
+    store = open_context("c", path=tmp_path, durability="fast", document_jobs=[EMBED], ann=None)
+    store.put_document("a", "a")
+    embed_pending(store, {"a": [1.0, 0.0, 0.0]})
+    store.search_vector([1.0, 0.0, 0.0], 5)
+    reads: list[int] = []
+    monkeypatch.setattr(VectorSnapshot, "of_rows", _counted(VectorSnapshot.of_rows, reads))
+    started, written = threading.Event(), threading.Event()
+    seen: list[list[str]] = []
+
+    def old_reader(t: Any) -> None:
+        started.set()
+        written.wait(10)
+        snap = store._vectors.current(t, store._active_dim(t))
+        seen.append([uri_of(k) for k in snap.keys])
+
+    reader = threading.Thread(target=store._read, args=(old_reader,))
+    reader.start()
+    started.wait(10)
+    for i in range(3):
+        store.put_document(f"b{i}", "b")
+        embed_pending(store, {f"b{i}": [0.0, 1.0, float(i)]})
+        assert store.search_vector([0.0, 1.0, 0.0], 1)[0].uri.startswith("b")
+    written.set()
+    reader.join(10)
+    assert seen == [["a"]]  # the version its transaction reads
+    assert [h.uri for h in store.search_vector([0.0, 1.0, 0.0], 5)] == ["b0", "b1", "b2", "a"]
+    assert reads == []
+    store.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,9 @@ from .vector_snapshot import Changes, VectorSnapshot, caught_up, changed
 
 __all__ = ["VectorCache"]
 
+_RECENT = 8
+"""Versions kept by counter value besides the newest (derived ones share their rows)."""
+
 
 class VectorCache:
     """The latest `VectorSnapshot` this process built and, once it holds more than the index's
@@ -42,17 +46,30 @@ class VectorCache:
         self.columns = TypeColumns(ann, HeldLock(self.lock))
         self._synced: VectorSnapshot | None = None
         """The snapshot `columns` holds (None: they hold nothing)."""
+        self._recent: OrderedDict[int, VectorSnapshot] = OrderedDict()
+        """The last versions built, by counter value: readers of an older transaction find theirs."""
 
     def current(self, t: KvTxn, dim: int | None) -> VectorSnapshot:
-        """The version the snapshot `t` reads: the last one brought up to date with the changes
-        logged since (`tree.VECTOR_LOG`), or every vector read again when the log falls short."""
+        """The version the snapshot `t` reads: one this process holds, or the nearest older one it
+        holds brought up to date with the changes logged since (`tree.VECTOR_LOG`), or every vector
+        read again when the log falls short. A reader whose transaction began before the newest
+        version finds its own among the last few, so readers at two versions never rebuild each
+        other's."""
         seq = counter(t, VECTOR_SEQ)
         with self.lock:
-            got = self.snapshot
-            if got.seq == seq and got.dim == dim:
-                return got
-            caught = caught_up(t, got, seq) if got.dim == dim else None
-            if caught is None:
+            newest = self.snapshot
+            if newest.seq == seq and newest.dim == dim:
+                return newest
+            held = [s for s in (newest, *self._recent.values()) if s.dim == dim]
+            caught: Changes | None = None
+            if (got := next((s for s in held if s.seq == seq), None)) is not None:
+                if seq < newest.seq:
+                    return got
+            elif (base := max((s for s in held if s.seq < seq), key=lambda s: s.seq, default=None)) is not None and (
+                caught := caught_up(t, base, seq)
+            ) is not None:
+                got = caught.snapshot
+            else:
                 keys: list[bytes] = []
                 rows: list[bytes] = []
                 if dim is not None:
@@ -61,10 +78,12 @@ class VectorCache:
                         if rec["d"] == dim:
                             keys.append(key)
                             rows.append(rec["v"])
-                self.snapshot = got = VectorSnapshot.of_rows(seq, dim, keys, rows)
-                self._sync(got)
-            else:
-                self.snapshot = got = caught.snapshot
+                got = VectorSnapshot.of_rows(seq, dim, keys, rows)
+            self._recent[seq] = got
+            while len(self._recent) > _RECENT:
+                self._recent.popitem(last=False)
+            if seq > newest.seq or newest.dim != dim or caught is None:  # a newer version, or the store read anew
+                self.snapshot = got
                 self._sync(got, caught)
             return got
 
