@@ -145,6 +145,19 @@ mod avx512 {
             }
             i += W;
         }
+        sums_of(accs, row, queries, dim)
+    }
+
+    /// Each query's dot product with the row, from its `U` partial accumulators plus the tail
+    /// beyond the last whole lane group.
+    #[inline(always)]
+    unsafe fn sums_of<const Q: usize, const U: usize>(
+        accs: [[__m512; U]; Q],
+        row: &[u16],
+        queries: &[f32],
+        dim: usize,
+    ) -> [f32; Q] {
+        let full = dim - dim % 16;
         let mut out = [0.0f32; Q];
         for (j, (a, o)) in accs.iter().zip(&mut out).enumerate() {
             let mut sum = _mm512_setzero_ps();
@@ -160,16 +173,94 @@ mod avx512 {
         out
     }
 
+    /// `dots_half` of two rows at once, the largest of each row's: each query value loaded serves
+    /// both rows (the same sums, bit for bit, as one row at a time).
+    #[inline(always)]
+    unsafe fn max_dot_half_two<const Q: usize, const U: usize>(
+        first: &[u16],
+        second: &[u16],
+        queries: &[f32],
+        dim: usize,
+    ) -> [f32; 2] {
+        const W: usize = 16;
+        let full = dim - dim % W;
+        let mut acc0 = [[_mm512_setzero_ps(); U]; Q];
+        let mut acc1 = acc0;
+        let (r0, r1) = (first.as_ptr(), second.as_ptr());
+        let q = queries.as_ptr();
+        let mut i = 0;
+        while i + U * W <= full {
+            for u in 0..U {
+                let x0 = _mm512_cvtph_ps(_mm256_loadu_si256(r0.add(i + u * W).cast()));
+                let x1 = _mm512_cvtph_ps(_mm256_loadu_si256(r1.add(i + u * W).cast()));
+                for (j, (a0, a1)) in acc0.iter_mut().zip(acc1.iter_mut()).enumerate() {
+                    let qv = _mm512_loadu_ps(q.add(j * dim + i + u * W));
+                    a0[u] = _mm512_fmadd_ps(x0, qv, a0[u]);
+                    a1[u] = _mm512_fmadd_ps(x1, qv, a1[u]);
+                }
+            }
+            i += U * W;
+        }
+        while i < full {
+            let x0 = _mm512_cvtph_ps(_mm256_loadu_si256(r0.add(i).cast()));
+            let x1 = _mm512_cvtph_ps(_mm256_loadu_si256(r1.add(i).cast()));
+            for (j, (a0, a1)) in acc0.iter_mut().zip(acc1.iter_mut()).enumerate() {
+                let qv = _mm512_loadu_ps(q.add(j * dim + i));
+                a0[0] = _mm512_fmadd_ps(x0, qv, a0[0]);
+                a1[0] = _mm512_fmadd_ps(x1, qv, a1[0]);
+            }
+            i += W;
+        }
+        let best = |sums: [f32; Q]| sums.into_iter().fold(f32::NEG_INFINITY, f32::max);
+        [best(sums_of(acc0, first, queries, dim)), best(sums_of(acc1, second, queries, dim))]
+    }
+
     /// The largest of [`dots_half`].
     #[inline(always)]
     unsafe fn max_dot_half<const Q: usize, const U: usize>(row: &[u16], queries: &[f32], dim: usize) -> f32 {
         dots_half::<Q, U>(row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
     }
 
-    /// Shadow relevance of a block of rows (the caller checked the CPU features).
+    /// Shadow relevance of a block of rows (the caller checked the CPU features). With several
+    /// queries, rows go in pairs, one from each half of the block (two sequential streams, as the
+    /// AVX2 kernel takes them), each query value loaded once for both; an odd last row goes alone.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
-        shadow_rows!(max_dot_half, WIDE_QUERIES, data, dim, unit, out)
+        let m = unit.len() / dim.max(1);
+        if m < 2 || dim == 0 {
+            return shadow_rows!(max_dot_half, WIDE_QUERIES, data, dim, unit, out);
+        }
+        let half_rows = out.len() / 2;
+        let paired = 2 * half_rows;
+        let (front, back) = data[..paired * dim].split_at(half_rows * dim);
+        let (out_front, rest) = out.split_at_mut(half_rows);
+        let (out_back, _) = rest.split_at_mut(half_rows);
+        for (((first, second), o0), o1) in
+            front.chunks_exact(dim).zip(back.chunks_exact(dim)).zip(out_front.iter_mut()).zip(out_back.iter_mut())
+        {
+            let mut best = [f32::NEG_INFINITY; 2];
+            let mut start = 0;
+            while start < m {
+                // The blocks `relevance_rows` makes of `WIDE_QUERIES`, written out for two rows.
+                let block = &unit[start * dim..];
+                let take = (m - start).min(WIDE_QUERIES);
+                let got = match take {
+                    1 => max_dot_half_two::<1, 4>(first, second, block, dim),
+                    2 => max_dot_half_two::<2, 2>(first, second, block, dim),
+                    3 => max_dot_half_two::<3, 2>(first, second, block, dim),
+                    4 => max_dot_half_two::<4, 1>(first, second, block, dim),
+                    5 => max_dot_half_two::<5, 1>(first, second, block, dim),
+                    6 => max_dot_half_two::<6, 1>(first, second, block, dim),
+                    7 => max_dot_half_two::<7, 1>(first, second, block, dim),
+                    _ => max_dot_half_two::<8, 1>(first, second, block, dim),
+                };
+                best = [best[0].max(got[0]), best[1].max(got[1])];
+                start += take;
+            }
+            *o0 = best[0].clamp(0.0, 1.0);
+            *o1 = best[1].clamp(0.0, 1.0);
+        }
+        shadow_rows!(max_dot_half, WIDE_QUERIES, &data[paired * dim..], dim, unit, &mut out[paired..])
     }
 
     /// Each query's dot product with one f16 row (the caller checked the CPU features).
@@ -555,6 +646,25 @@ mod tests {
                 relevance_block(&half, dim, &queries, &mut dispatched);
                 for i in 0..n {
                     assert!((portable[i] - dispatched[i]).abs() < 1e-5, "n {n} dim {dim} queries {q} row {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_taken_in_pairs_score_as_each_row_alone() {
+        // The dispatched kernel pairs rows of a block; a block of one row goes alone. Same bits.
+        for (n, dim) in [(64, 77), (65, 384), (11, 5)] {
+            let data = matrix(n, dim, 9);
+            let (half, _) = encode_rows(&data, dim);
+            for q in 1..=9 {
+                let queries = normalise_queries(&data[dim..(1 + q) * dim], dim);
+                let mut block = vec![0.0f32; n];
+                relevance_block(&half, dim, &queries, &mut block);
+                for (i, row) in half.chunks_exact(dim).enumerate() {
+                    let mut alone = [0.0f32];
+                    relevance_block(row, dim, &queries, &mut alone);
+                    assert_eq!(block[i].to_bits(), alone[0].to_bits(), "n {n} dim {dim} queries {q} row {i}");
                 }
             }
         }
