@@ -42,10 +42,9 @@ class _Appended:
         """This buffer (or a copy of its first `held` rows, when others were appended after them)
         with `rows` appended."""
         out = self
-        if held != self.size:
+        if held != self.size:  # a fresh buffer, the first `held` rows copied with the new ones
             out = _Appended(self.buf.shape[1])
-            out.buf = self.buf[: max(held, 1) * 2].copy()
-            out.size = held
+            rows = np.concatenate([self.buf[:held], rows])
         if out.size + len(rows) > len(out.buf):
             grown = np.empty((2 * (out.size + len(rows)), out.buf.shape[1]), np.float32)
             grown[: out.size] = out.buf[: out.size]

@@ -112,6 +112,48 @@ macro_rules! shadow_rows {
     };
 }
 
+/// [`shadow_rows`] with rows in pairs, one from each half of the block (two sequential streams,
+/// which the hardware prefetcher follows), through a kernel that scores two rows per query value
+/// it loads (the same bits as one row at a time); an odd last row goes alone.
+#[cfg(target_arch = "x86_64")]
+macro_rules! paired_rows {
+    ($max_two:ident, $max_dot:ident, $most:expr, $data:expr, $dim:expr, $unit:expr, $out:expr) => {{
+        let (data, dim, unit, out): (&[u16], usize, &[f32], &mut [f32]) = ($data, $dim, $unit, $out);
+        let half_rows = out.len() / 2;
+        let paired = 2 * half_rows;
+        let (front, back) = data[..paired * dim].split_at(half_rows * dim);
+        let (out_front, rest) = out.split_at_mut(half_rows);
+        let (out_back, _) = rest.split_at_mut(half_rows);
+        let m = unit.len() / dim;
+        for (((first, second), o0), o1) in
+            front.chunks_exact(dim).zip(back.chunks_exact(dim)).zip(out_front.iter_mut()).zip(out_back.iter_mut())
+        {
+            let mut best = [f32::NEG_INFINITY; 2];
+            let mut start = 0;
+            while start < m {
+                // The blocks `relevance_rows` makes of `$most`, written out for two rows.
+                let block = &unit[start * dim..];
+                let take = (m - start).min($most);
+                let got = match take {
+                    1 => $max_two::<1, 4>(first, second, block, dim),
+                    2 => $max_two::<2, 2>(first, second, block, dim),
+                    3 => $max_two::<3, 2>(first, second, block, dim),
+                    4 => $max_two::<4, 1>(first, second, block, dim),
+                    5 => $max_two::<5, 1>(first, second, block, dim),
+                    6 => $max_two::<6, 1>(first, second, block, dim),
+                    7 => $max_two::<7, 1>(first, second, block, dim),
+                    _ => $max_two::<8, 1>(first, second, block, dim),
+                };
+                best = [best[0].max(got[0]), best[1].max(got[1])];
+                start += take;
+            }
+            *o0 = best[0].clamp(0.0, 1.0);
+            *o1 = best[1].clamp(0.0, 1.0);
+        }
+        shadow_rows!($max_dot, $most, &data[paired * dim..], dim, unit, &mut out[paired..])
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     //! Sixteen f16 values converted per instruction and fused into the queries' accumulators.
@@ -221,46 +263,14 @@ mod avx512 {
         dots_half::<Q, U>(row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
     }
 
-    /// Shadow relevance of a block of rows (the caller checked the CPU features). With several
-    /// queries, rows go in pairs, one from each half of the block (two sequential streams, as the
-    /// AVX2 kernel takes them), each query value loaded once for both; an odd last row goes alone.
+    /// Shadow relevance of a block of rows (the caller checked the CPU features): with several
+    /// queries, rows in pairs ([`paired_rows`]).
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
-        let m = unit.len() / dim.max(1);
-        if m < 2 || dim == 0 {
+        if dim == 0 || unit.len() < 2 * dim {
             return shadow_rows!(max_dot_half, WIDE_QUERIES, data, dim, unit, out);
         }
-        let half_rows = out.len() / 2;
-        let paired = 2 * half_rows;
-        let (front, back) = data[..paired * dim].split_at(half_rows * dim);
-        let (out_front, rest) = out.split_at_mut(half_rows);
-        let (out_back, _) = rest.split_at_mut(half_rows);
-        for (((first, second), o0), o1) in
-            front.chunks_exact(dim).zip(back.chunks_exact(dim)).zip(out_front.iter_mut()).zip(out_back.iter_mut())
-        {
-            let mut best = [f32::NEG_INFINITY; 2];
-            let mut start = 0;
-            while start < m {
-                // The blocks `relevance_rows` makes of `WIDE_QUERIES`, written out for two rows.
-                let block = &unit[start * dim..];
-                let take = (m - start).min(WIDE_QUERIES);
-                let got = match take {
-                    1 => max_dot_half_two::<1, 4>(first, second, block, dim),
-                    2 => max_dot_half_two::<2, 2>(first, second, block, dim),
-                    3 => max_dot_half_two::<3, 2>(first, second, block, dim),
-                    4 => max_dot_half_two::<4, 1>(first, second, block, dim),
-                    5 => max_dot_half_two::<5, 1>(first, second, block, dim),
-                    6 => max_dot_half_two::<6, 1>(first, second, block, dim),
-                    7 => max_dot_half_two::<7, 1>(first, second, block, dim),
-                    _ => max_dot_half_two::<8, 1>(first, second, block, dim),
-                };
-                best = [best[0].max(got[0]), best[1].max(got[1])];
-                start += take;
-            }
-            *o0 = best[0].clamp(0.0, 1.0);
-            *o1 = best[1].clamp(0.0, 1.0);
-        }
-        shadow_rows!(max_dot_half, WIDE_QUERIES, &data[paired * dim..], dim, unit, &mut out[paired..])
+        paired_rows!(max_dot_half_two, max_dot_half, WIDE_QUERIES, data, dim, unit, out)
     }
 
     /// Each query's dot product with one f16 row (the caller checked the CPU features).
@@ -387,42 +397,12 @@ mod avx2 {
         dots_half::<Q, U>(row, queries, dim).into_iter().fold(f32::NEG_INFINITY, f32::max)
     }
 
-    /// Shadow relevance of a block of rows (the caller checked the CPU features). Rows go in
-    /// pairs, one from each half of the block: two sequential streams, which the hardware
-    /// prefetcher follows (neighbouring rows paired in one loop defeat it, and ran slower than one
-    /// row at a time). An odd last row goes alone.
+    /// Shadow relevance of a block of rows (the caller checked the CPU features), rows in pairs
+    /// ([`paired_rows`]: neighbouring rows paired in one loop defeat the prefetcher, and ran slower
+    /// than one row at a time).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn relevance_block(data: &[u16], dim: usize, unit: &[f32], out: &mut [f32]) {
-        let half_rows = out.len() / 2;
-        let paired = 2 * half_rows;
-        let (front, back) = data[..paired * dim].split_at(half_rows * dim);
-        let (out_front, rest) = out.split_at_mut(half_rows);
-        let (out_back, _) = rest.split_at_mut(half_rows);
-        let m = unit.len() / dim;
-        for (((first, second), o0), o1) in
-            front.chunks_exact(dim).zip(back.chunks_exact(dim)).zip(out_front.iter_mut()).zip(out_back.iter_mut())
-        {
-            let mut best = [f32::NEG_INFINITY; 2];
-            let mut start = 0;
-            while start < m {
-                // The blocks `query_blocks` makes of `HALF_QUERIES`, written out for two rows.
-                let block = &unit[start * dim..];
-                let take = (m - start).min(super::HALF_QUERIES);
-                let got = match take {
-                    1 => max_dot_half_two::<1, 4>(first, second, block, dim),
-                    2 => max_dot_half_two::<2, 2>(first, second, block, dim),
-                    3 => max_dot_half_two::<3, 2>(first, second, block, dim),
-                    4 => max_dot_half_two::<4, 1>(first, second, block, dim),
-                    5 => max_dot_half_two::<5, 1>(first, second, block, dim),
-                    _ => max_dot_half_two::<6, 1>(first, second, block, dim),
-                };
-                best = [best[0].max(got[0]), best[1].max(got[1])];
-                start += take;
-            }
-            *o0 = best[0].clamp(0.0, 1.0);
-            *o1 = best[1].clamp(0.0, 1.0);
-        }
-        shadow_rows!(max_dot_half, super::HALF_QUERIES, &data[paired * dim..], dim, unit, &mut out[paired..])
+        paired_rows!(max_dot_half_two, max_dot_half, super::HALF_QUERIES, data, dim, unit, out)
     }
 
     /// Each query's dot product with one f16 row (the caller checked the CPU features).
@@ -651,20 +631,40 @@ mod tests {
         }
     }
 
+    type BlockKernel = fn(&[u16], usize, &[f32], &mut [f32]);
+
+    /// Every block kernel this CPU can run, the dispatched one first.
+    fn block_kernels() -> Vec<(&'static str, BlockKernel)> {
+        let mut out: Vec<(&'static str, BlockKernel)> = vec![("dispatched", relevance_block)];
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+            // SAFETY: the CPU has the kernel's features.
+            out.push(("avx2", |d, dim, u, o| unsafe { avx2::relevance_block(d, dim, u, o) }));
+        }
+        out
+    }
+
     #[test]
     fn rows_taken_in_pairs_score_as_each_row_alone() {
-        // The dispatched kernel pairs rows of a block; a block of one row goes alone. Same bits.
-        for (n, dim) in [(64, 77), (65, 384), (11, 5)] {
-            let data = matrix(n, dim, 9);
-            let (half, _) = encode_rows(&data, dim);
-            for q in 1..=9 {
-                let queries = normalise_queries(&data[dim..(1 + q) * dim], dim);
-                let mut block = vec![0.0f32; n];
-                relevance_block(&half, dim, &queries, &mut block);
-                for (i, row) in half.chunks_exact(dim).enumerate() {
-                    let mut alone = [0.0f32];
-                    relevance_block(row, dim, &queries, &mut alone);
-                    assert_eq!(block[i].to_bits(), alone[0].to_bits(), "n {n} dim {dim} queries {q} row {i}");
+        // The kernels pair rows of a block; a block of one row goes alone. Same bits, and within
+        // float noise of the portable kernel.
+        for (name, kernel) in block_kernels() {
+            for (n, dim) in [(64, 77), (65, 384), (11, 5)] {
+                let data = matrix(n, dim, 9);
+                let (half, _) = encode_rows(&data, dim);
+                for q in 1..=9 {
+                    let queries = normalise_queries(&data[dim..(1 + q) * dim], dim);
+                    let mut portable = vec![0.0f32; n];
+                    shadow_rows!(max_dot_half, HALF_QUERIES, half, dim, &queries, portable);
+                    let mut block = vec![0.0f32; n];
+                    kernel(&half, dim, &queries, &mut block);
+                    for (i, row) in half.chunks_exact(dim).enumerate() {
+                        let mut alone = [0.0f32];
+                        kernel(row, dim, &queries, &mut alone);
+                        let at = format!("{name}: n {n} dim {dim} queries {q} row {i}");
+                        assert_eq!(block[i].to_bits(), alone[0].to_bits(), "{at}");
+                        assert!((block[i] - portable[i]).abs() < 1e-5, "{at}");
+                    }
                 }
             }
         }
