@@ -175,6 +175,58 @@ def query_only(sets: list[F32]) -> list[F32]:
     return [np.ascontiguousarray(q[:1]) for q in sets]
 
 
+@dataclass(frozen=True)
+class Shape:
+    """Data unlike the main workload, for checking that the default path holds beyond it: ``clusters``
+    centres with rows spread ``spread`` around them, or (``latent`` > 0) rows drawn from a
+    ``latent``-dimensional Gaussian mapped into ``dim`` dimensions plus a little noise, the continuum a
+    text embedding model gives more than tight clusters do."""
+
+    label: str
+    n: int
+    dim: int
+    clusters: int = 0
+    spread: float = 0.0
+    latent: int = 0
+    aged: bool = False
+
+
+OTHER_SHAPES = (
+    Shape("200 clusters, aged usage", 60_000, 768, clusters=200, spread=0.5, aged=True),
+    Shape("32 diffuse clusters", 30_000, 1536, clusters=32, spread=1.2),
+    Shape("1,000 small clusters", 120_000, 128, clusters=1000, spread=0.4),
+    Shape("32-d latent structure, aged usage", 60_000, 384, latent=32, aged=True),
+)
+
+
+def make_shaped(shape: Shape, count: int = 50, *, seed: int = SEED) -> tuple[Dataset, list[F32]]:
+    """The scanned rows of `shape` (no other types), and ``count`` query sets: each a query near a
+    vector drawn like the rows but not stored (moved by a fifth of its length), with four tags near
+    other such vectors."""
+    rng = np.random.default_rng([seed, shape.n, shape.dim, shape.clusters, shape.latent])
+    held = 200
+    if shape.latent:
+        mix = rng.standard_normal((shape.latent, shape.dim), dtype=np.float32)
+        drawn = rng.standard_normal((shape.n + held, shape.latent), dtype=np.float32) @ mix
+        drawn += np.float32(0.3) * rng.standard_normal(drawn.shape, dtype=np.float32)
+        centers = np.zeros((0, shape.dim), np.float32)
+    else:
+        centers = rng.standard_normal((shape.clusters, shape.dim), dtype=np.float32)
+        drawn = _clustered(rng, centers, shape.n + held, shape.spread)
+    matrix, unseen = np.ascontiguousarray(drawn[: shape.n]), drawn[shape.n :]
+    meta = aged_metadata(shape.n, seed=seed) if shape.aged else _metadata(rng, shape.n)
+    ids = [f"{SCANNED.value}-{i:07d}" for i in range(shape.n)]
+    sets = []
+    for i in range(count):
+        base = unseen[i % held]
+        scale = float(np.linalg.norm(base)) / np.sqrt(shape.dim)
+        query = base + np.float32(0.2 * scale) * rng.standard_normal(shape.dim, dtype=np.float32)
+        tags = unseen[rng.choice(held, 4, replace=False)]
+        tags = tags + np.float32(0.1 * scale) * rng.standard_normal(tags.shape, dtype=np.float32)
+        sets.append(np.ascontiguousarray(np.vstack([query[None, :], tags]), dtype=np.float32))
+    return Dataset(shape.n, matrix, ids, meta, sets[0], [], centers), sets
+
+
 AGED_HOURS = 300.0
 AGED_MAX_ACCESS = 6
 
@@ -392,6 +444,15 @@ def sample_trajectory(steps: int = EPISODES_PER_INGESTION) -> hg.Trajectory:
     )
 
 
+@dataclass(frozen=True)
+class SqliteRows:
+    """One ingestion as `SqliteWriter` stores it: node rows, link rows, the ingestion row."""
+
+    nodes: list[tuple[object, ...]]
+    links: list[tuple[str, str, str]]
+    record: tuple[str, bytes, int, str]
+
+
 class SqliteWriter:
     """Plain sqlite3, WAL mode: a row per node (embedding blob + metadata), rows for links, an ingestion row.
 
@@ -416,39 +477,39 @@ class SqliteWriter:
             """
         )
 
-    def commit(self, ing: Ingestion) -> bool:
+    def encode(self, ing: Ingestion) -> SqliteRows:
+        """The ingestion's rows, encoded as `commit` encodes them: a caller may do this before its clock
+        starts, so that `commit_rows` measures the storage engine alone."""
         rec, cs = ing.record, ing.changeset
+        nodes = [
+            (
+                node.id,
+                node.node_type.value,
+                json.dumps(node.fields_dict(), sort_keys=True),
+                None if node.embedding is None else node.embedding.tobytes(),
+                int(node.created_at.timestamp() * 1e6),
+                meta_json(cs.metadata.get(node.id)),
+            )
+            for node in cs.additions
+        ]
+        links = [(a, b, str(edge)) for a, b, edge in cs.links]
+        receipt = json.dumps({"node_ids": list(rec.receipt.node_ids), "stored_at": rec.receipt.stored_at.isoformat()})
+        return SqliteRows(nodes, links, (rec.source_id, rec.payload_digest, rec.fingerprint_version, receipt))
+
+    def commit(self, ing: Ingestion) -> bool:
+        return self.commit_rows(self.encode(ing))
+
+    def commit_rows(self, rows: SqliteRows) -> bool:
         cur = self.conn.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
-            row = cur.execute("SELECT digest, version FROM ingestions WHERE source_id = ?", (rec.source_id,)).fetchone()
+            row = cur.execute("SELECT digest, version FROM ingestions WHERE source_id = ?", rows.record[:1]).fetchone()
             if row is not None:
                 cur.execute("ROLLBACK")
                 return False
-            cur.executemany(
-                "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        node.id,
-                        node.node_type.value,
-                        json.dumps(node.fields_dict(), sort_keys=True),
-                        None if node.embedding is None else node.embedding.tobytes(),
-                        int(node.created_at.timestamp() * 1e6),
-                        meta_json(cs.metadata.get(node.id)),
-                    )
-                    for node in cs.additions
-                ],
-            )
-            cur.executemany(
-                "INSERT OR IGNORE INTO links VALUES (?, ?, ?)", [(a, b, str(edge)) for a, b, edge in cs.links]
-            )
-            receipt = json.dumps(
-                {"node_ids": list(rec.receipt.node_ids), "stored_at": rec.receipt.stored_at.isoformat()}
-            )
-            cur.execute(
-                "INSERT INTO ingestions VALUES (?, ?, ?, ?)",
-                (rec.source_id, rec.payload_digest, rec.fingerprint_version, receipt),
-            )
+            cur.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?)", rows.nodes)
+            cur.executemany("INSERT OR IGNORE INTO links VALUES (?, ?, ?)", rows.links)
+            cur.execute("INSERT INTO ingestions VALUES (?, ?, ?, ?)", rows.record)
             cur.execute("COMMIT")
             return True
         except BaseException:

@@ -37,6 +37,8 @@ import hippograph as hg
 from hippograph.backends import LMDB
 
 HEADING = "## Writes: single commits and group commit (benches/writes.py)"
+SINGLE = "hippograph LMDB `sync`"
+"""The store of `threaded`'s rows: one ingestion per commit, fsync each."""
 
 
 class RawLmdb:
@@ -174,15 +176,16 @@ def single_commits(root: Path, commits: int) -> list[str]:
     return rows
 
 
-def threaded(root: Path, per_thread: int, threads: int) -> list[str]:
-    """Each of `threads` threads commits `per_thread` ingestions back to back; wall time for all."""
+def threaded(root: Path, per_thread: int, threads: int) -> tuple[list[str], dict[tuple[str, int], float]]:
+    """Each of `threads` threads commits `per_thread` ingestions back to back; wall time for all. The
+    table's rows, and ingestions per second by (store, threads)."""
     pool = vector_pool()
     rows = [
         "| store | threads | ingestions | ingestions/s | commits (fsyncs) | ingestions per commit |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     rates: dict[tuple[str, int], float] = {}
-    for name in ("hippograph LMDB `sync`", "raw py-lmdb, sync"):
+    for name in (SINGLE, "raw py-lmdb, sync"):
         for count in (1, threads):
             path = root / f"threads-{name[:4]}-{count}"
             total = per_thread * threads
@@ -229,7 +232,7 @@ def threaded(root: Path, per_thread: int, threads: int) -> list[str]:
     elapsed = time.perf_counter() - t0
     used = raw.commits() - before
     raw.close()
-    ideal = f"raw py-lmdb, sync, {threads} pre-encoded ingestions per transaction (a group of {threads} at no cost)"
+    ideal = ceiling_name(threads)
     rates[(ideal, 1)] = total / elapsed
     rows.append(f"| {ideal} | 1 | {total} | {total / elapsed:,.0f} | {used} | {total / used:.1f} |")
     for size in (10, 100):
@@ -245,19 +248,24 @@ def threaded(root: Path, per_thread: int, threads: int) -> list[str]:
         name = f"hippograph LMDB `sync`, `commit_ingestions` of {size} (`Repo.ingest_many`)"
         rates[(name, 1)] = total / elapsed
         rows.append(f"| {name} | 1 | {total} | {total / elapsed:,.0f} | {used} | {total / used:.1f} |")
-    hg_ratio = rates[("hippograph LMDB `sync`", threads)] / rates[("hippograph LMDB `sync`", 1)]
+    hg_ratio = rates[(SINGLE, threads)] / rates[(SINGLE, 1)]
     raw_ratio = rates[("raw py-lmdb, sync", threads)] / rates[("raw py-lmdb, sync", 1)]
     rows += [
         "",
         f"- hippograph `sync`, {threads} threads against 1: {hg_ratio:.2f}× the throughput (target ≥ 5×); "
         f"raw py-lmdb (one transaction and fsync per commit): {raw_ratio:.2f}×. Batches of 100 from one "
-        f"thread: {rates[(name, 1)] / rates[('hippograph LMDB `sync`', 1)]:.2f}× single commits.",
+        f"thread: {rates[(name, 1)] / rates[(SINGLE, 1)]:.2f}× single commits.",
         f"- The most grouping can give on this disk: raw py-lmdb committing {threads} pre-encoded ingestions per "
         f"transaction, no library work and no waiting, {rates[(ideal, 1)] / rates[('raw py-lmdb, sync', 1)]:.2f}× "
         "its single commits (each commit writes and fsyncs the copied B-tree pages of every write it holds, so "
         "a commit of more writes takes longer).",
     ]
-    return rows
+    return rows, rates
+
+
+def ceiling_name(threads: int) -> str:
+    """The row of `threaded`'s rates that groups `threads` pre-encoded ingestions per commit at no cost."""
+    return f"raw py-lmdb, sync, {threads} pre-encoded ingestions per transaction (a group of {threads} at no cost)"
 
 
 def main() -> None:
@@ -270,7 +278,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hippograph-writes-") as tmp:
         root = Path(tmp)
         single = single_commits(root, args.commits)
-        grouped = threaded(root, args.per_thread, args.threads)
+        grouped, _ = threaded(root, args.per_thread, args.threads)
     lines = [
         HEADING,
         "",
