@@ -107,6 +107,24 @@ class RowVectors:
         self.shadow.settle(self._mat[:live])
         return True
 
+    def put_rows(self, rows: list[int], embeddings: list[F32], norms: list[float], live: int) -> None:
+        """`put` of each `embeddings[i]` (of norm `norms[i]`) at `rows[i]`, in one step: a batch of
+        writes indexed at once (later rows win where a row repeats, as one `put` after another)."""
+        if not rows:
+            return
+        at = np.asarray(rows, np.int64)
+        matrix = np.stack(embeddings).astype(np.float32, copy=False)
+        if self.half:
+            self.shadow.half[at], _ = _core.shadow_rows(np.ascontiguousarray(matrix))
+            self.shadow.residual[at] = 0.0
+            self._norms[at] = np.where(np.asarray(norms) > 0, 1.0, 0.0)
+            return
+        self._mat[at] = matrix
+        self._norms[at] = norms
+        for r in rows:
+            self.shadow.mark(r)
+        self.shadow.settle(self._mat[:live])
+
     def clear(self, r: int) -> None:
         """Row `r` holds no vector: every scan scores it 0."""
         if not self.half:

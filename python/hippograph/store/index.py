@@ -127,8 +127,7 @@ class EntryIndex:
             return
         try:
             if self.seq == before:
-                for e in written:
-                    self.set(e)
+                self.set_many(list(written))
                 self.seq = after
         finally:
             self.lock.release()
@@ -170,6 +169,27 @@ class EntryIndex:
 
     def set(self, e: Entry) -> None:
         """Indexes `e` at its ref, replacing what was there."""
+        self.set_many([e])
+
+    def set_many(self, entries: list[Entry]) -> None:
+        """`set` of each entry in turn, their vectors written to the matrix in one step (also when an
+        entry is refused midway: those before it stand, as after one `set` each)."""
+        placed: dict[int, tuple[npt.NDArray[np.float32], float]] = {}  # by slot: the latest vector
+        try:
+            for e in entries:
+                slot, norm = self._placed(e)
+                if norm is None or e.embedding is None:
+                    placed.pop(slot, None)  # cleared: an earlier vector of the batch is gone too
+                else:
+                    placed[slot] = (e.embedding, norm)
+        finally:
+            rows = list(placed)
+            got = [placed[r] for r in rows]
+            self.vectors.put_rows(rows, [v for v, _ in got], [n for _, n in got], len(self.entries))
+
+    def _placed(self, e: Entry) -> tuple[int, float | None]:
+        """Everything of `set` but the vector's row: the slot, and the vector's norm (None: no vector,
+        the slot cleared)."""
         slot = self.slot_of.get(e.ref)
         if slot is None:
             slot = self._take_slot(e.scope)
@@ -188,7 +208,7 @@ class EntryIndex:
         self.expiring += e.status == "active" and e.expires_at is not None
         self.active[slot] = e.status == "active"
         self.expires[slot] = np.inf if e.expires_at is None else e.expires_at.timestamp()
-        norm = 0.0
+        norm = None
         if e.embedding is None:
             self._clear_vector(slot)
         else:
@@ -198,9 +218,9 @@ class EntryIndex:
             if len(e.embedding) != self.dim:  # the store refuses this before writing; another writer did not
                 raise ConfigError(f"entry {e.key!r:.80} has dimension {len(e.embedding)}; the store's is {self.dim}")
             norm = vector_norm(e.embedding)
-            self.vectors.put(slot, e.embedding, len(self.entries), norm=norm)
-        self._unsynced[self.refs[slot].decode()] = slot if e.status == "active" and norm > 0 else None
+        self._unsynced[self.refs[slot].decode()] = slot if e.status == "active" and norm else None
         self.lexical.set(slot, e.text)
+        return slot, norm
 
     def _clear_vector(self, slot: int) -> None:
         """Slot `slot` holds no vector: every scan, the shadow's bounds included, scores it 0."""
