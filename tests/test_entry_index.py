@@ -92,3 +92,15 @@ def test_an_entry_refused_midway_leaves_those_before_it_indexed() -> None:
         single.set(wrong)
     assert state(batched) == state(single)
     assert batched.vectors.vectors(len(batched.entries))[batched.slot_of[good[1].ref]].tolist() == [0.5] * DIM
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_large_batch_writes_its_vectors_in_one_step_as_one_at_a_time(dtype: str) -> None:
+    rng = np.random.default_rng(7)
+    made = [entry(k % 40, rng.standard_normal(DIM).tolist(), k % len(WORDS)) for k in range(60)]
+    made[45] = entry(5, None, 0)  # a ref written with a vector, then without one, in the same batch
+    batched, single = EntryIndex(None, dtype), EntryIndex(None, dtype)  # type: ignore[arg-type]
+    batched.set_many(made)
+    for e in made:
+        single.set(e)
+    assert state(batched) == state(single)

@@ -52,6 +52,10 @@ def saved_row_holds(arrays: dict[str, npt.NDArray[Any]], r: int, embedding: F32)
     return bool(np.array_equal(arrays["matrix"][r], embedding))
 
 
+_BULK_ROWS = 8
+"""Rows from which `RowVectors.put_rows` writes them in one step rather than one `put` each."""
+
+
 class RowVectors:
     """Row `r`'s vector and norm, with room for `capacity` rows of `dim` values.
 
@@ -110,7 +114,9 @@ class RowVectors:
     def put_rows(self, rows: list[int], embeddings: list[F32], norms: list[float], live: int) -> None:
         """`put` of each `embeddings[i]` (of norm `norms[i]`) at `rows[i]`, in one step: a batch of
         writes indexed at once (later rows win where a row repeats, as one `put` after another)."""
-        if not rows:
+        if len(rows) < _BULK_ROWS:  # a row or two: numpy's fancy indexing costs more than it saves
+            for r, embedding, norm in zip(rows, embeddings, norms, strict=True):
+                self.put(r, embedding, live, norm=norm)
             return
         at = np.asarray(rows, np.int64)
         matrix = np.stack(embeddings).astype(np.float32, copy=False)
