@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from store import fmt, write_section
 
@@ -124,16 +125,25 @@ class SqliteContext:
                 self.db.execute("UPDATE jobs SET status = 'done' WHERE id = ?", row)
 
 
+def seeded_pair(
+    root: Path, durability: Literal["sync", "fast"], synchronous: str
+) -> tuple[ContextStore, SqliteContext]:
+    """A hippograph context store and its SQLite twin under `root`, each holding the same 20 documents
+    under ``proj/docs``."""
+    ctx = ContextStore(LMDB(root / f"hg-{durability}", durability=durability), document_jobs=("embed",))
+    sql = SqliteContext(root / f"sqlite-{durability}.db", synchronous)
+    for i in range(20):
+        ctx.put_document(f"proj/docs/d{i:02d}", _text(i))
+        sql.put_document(f"proj/docs/d{i:02d}", _text(i))
+    return ctx, sql
+
+
 def run(repeat: int) -> list[str]:
     rows: list[tuple[str, str, float, float, float, float | None]] = []
     with tempfile.TemporaryDirectory(prefix="hippograph-context-") as tmp:
         root = Path(tmp)
         for durability, synchronous in (("sync", "FULL"), ("fast", "NORMAL")):
-            ctx = ContextStore(LMDB(root / f"hg-{durability}", durability=durability), document_jobs=("embed",))
-            sql = SqliteContext(root / f"sqlite-{durability}.db", synchronous)
-            for i in range(20):
-                ctx.put_document(f"proj/docs/d{i:02d}", _text(i))
-                sql.put_document(f"proj/docs/d{i:02d}", _text(i))
+            ctx, sql = seeded_pair(root, durability, synchronous)
             writes = repeat if durability == "fast" else max(200, repeat // 10)
             label = f"`{durability}`" if durability == "fast" else "`sync` (fsync per write)"
             sql_name = f"SQLite WAL `synchronous={synchronous}`"

@@ -48,7 +48,7 @@ from _benchdata import (  # noqa: E402
     query_sets,
     vector_pool,
 )
-from context import SqliteContext, _text, paired  # noqa: E402
+from context import _text, paired, seeded_pair  # noqa: E402
 from langgraph_store import HIPPO, close, index_config, lookup_embed, sqlite_store, written  # noqa: E402
 from store import fmt, workload, write_section  # noqa: E402
 from writes import SINGLE, RawLmdb, ceiling_name, threaded  # noqa: E402
@@ -122,11 +122,7 @@ def ingestions(root: Path, commits: int) -> list[Row]:
 def context_calls(root: Path, calls: int) -> list[Row]:
     rows = []
     for durability, synchronous in (("fast", "NORMAL"), ("sync", "FULL")):
-        ctx = ContextStore(LMDB(root / f"ctx-{durability}", durability=durability), document_jobs=("embed",))
-        sql = SqliteContext(root / f"ctx-{durability}.db", synchronous)
-        for i in range(20):
-            ctx.put_document(f"proj/docs/d{i:02d}", _text(i))
-            sql.put_document(f"proj/docs/d{i:02d}", _text(i))
+        ctx, sql = seeded_pair(root, durability, synchronous)
         writes = calls if durability == "fast" else max(200, calls // 10)
         rows.append(speed(f"context `put_document` + its job, `{durability}`", f"SQLite WAL `{synchronous}`",
                           lambda i, c=ctx: c.put_document(f"proj/new/n{i}", _text(i)),

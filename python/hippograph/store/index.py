@@ -106,10 +106,10 @@ class EntryIndex:
             seq, changed, everything = backend.entry_read(read)
             if changed is None:
                 self._reset()
-                for done, e in enumerate(everything, start=1):
-                    self.set(e)
-                    if progress is not None and (done % _PROGRESS_STEP == 0 or done == len(everything)):
-                        progress("index entries", done, len(everything))
+                for start in range(0, len(everything), _PROGRESS_STEP):
+                    self.set_many(everything[start : start + _PROGRESS_STEP])
+                    if progress is not None:
+                        progress("index entries", min(start + _PROGRESS_STEP, len(everything)), len(everything))
                 self.vectors.settle(len(self.entries))
             else:
                 for ref, got in changed:
