@@ -454,5 +454,36 @@ class Hnsw:
         (rows whose keys are out of date) let a visited row's factor cost one read; `most`: no
         row's factor at `now` exceeds it. From `matrix` on, the walk's arguments as
         `certified_walk` takes them; `pending` (rows the graph does not hold) are read in full."""
+    def similarity_walk(
+        self,
+        queries: npt.NDArray[np.float32],
+        ef: int,
+        first: int,
+        error: float,
+        row_of_label: npt.NDArray[np.int64],
+        live: int,
+        floor: float,
+        matrix: Rows,
+        norms: npt.NDArray[np.float32],
+        usage: UsageColumns,
+        rank: npt.NDArray[np.uint32] | None,
+        now: float,
+        params: ValueParams,
+        selection: Selection,
+        pending: npt.NDArray[np.uint32],
+        order: npt.NDArray[np.uint32],
+        order_keys: npt.NDArray[np.float64],
+        stale: npt.NDArray[np.uint32],
+        regions: tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64], npt.NDArray[np.uint32] | None] | None = None,
+        shadow: tuple[npt.NDArray[np.uint16], npt.NDArray[np.float32]] | None = None,
+    ) -> tuple[float, tuple[list[int], list[float]] | None]:
+        """The similarity search and the certified walk over what it found, in rounds, in one call
+        (GIL released once): each round takes the `first` (then four times as many) nearest ids per
+        query vector at depth `ef`, bounds every other row by the largest last similarity plus
+        `error`, and walks those rows and `pending` with a budget of an eighth of the rows. Returns
+        the first round's largest similarity, and the exact top rows and their scores (best first),
+        or None when the exact scan must answer (that similarity below `floor`, no round certified,
+        fewer live ids found than asked). `row_of_label` and `live` as `valued_walk` takes them;
+        from `matrix` on, the walk's arguments as `certified_walk` takes them."""
     def save_index(self, path: str | os.PathLike[str]) -> None:
         """Writes the index to a new file at `path` (the caller fsyncs and renames it)."""

@@ -28,7 +28,7 @@ from . import routes
 from .calibration import Calibration
 from .checks import as_embedding
 from .columns import TypeColumns
-from .usage_order import keys_at, regions_at, stale_at
+from .usage_order import UsageOrder, keys_at, regions_at, stale_at
 from .vector_index import VectorIndex
 
 __all__ = [
@@ -59,6 +59,12 @@ Walk = Callable[[npt.NDArray[np.uint32], float, int], "Hits | None"]
 """(pool rows, relevance bound of every other row, scoring budget) → the exact top rows, or None past
 the budget. The pool may repeat rows and hold rows past the last (labels no row holds): they are
 ignored."""
+
+Searched = Callable[[VectorIndex, int | None, int, float, npt.NDArray[np.uint32], float], tuple[float, "Hits | None"]]
+"""(index, search depth or None for its own, first pool per query vector, similarity error, rows the
+search cannot bound, floor) → `certified_scan`'s similarity rounds and walks in one step of the core
+(`_core.Hnsw.similarity_walk`): the first round's largest similarity and the certified rows, or None.
+"""
 
 Valued = Callable[[F32, int, float, npt.NDArray[np.uint32], float], tuple[float, "Hits | None"]]
 """(queries, search depth, similarity error, rows the search cannot bound, floor) → the largest
@@ -165,10 +171,12 @@ def scan(
         # Measured off the query path (once the index is published); until then, answered as before.
         columns.request_calibration(lambda index, hold: calibrate(columns, index, params, now, hold))
     if ann is not None and ann.calibration is not None and ann.calibration.usable:
-        walk = _walk(columns, queries, params, now, values)
+        walk, searched = _walk(columns, queries, params, now, values)
         floor = ann.calibration.min_similarity
         valued = _valued(columns, ann, params, now, values) if ann.calibration.valued else None
-        got = certified_scan(columns, ann, queries, params.top_k, params.threshold, walk, floor=floor, valued=valued)
+        got = certified_scan(
+            columns, ann, queries, params.top_k, params.threshold, walk, floor=floor, valued=valued, searched=searched
+        )
         ann.remember(queries.copy(), got is None)  # a copy: the caller's array may change after the call
         if got is not None:
             if route is not None:
@@ -194,6 +202,7 @@ def certified_scan(
     tops: list[float] | None = None,
     ef: int | None = None,
     valued: Valued | None = None,
+    searched: Searched | None = None,
 ) -> Hits | None:
     """Top rows by exact score from vector-index candidate pools, or None when the exact scan must answer.
 
@@ -235,6 +244,11 @@ def certified_scan(
     # the answer is shared among the vectors: half as deep each, for searches that cost about as
     # much per vector as they are deep, and the walk finishes the rest.
     first = pool = max(top_k, 16) if len(queries) == 1 else max(top_k // 2, 8)
+    if searched is not None and ann.config.engine == "core":  # the rounds below, in one step of the core
+        top, got = searched(ann, ef, first, error, pending.astype(np.uint32, copy=False), -np.inf if valued else floor)
+        if tops is not None and valued is None and top > -np.inf:
+            tops.append(top)
+        return None if got is None or (len(got[0]) < top_k and threshold <= 0.0) else got
     while True:
         found = ann.knn(queries, pool, ef)
         if found is None:
@@ -259,8 +273,11 @@ def certified_scan(
         pool *= 4
 
 
-def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, values: RowValues | None) -> Walk:
-    """How `certified_scan` finishes a pool: in Rust for the default value function, else in Python."""
+def _walk(
+    columns: TypeColumns, queries: F32, params: ScanParams, now: float, values: RowValues | None
+) -> tuple[Walk, Searched | None]:
+    """How `certified_scan` finishes a pool: in Rust for the default value function, else in Python;
+    and for the default function, the similarity rounds with their walks in one step of the core."""
     if values is not None:
 
         def bounded(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
@@ -273,42 +290,44 @@ def _walk(columns: TypeColumns, queries: F32, params: ScanParams, now: float, va
                 return None
             return picked.tolist(), scores.tolist()
 
-        return bounded
+        return bounded, None
 
     regions = columns.regions
     bounds: list[F64] = []  # the regions' bounds for these queries, taken by the first walk that reads them
 
-    def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
+    def ordered(regioned: bool) -> tuple[UsageOrder, tuple[Any, ...] | None]:
+        """The usage order, and with `regioned` the regions as the walk takes them."""
         order = columns.usage_order(params.core_params)
-        in_regions = None
-        if regions is not None and budget > 0:  # a walk without budget only checks the pool
-            if not bounds:
-                bounds.append(regions.bounds(queries))
-            in_regions = (regions.of_row, bounds[0], regions_at(order, regions))
+        if regions is None or not regioned:
+            return order, None
+        if not bounds:
+            bounds.append(regions.bounds(queries))
+        return order, (regions.of_row, bounds[0], regions_at(order, regions))
+
+    def walk(pool: npt.NDArray[np.uint32], bound: float, budget: int) -> Hits | None:
+        order, in_regions = ordered(budget > 0)  # a walk without budget only checks the pool
         rows, shadow = columns.scanned()
         got = _core.certified_walk(
-            rows,
-            columns.norms(),
-            queries,
-            columns.usage(),
-            columns.rank(),
-            now,
-            params.core_params,
-            params.core_selection,
-            pool,
-            bound,
-            order.rows,
-            order.keys,
-            stale_at(order),
-            budget,
-            in_regions,
-            shadow,
-        )
+            rows, columns.norms(), queries, columns.usage(), columns.rank(), now, params.core_params,
+            params.core_selection, pool, bound, order.rows, order.keys, stale_at(order), budget, in_regions, shadow,
+        )  # fmt: skip
         if got is None:
             return None
         return got[0].tolist(), got[1].tolist()
 
-    return walk
+    def searched(
+        ann: VectorIndex, ef: int | None, first: int, error: float, pending: npt.NDArray[np.uint32], floor: float
+    ) -> tuple[float, Hits | None]:
+        order, in_regions = ordered(True)
+        rows, shadow = columns.scanned()
+        depth = ann.ef_search if ef is None else ef
+        return ann.index.similarity_walk(  # type: ignore[no-any-return]
+            queries, depth, first, error, ann.row_of_label, len(ann), floor, rows, columns.norms(), columns.usage(),
+            columns.rank(), now, params.core_params, params.core_selection, pending, order.rows, order.keys,
+            stale_at(order), in_regions, shadow,
+        )  # fmt: skip
+
+    return walk, searched
 
 
 def _valued(
@@ -471,9 +490,20 @@ def _trials(
         tops: list[float] = []
         with hold():
             start = time.perf_counter()
-            walk = _walk(columns, q, params, now, None)
+            walk, searched = _walk(columns, q, params, now, None)
             valued = _valued(columns, ann, params, now, None) if weighted else None
-            got = certified_scan(columns, ann, q, params.top_k, params.threshold, walk, tops=tops, ef=ef, valued=valued)
+            got = certified_scan(
+                columns,
+                ann,
+                q,
+                params.top_k,
+                params.threshold,
+                walk,
+                tops=tops,
+                ef=ef,
+                valued=valued,
+                searched=searched,
+            )
             seconds = time.perf_counter() - start
         recall = None if got is None else len(set(got[0]) & want) / len(want) if want else 1.0
         out.append(Trial(recall, seconds, tops[0] if tops else np.inf))

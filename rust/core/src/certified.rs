@@ -547,6 +547,87 @@ pub fn valued_walk(search: &ValuedSearch<'_>, req: &WalkRequest<'_>) -> Result<V
     Ok(ValuedAnswer { top: found.top, hits: walk(&full)? })
 }
 
+/// The similarity search of the certified path, as [`similarity_walk`] takes it.
+#[derive(Clone, Copy)]
+pub struct SimilaritySearch<'a> {
+    pub index: &'a crate::hnsw::Index,
+    /// The search depth (at least each round's pool).
+    pub ef: usize,
+    /// Nearest ids per query vector in the first round; each later round takes four times as many.
+    pub first: usize,
+    /// How far a code similarity may lie from the exact cosine ([`crate::hnsw::Index::max_error`]).
+    pub error: f32,
+    /// The row each id stands for (negative or past the rows: none).
+    pub row_of_label: &'a [i64],
+    /// Live ids in the graph: a round asking for them all bounds nothing outside its pool.
+    pub live: usize,
+    /// Below this top similarity the queries landed away from the data: no walk (see [`ValuedSearch`]).
+    pub floor: f32,
+}
+
+/// The similarity search and its certified finish in one step, the rounds the caller would run
+/// otherwise: each round searches the `pool` nearest ids per query vector, bounds every row
+/// outside them by the largest last similarity plus the codes' error, and walks the found rows
+/// plus `req.pool` (rows the graph does not hold yet) with a budget of an eighth of the rows;
+/// a walk past its budget takes another round four times as deep, until a round would ask for a
+/// sixteenth of the rows, or every live id was found. `top` is the first round's largest
+/// similarity; `hits` is `None` where the exact scan must answer (below the floor, past the last
+/// round, or a graph that found fewer live ids than asked). `req.bound`, `budget` and
+/// `pool_bounds` are the search's to set and are ignored.
+pub fn similarity_walk(search: &SimilaritySearch<'_>, req: &WalkRequest<'_>) -> Result<ValuedAnswer, ShapeError> {
+    let n = req.scan.stored.rows()?;
+    let dim = search.index.dim();
+    if dim == 0 || !req.scan.queries.len().is_multiple_of(dim) {
+        let values = req.scan.queries.len();
+        return Err(ShapeError(format!("query values ({values}) are not rows of the dimension {dim}")));
+    }
+    let none = |top: f32| Ok(ValuedAnswer { top, hits: None });
+    let mut pool = search.first.max(1);
+    let mut top = f32::NEG_INFINITY;
+    loop {
+        let k = pool.min(search.live);
+        if k == 0 {
+            return none(top);
+        }
+        let found =
+            search.index.search_many(req.scan.queries, k, search.ef.max(k)).map_err(|e| ShapeError(e.to_string()))?;
+        if found.iter().any(|f| f.len() < k) {
+            return none(top);
+        }
+        if pool == search.first.max(1) {
+            top = found.iter().map(|f| f[0].1).fold(f32::NEG_INFINITY, f32::max);
+            if top < search.floor {
+                return none(top);
+            }
+        }
+        let exhausted = k >= search.live;
+        let mut rows: Vec<u32> = Vec::with_capacity(found.len() * k + req.pool.len());
+        for &(label, _) in found.iter().flatten() {
+            let row = search.row_of_label.get(label as usize).copied().unwrap_or(-1);
+            // An id that stands for no row maps past every row: the walk ignores it.
+            rows.push(u32::try_from(row).unwrap_or(u32::MAX));
+        }
+        rows.extend_from_slice(req.pool);
+        let last = found.iter().map(|f| f64::from(f[k - 1].1)).fold(f64::NEG_INFINITY, f64::max);
+        let bound = if exhausted { 0.0 } else { (last + f64::from(search.error)).max(0.0) + 1e-6 };
+        let round = WalkRequest {
+            pool: &rows,
+            bound,
+            budget: (n / 8).max(1),
+            pool_bounds: None,
+            outside_score: f64::INFINITY,
+            ..*req
+        };
+        if let Some(hits) = walk(&round)? {
+            return Ok(ValuedAnswer { top, hits: Some(hits) });
+        }
+        if exhausted || 4 * pool > n / 4 {
+            return none(top);
+        }
+        pool *= 4;
+    }
+}
+
 /// The exact top-k over every row whose relevance respects `bound`, best first; `None` past the budget.
 pub fn walk(req: &WalkRequest<'_>) -> Result<Option<Vec<(usize, f64)>>, ShapeError> {
     let scan = &req.scan;
@@ -1314,6 +1395,62 @@ mod tests {
             // Above every similarity, the floor sends the query to the exact scan without a walk.
             let high = valued_walk(&ValuedSearch { floor: 2.0, ..search }, &base).unwrap();
             assert_eq!((high.top, high.hits), (got.top, None));
+        }
+        assert!(answered >= 18, "{answered} of 20 answered from the pool");
+    }
+
+    #[test]
+    fn the_one_step_similarity_walk_answers_as_its_rounds() {
+        let (n, dim) = (3000, 16);
+        let d = data(n, dim, 61);
+        let index = graph(&d, dim, 11);
+        // The last id stands for no row; rows 5 and 17 stand for rows the graph does not hold yet.
+        let mut row_of_label: Vec<i64> = (0..n as i64).collect();
+        row_of_label[n - 1] = -1;
+        let pending: Vec<u32> = vec![5, 17];
+        let req = d.scan(0.0, 10);
+        let order = usage_order(d.meta(), &req.params).unwrap();
+        let error = index.max_error();
+        let mut answered = 0;
+        for (i, q) in d.data[..40 * dim].chunks_exact(2 * dim).enumerate() {
+            // Half the queries with a second vector (a tag), half alone.
+            let q = if i % 2 == 0 { &q[..dim] } else { q };
+            let req = ScanRequest { queries: q, ..req };
+            let search = SimilaritySearch {
+                index: &index,
+                ef: 16,
+                first: 8,
+                error,
+                row_of_label: &row_of_label,
+                live: n,
+                floor: -1.0,
+            };
+            let base = WalkRequest { pool: &pending, ..pool_walk(req, &[], 1.0, f64::INFINITY, &order) };
+            let got = similarity_walk(&search, &base).unwrap();
+            // The rounds by hand: the first one's pool, bound and walk.
+            let found = index.search_many(q, 8, 16).unwrap();
+            let top = found.iter().map(|f| f[0].1).fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(got.top, top);
+            let mut rows: Vec<u32> =
+                found.iter().flatten().map(|x| u32::try_from(row_of_label[x.0 as usize]).unwrap_or(u32::MAX)).collect();
+            rows.extend_from_slice(&pending);
+            let last = found.iter().map(|f| f64::from(f[7].1)).fold(f64::NEG_INFINITY, f64::max);
+            let bound = (last + f64::from(error)).max(0.0) + 1e-6;
+            let first = WalkRequest { budget: n / 8, ..pool_walk(req, &rows, bound, f64::INFINITY, &order) };
+            if let Some(hits) = walk(&first).unwrap() {
+                assert_eq!(got.hits.as_ref(), Some(&hits));
+            }
+            if let Some(hits) = &got.hits {
+                // Certified: the exact scan's answer (the row no id stands for is still a row).
+                assert_eq!(hits[..], scan_default(&req).unwrap()[..hits.len()]);
+                answered += 1;
+            }
+            // Above every similarity, the floor sends the query to the exact scan without a walk.
+            let high = similarity_walk(&SimilaritySearch { floor: 2.0, ..search }, &base).unwrap();
+            assert_eq!((high.top, high.hits), (top, None));
+            // A graph with fewer live ids than a round asks for cannot bound the rest.
+            let empty = similarity_walk(&SimilaritySearch { live: 0, ..search }, &base).unwrap();
+            assert!(empty.hits.is_none());
         }
         assert!(answered >= 18, "{answered} of 20 answered from the pool");
     }

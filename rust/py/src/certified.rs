@@ -75,7 +75,8 @@ fn region_bounds<'py>(
 
 /// Each row's region, each region's relevance bound, and the region at each position of the
 /// order (optional), as Python passes them.
-type RegionArrays<'py> = (PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>, Option<PyReadonlyArray1<'py, u32>>);
+pub(crate) type RegionArrays<'py> =
+    (PyReadonlyArray1<'py, u32>, PyReadonlyArray1<'py, f64>, Option<PyReadonlyArray1<'py, u32>>);
 
 /// The arrays of a certified walk as Python passes them, borrowed for the call (`certified_walk`,
 /// `Hnsw.valued_walk`).

@@ -1,7 +1,7 @@
 //! Bindings of `hippograph_core::hnsw`: the core's vector index, with the method names of the
 //! hnswlib index it stands in for; every call that searches or inserts releases the GIL.
 
-use crate::certified::WalkArrays;
+use crate::certified::{RegionArrays, WalkArrays};
 use crate::errors;
 use crate::scoring::{contiguous, shape, Matrix, ScanArrays, Selection, UsageColumns, ValueParams};
 use hippograph_core::certified;
@@ -255,6 +255,62 @@ impl Hnsw {
             floor,
         };
         let got = errors::detached(py, "Hnsw.valued_walk", || certified::valued_walk(&search, &req))?
+            .map_err(|e| shape(py, e))?;
+        Ok((got.top, got.hits.map(|hits| hits.into_iter().unzip())))
+    }
+
+    /// The similarity search and its certified walk in one step, the GIL released once
+    /// (`hippograph_core::certified::similarity_walk`): the first round's largest similarity, and
+    /// the certified top rows with their scores (lists, best first), or None when the exact scan
+    /// must answer. The walk takes the scan's arrays as `certified_walk` does, with `pending`
+    /// (rows the graph does not hold yet) in every round's pool.
+    #[pyo3(signature = (
+        queries, ef, first, error, row_of_label, live, floor,
+        matrix, norms, usage, rank, now, params, selection, pending, order, order_keys, stale,
+        regions=None, shadow=None
+    ))]
+    #[expect(clippy::too_many_arguments, reason = "one parameter per argument of the Python signature")]
+    fn similarity_walk<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        ef: usize,
+        first: usize,
+        error: f32,
+        row_of_label: PyReadonlyArray1<'py, i64>,
+        live: usize,
+        floor: f32,
+        matrix: Matrix<'py>,
+        norms: PyReadonlyArray1<'py, f32>,
+        usage: &Bound<'py, UsageColumns>,
+        rank: Option<PyReadonlyArray1<'py, u32>>,
+        now: f64,
+        params: &Bound<'py, ValueParams>,
+        selection: &Bound<'py, Selection>,
+        pending: PyReadonlyArray1<'py, u32>,
+        order: PyReadonlyArray1<'py, u32>,
+        order_keys: PyReadonlyArray1<'py, f64>,
+        stale: PyReadonlyArray1<'py, u32>,
+        regions: Option<RegionArrays<'py>>,
+        shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
+    ) -> PyResult<ValuedAnswer> {
+        if queries.shape()[0] > 0 && queries.shape()[1] != self.inner.dim() {
+            return Err(errors::validation(py, "queries are not of the index's dimension"));
+        }
+        let scan = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
+        let arrays = WalkArrays { scan, shadow, pool: pending, order, order_keys, stale, regions };
+        // Bound and budget are each round's to set (`certified::similarity_walk`).
+        let req = arrays.request(py, (now, params.get(), selection.get()), 1.0, 0)?;
+        let search = certified::SimilaritySearch {
+            index: &self.inner,
+            ef,
+            first,
+            error,
+            row_of_label: contiguous(py, "row_of_label", &row_of_label)?,
+            live,
+            floor,
+        };
+        let got = errors::detached(py, "Hnsw.similarity_walk", || certified::similarity_walk(&search, &req))?
             .map_err(|e| shape(py, e))?;
         Ok((got.top, got.hits.map(|hits| hits.into_iter().unzip())))
     }
