@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from hippograph.backends.lmdb import LMDB
 from hippograph.backends.memory import InMemory
-from hippograph.context.protocol import SPACES, ContextBackend, KvTxn
+from hippograph.context.protocol import SPACES, ContextBackend, GetsOne, KvTxn
 from hippograph.errors import StorageError, ValidationError
 from pg_server import pg_dsn, pg_store
 
@@ -116,6 +116,35 @@ def test_get_put_delete_return_values(opener: Open) -> None:
     assert b.context_read(lambda t: t.get(S, b"k")) is None
     b.context_write(lambda t: t.put(S, b"empty", b""))
     assert b.context_read(lambda t: t.get(S, b"empty")) == b""
+
+
+@pytest.mark.parametrize("opener", ["lmdb"], indirect=True)
+def test_a_one_record_read_answers_as_a_read_of_one_get(opener: Open) -> None:
+    """LMDB's `context_get` (`get_node`'s read) is `context_read` of one `get`: the value written
+    last, None where nothing is (a key too long to store included), an unknown space refused."""
+    b = opener()
+    assert isinstance(b, GetsOne)
+    keys = st.binary(min_size=1, max_size=4)
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        stored=st.dictionaries(keys, st.binary(max_size=4), max_size=6),
+        asked=st.lists(keys | st.just(b"") | st.just(b"k" * 600), max_size=6),
+    )
+    def check(stored: dict[bytes, bytes], asked: list[bytes]) -> None:
+        b.context_write(lambda t: [t.delete(S, k) for k, _ in list(t.range(S))])
+        _fill(b, stored)
+        for key in [*stored, *asked]:
+            got = b.context_get(S, key)
+            assert got == b.context_read(lambda t, key=key: t.get(S, key)) == stored.get(key)
+            assert got is None or type(got) is bytes
+            assert b.context_get(OTHER, key) is None
+
+    check()
+    with pytest.raises(ValidationError):
+        b.context_get("no_such_space", b"k")
+    with pytest.raises(ValidationError):
+        b.context_get(S, "k")
 
 
 KEYS = [b"\x00", b"a", b"a\x00", b"ab", b"b", b"b\xff", b"c", b"\x7f", b"\x80", b"\xff", b"\xff\xff"]
@@ -460,6 +489,7 @@ def test_an_lmdb_store_older_than_the_spaces_opens_read_only(opener: Open, tmp_p
             [],
             [],
         )
+        assert ro.context_get(S, b"k") is None
         with pytest.raises(StorageError):
             ro.context_write(lambda t: t.put(S, b"k", b"v"))
     finally:

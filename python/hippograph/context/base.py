@@ -18,7 +18,7 @@ from .model import (
     check_payload,
     check_uri,
 )
-from .protocol import ContextBackend, KvTxn
+from .protocol import ContextBackend, GetsOne, KvTxn
 from .vectors import VectorCache
 
 __all__ = [
@@ -98,6 +98,7 @@ class ContextBase:
         if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0):
             raise ConfigError(f"dim must be a positive int, got {dim!r}")
         self.backend = backend
+        self._context_get = backend.context_get if isinstance(backend, GetsOne) else None
         self.document_jobs = tuple(check_name(k, "document_jobs kind") for k in document_jobs)
         self.max_attempts = check_limit(max_attempts, "max_attempts", 1000)
         self._dim = dim
@@ -126,6 +127,12 @@ class ContextBase:
 
     def _read(self, fn: Callable[[KvTxn], T]) -> T:
         return self.backend.context_read(fn)
+
+    def _get_one(self, space: str, key: bytes) -> bytes | None:
+        """One record in a read of its own: the backend's `context_get` where it has one."""
+        if self._context_get is not None:
+            return self._context_get(space, key)
+        return self._read(lambda t: t.get(space, key))
 
     def _jobs(self, value: object) -> list[tuple[str, dict[str, Any]]]:
         if value is None:

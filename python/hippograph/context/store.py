@@ -90,8 +90,8 @@ class ContextStore(MemoryCalls, QueueCalls):
     def get_node(self, uri: str, *, fields: Iterable[str] | None = None) -> TreeNode | None:
         segments = check_uri(uri)
         chosen = fields_of(fields)
-        rec = self._read(lambda t: tree.node(t, segments))
-        return None if rec is None else tree.to_node(uri, rec, chosen)
+        raw = self._get_one(tree.NODES, node_key(segments))
+        return None if raw is None else tree.to_node(uri, decode(raw, "context node"), chosen)
 
     def get_nodes(self, uris: Sequence[str]) -> list[TreeNode | None]:
         """The nodes at `uris` in one read, in input order (None where nothing is stored)."""
