@@ -14,6 +14,13 @@ import hippograph as hg
 DIM = 8
 
 
+def mapped(arr: npt.NDArray[object]) -> bool:
+    """Whether `arr` reads a saved column file through a copy-on-write mapping (the store holds a
+    plain view of the `np.memmap`, whose own slicing runs Python code)."""
+    base = arr if isinstance(arr, np.memmap) else arr.base
+    return isinstance(base, np.memmap) and base.mode == "c"
+
+
 def vector(seed: int) -> npt.NDArray[np.float32]:
     return np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
 

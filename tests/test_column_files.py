@@ -18,6 +18,7 @@ from hippograph.engine import column_files
 from hippograph.engine.mapped_ids import MappedIds, encode_ids
 from hippograph.graph.model import NodeType
 from hippograph.testing.graphs import make_node, random_graph
+from lmdb_common import mapped
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -75,7 +76,7 @@ def test_a_reopened_store_maps_its_saved_columns_and_answers_as_a_rebuild(tmp_pa
         got = answers(b, 1)
         assert state(b) in ("mapped", "verified")
         columns = b._cache.columns[NodeType.SEMANTIC]
-        assert isinstance(columns._vectors._mat, np.memmap) and columns._vectors._mat.mode == "c"
+        assert mapped(columns._vectors._mat)
         wait_verified(b)
         assert state(b) == "verified"
     assert got == rebuilt(tmp_path / "s", 1)
@@ -102,7 +103,7 @@ def test_mapped_columns_take_writes_and_deletions_like_rebuilt_ones(tmp_path: Pa
     with LMDB(tmp_path / "s") as b:
         answers(b, 0)
         semantic = b._cache.columns[NodeType.SEMANTIC]
-        assert isinstance(semantic._vectors._mat, np.memmap)
+        assert mapped(semantic._vectors._mat)
         doomed = semantic.ids[:5]
         cs = hg.Changeset()
         for i in range(5):  # the same vector five times: their order is the tie-break's
@@ -160,7 +161,7 @@ def test_a_file_whose_hash_differs_is_dropped_and_the_columns_rebuilt(tmp_path: 
         assert state(b) == "rejected"
         assert not (tmp_path / "s" / "columns" / column_files.SIDECAR).exists()
         got = answers(b, 7)  # the next read rebuilds from the store
-        assert b._cache.seq >= 0 and not isinstance(b._cache.columns[NodeType.SEMANTIC]._vectors._mat, np.memmap)
+        assert b._cache.seq >= 0 and not mapped(b._cache.columns[NodeType.SEMANTIC]._vectors._mat)
     assert got == rebuilt(tmp_path / "s", 7)
 
 

@@ -21,6 +21,7 @@ from hippograph.engine import column_files
 from hippograph.errors import ConfigError
 from hippograph.graph.model import NodeType
 from hippograph.testing.graphs import make_node, random_graph
+from lmdb_common import mapped
 from pg_server import pg_dsn, pg_store
 
 __all__ = ["pg_dsn", "pg_store"]  # fixtures
@@ -174,7 +175,7 @@ def test_saved_half_columns_are_mapped_and_answer_as_a_rebuild(tmp_path: Path) -
         got = _answers(b)
         assert b.stats()["saved_columns"]["state"] in ("mapped", "verified")
         columns = b._cache.columns[NodeType.SEMANTIC]
-        assert isinstance(columns._vectors.shadow.half, np.memmap) and columns._vectors._mat.shape[1] == 0
+        assert mapped(columns._vectors.shadow.half) and columns._vectors._mat.shape[1] == 0
     (path / "columns" / column_files.SIDECAR).unlink()
     with LMDB(path, vector_dtype="float16", readonly=True) as b:
         assert _answers(b) == got
@@ -190,7 +191,7 @@ def test_a_store_opened_with_the_other_precision_rebuilds(tmp_path: Path) -> Non
     with LMDB(path) as b:  # float32: the saved f16 set is not read
         full = _answers(b)
         assert b.stats()["saved_columns"]["state"] == "none"
-        assert not isinstance(b._cache.columns[NodeType.SEMANTIC]._vectors._mat, np.memmap)
+        assert not mapped(b._cache.columns[NodeType.SEMANTIC]._vectors._mat)
     with LMDB(path, vector_dtype="float16") as b:  # the f32 set saved at that close is not read either
         assert _answers(b) == half
         assert b.stats()["saved_columns"]["state"] == "none"

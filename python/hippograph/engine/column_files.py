@@ -215,7 +215,9 @@ def read(
                 path = where / f"{name}.{column}.npy"
                 if path not in stated:
                     return None
-                arr = np.load(path, mmap_mode="c")  # numpy refuses pickled objects by default
+                # numpy refuses pickled objects by default. A plain view of the mapping: a slice of
+                # `np.memmap` runs Python code (its `__getitem__`), a microsecond on every read.
+                arr = np.load(path, mmap_mode="c").view(np.ndarray)
                 width = {"matrix": 0 if vector_dtype == "float16" else dim, "half": dim}.get(column)
                 shape_ok = arr.ndim == (1 if width is None else 2) and (width is None or arr.shape[1] == width)
                 length_ok = arr.shape[0] >= rows if roomy else arr.shape[0] == rows
