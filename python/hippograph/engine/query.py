@@ -223,7 +223,7 @@ def certified_scan(
     `valued` (the default value function on the core's index) first searches by score itself: its
     pool holds the rows of largest relevance × value, and when its bound on every other row's
     score lies below the k-th score found, the pool is the answer with no walk at all. Otherwise
-    the similarity search and its walk below decide.
+    the similarity search and its walk below decide (`searched`: the rounds in one call of the core).
     """
     n = len(columns.ids)
     pending = columns.pending_rows(ann)  # before the search: see `TypeColumns.pending_rows`
