@@ -3,7 +3,7 @@
 
 use crate::certified::{RegionArrays, WalkArrays};
 use crate::errors;
-use crate::scoring::{contiguous, shape, Matrix, ScanArrays, Selection, UsageColumns, ValueParams};
+use crate::scoring::{check_query_dim, contiguous, shape, Matrix, ScanArrays, Selection, UsageColumns, ValueParams};
 use hippograph_core::certified;
 use hippograph_core::hnsw::{self, Codes, Config, IndexError};
 use numpy::ndarray::Array2;
@@ -230,9 +230,7 @@ impl Hnsw {
         stale: PyReadonlyArray1<'py, u32>,
         shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
     ) -> PyResult<ValuedAnswer> {
-        if queries.shape()[0] > 0 && queries.shape()[1] != self.inner.dim() {
-            return Err(errors::validation(py, "queries are not of the index's dimension"));
-        }
+        check_query_dim(py, self.inner.dim(), &queries)?;
         let scan = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
         let arrays = WalkArrays { scan, shadow, pool: pending, order, order_keys, stale, regions: None };
         // Bounds, budget and regions are the search's to set (`certified::valued_walk`).
@@ -254,9 +252,7 @@ impl Hnsw {
             keys: Some(keys),
             floor,
         };
-        let got = errors::detached(py, "Hnsw.valued_walk", || certified::valued_walk(&search, &req))?
-            .map_err(|e| shape(py, e))?;
-        Ok((got.top, got.hits.map(|hits| hits.into_iter().unzip())))
+        answered(py, errors::detached(py, "Hnsw.valued_walk", || certified::valued_walk(&search, &req))?)
     }
 
     /// The similarity search and its certified walk in one step, the GIL released once
@@ -294,9 +290,7 @@ impl Hnsw {
         regions: Option<RegionArrays<'py>>,
         shadow: Option<(PyReadonlyArray2<'py, u16>, PyReadonlyArray1<'py, f32>)>,
     ) -> PyResult<ValuedAnswer> {
-        if queries.shape()[0] > 0 && queries.shape()[1] != self.inner.dim() {
-            return Err(errors::validation(py, "queries are not of the index's dimension"));
-        }
+        check_query_dim(py, self.inner.dim(), &queries)?;
         let scan = ScanArrays { matrix, norms, queries, usage: usage.get().borrow(py)?, rank };
         let arrays = WalkArrays { scan, shadow, pool: pending, order, order_keys, stale, regions };
         // Bound and budget are each round's to set (`certified::similarity_walk`).
@@ -310,9 +304,7 @@ impl Hnsw {
             live,
             floor,
         };
-        let got = errors::detached(py, "Hnsw.similarity_walk", || certified::similarity_walk(&search, &req))?
-            .map_err(|e| shape(py, e))?;
-        Ok((got.top, got.hits.map(|hits| hits.into_iter().unzip())))
+        answered(py, errors::detached(py, "Hnsw.similarity_walk", || certified::similarity_walk(&search, &req))?)
     }
 
     /// Writes the index to a new file at `path` (the caller fsyncs and renames it).
@@ -321,8 +313,18 @@ impl Hnsw {
     }
 }
 
-/// `Hnsw.valued_walk`'s answer: the top similarity, and the certified rows and scores if any.
+/// `Hnsw.valued_walk`'s and `Hnsw.similarity_walk`'s answer: the top similarity, and the certified
+/// rows and scores if any.
 type ValuedAnswer = (f32, Option<(Vec<usize>, Vec<f64>)>);
+
+/// A one-step search and walk's answer as Python takes it (a shape error mapped).
+fn answered(
+    py: Python<'_>,
+    got: Result<certified::ValuedAnswer, hippograph_core::scoring::ShapeError>,
+) -> PyResult<ValuedAnswer> {
+    let got = got.map_err(|e| shape(py, e))?;
+    Ok((got.top, got.hits.map(|hits| hits.into_iter().unzip())))
+}
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Hnsw>()
