@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hippograph import Changeset, EdgeType, Node, NodeMetadata, NodeType, ValidationError
+from hippograph._core import plain_changeset
+from hippograph.graph.changeset import _SHAPES, check_changeset, checked_in_full
 from hippograph.testing.graphs import NOW, make_node
 
 
@@ -92,3 +98,64 @@ def test_merge_leaves_both_inputs_unchanged() -> None:
     assert left.node_ids == ("a",)
     assert right.node_ids == ("b",)
     assert right.metadata == {}
+
+
+# -- the native check of the common changeset agrees with the full one ----------------------------
+
+_IDS = st.sampled_from(["a", "b", "x" * 512, "x" * 513, "", "é", "\ud800", 7, None])
+_VALUES = st.sampled_from([1.0, -2.5, 0.0, np.nan, np.inf, -np.inf, 3e38])
+
+
+@st.composite
+def _embeddings(draw: st.DrawFn) -> object:
+    kind = draw(st.sampled_from(["none", "f32", "f64", "2d", "strided", "big-endian", "empty", "list"]))
+    values = draw(st.lists(_VALUES, min_size=1, max_size=3)) + draw(st.sampled_from([[], [1.0]]))
+    v = np.asarray(values, np.float32)
+    return {
+        "none": None, "f32": v, "f64": v.astype(np.float64), "2d": v.reshape(1, -1), "strided": np.repeat(v, 2)[::2],
+        "big-endian": v.astype(">f4"), "empty": v[:0], "list": values,
+    }[kind]  # fmt: skip
+
+
+@st.composite
+def _changesets(draw: st.DrawFn) -> Changeset:
+    cs = Changeset()
+    for i in range(draw(st.integers(0, 3))):
+        node: Any = _node(f"n{i}")
+        object.__setattr__(node, "embedding", draw(_embeddings()))  # past the constructor's own checks
+        cs.additions.append(node if draw(st.integers(0, 9)) else "not a node")  # type: ignore[arg-type]
+    for _ in range(draw(st.integers(0, 3))):
+        edge = draw(st.sampled_from([EdgeType.SIBLING, "sibling", "friend", 3]))
+        link = (draw(_IDS), draw(_IDS), edge)
+        cs.links.append(draw(st.sampled_from([link, list(link), link[:2]])))  # type: ignore[arg-type]
+    for _ in range(draw(st.integers(0, 2))):
+        cs.metadata[draw(_IDS)] = draw(st.sampled_from([NodeMetadata(created_at=NOW), {"access_count": 1}]))  # type: ignore[assignment,index]
+    return cs
+
+
+@settings(max_examples=300, deadline=None)
+@given(cs=_changesets(), dim=st.sampled_from([None, 1, 2, 3, 4]))
+def test_the_native_check_accepts_only_what_the_full_check_accepts_with_the_same_dimension(
+    cs: Changeset, dim: int | None
+) -> None:
+    try:
+        full: object = checked_in_full(cs, dim)
+    except ValidationError as exc:
+        full = exc
+    try:
+        got: object = check_changeset(cs, dim)
+    except ValidationError as exc:
+        got = exc
+    if isinstance(full, ValidationError):
+        assert isinstance(got, ValidationError) and str(got) == str(full)
+    else:
+        assert got == full
+    plain, after = plain_changeset(cs.additions, cs.links, cs.metadata, dim, _SHAPES)
+    assert not plain or after == full  # the native check never passes what the full one refuses
+
+
+def test_the_common_changeset_passes_the_native_check() -> None:
+    cs = Changeset().add_nodes([_node("a"), _node("b")]).add_link("a", "b", EdgeType.SIBLING)
+    cs.put_metadata("a", NodeMetadata(created_at=NOW))
+    assert plain_changeset(cs.additions, cs.links, cs.metadata, None, _SHAPES) == (True, 2)
+    assert plain_changeset(cs.additions, cs.links, cs.metadata, 3, _SHAPES) == (False, None)

@@ -334,6 +334,13 @@ class LexicalIndex:
 def word_tokens(text: str) -> list[str]:
     """The lowercased Unicode words of `text`, as `LexicalIndex` sees them."""
 
+def plain_changeset(
+    additions: object, links: object, metadata: object, dim: int | None, shapes: tuple[type, type, type, int]
+) -> tuple[bool, int | None]:
+    """`check_changeset`'s common case in one call: `(True, dimension after)` when every part has
+    the plain shape (`shapes`: the node, metadata and edge classes, the id byte limit), finite
+    embeddings of one dimension included; `(False, None)` for anything else, left to the caller."""
+
 @final
 class GraphWrite:
     """One LMDB write transaction of graph memory, planned in one pass: records encoded, links

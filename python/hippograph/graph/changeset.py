@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.checks import check_id, vector_norm
+from .._core import plain_changeset
+from ..engine.checks import MAX_ID_BYTES, check_id, vector_norm
 from ..errors import ValidationError
 from .model import EdgeType, Node, NodeMetadata, as_edge_type
 
@@ -82,6 +83,15 @@ def check_changeset(cs: object, dim: int | None) -> int | None:
     """
     if not isinstance(cs, Changeset):
         raise ValidationError(f"expected a Changeset, got {type(cs).__name__}")
+    plain, after = plain_changeset(cs.additions, cs.links, cs.metadata, dim, _SHAPES)
+    if plain:  # the common changeset, checked in one native call
+        return after
+    return checked_in_full(cs, dim)
+
+
+def checked_in_full(cs: Changeset, dim: int | None) -> int | None:
+    """`check_changeset` part by part, naming what is wrong: whatever the native check of the
+    common shape does not accept."""
     if not isinstance(cs.additions, list) or not isinstance(cs.links, list):
         raise ValidationError("changeset additions and links must be lists")
     for node in cs.additions:
@@ -111,6 +121,10 @@ def check_changeset(cs: object, dim: int | None) -> int | None:
         if not isinstance(meta, NodeMetadata):
             raise ValidationError(f"metadata of {node_id!r} must be NodeMetadata, got {type(meta).__name__}")
     return dim
+
+
+_SHAPES = (Node, NodeMetadata, EdgeType, MAX_ID_BYTES)
+"""What `plain_changeset` checks a changeset's parts against."""
 
 
 def resulting_dim(cs: Changeset, dim: int | None) -> int | None:

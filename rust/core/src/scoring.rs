@@ -216,6 +216,13 @@ pub fn vector_norm(v: &[f32]) -> f64 {
     v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt()
 }
 
+/// Whether every value is finite (no NaN, no infinity): the exponent bits of each value
+/// or-ed and and-ed together, a loop the compiler vectorises (no early exit).
+pub fn all_finite(v: &[f32]) -> bool {
+    const EXPONENT: u32 = 0x7f80_0000;
+    v.iter().fold(true, |ok, &x| ok & (x.to_bits() & EXPONENT != EXPONENT))
+}
+
 /// Euclidean norm of every row of a row-major `? × dim` matrix.
 pub fn row_norms(data: &[f32], dim: usize) -> Vec<f32> {
     if dim == 0 {
@@ -1153,6 +1160,25 @@ mod tests {
 
     fn no_meta(n: usize) -> (Vec<u8>, Vec<f64>) {
         (vec![0; n], vec![0.0; n])
+    }
+
+    #[test]
+    fn all_finite_agrees_with_the_norm_in_f64_on_every_kind_of_value() {
+        let specials = [0.0, -0.0, 1.0, f32::MIN_POSITIVE, f32::from_bits(1), f32::MAX, f32::MIN];
+        let bad = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::from_bits(0x7fc0_0001)];
+        for len in [0, 1, 7, 8, 9, 33, 384] {
+            let mut v: Vec<f32> = (0..len).map(|i| specials[i % specials.len()]).collect();
+            assert!(all_finite(&v));
+            assert!(vector_norm(&v).is_finite());
+            for at in [0, len / 2, len.saturating_sub(1)].into_iter().filter(|_| len > 0) {
+                for &b in &bad {
+                    let kept = v[at];
+                    v[at] = b;
+                    assert!(!all_finite(&v) && !vector_norm(&v).is_finite(), "{b} at {at} of {len}");
+                    v[at] = kept;
+                }
+            }
+        }
     }
 
     #[test]

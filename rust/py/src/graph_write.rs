@@ -3,11 +3,12 @@
 
 use crate::errors;
 use hippograph_core::graph_write::{self as core, Db, NewNode, Stored, Value, WriteError};
-use numpy::PyReadonlyArray1;
+use hippograph_core::scoring::all_finite;
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
 /// The stored state through the caller's `read` callable.
 struct Reader<'a, 'py> {
@@ -191,6 +192,74 @@ type Finished<'py> = (Vec<(u8, Items<'py>)>, Vec<(u8, Bound<'py, PyBytes>)>);
 /// One database's `(key, value)` puts.
 type Items<'py> = Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
 
+/// The classes and the id limit a plain changeset is checked against: `(Node, NodeMetadata,
+/// EdgeType, max id bytes)`.
+type Shapes<'py> = (Bound<'py, PyType>, Bound<'py, PyType>, Bound<'py, PyType>, usize);
+
+/// An id `check_id` accepts without encoding it: a str of ASCII, 1 to `max` characters.
+fn plain_id(v: &Bound<'_, PyAny>, max: usize) -> bool {
+    v.cast_exact::<PyString>()
+        .ok()
+        .and_then(|s| s.to_str().ok())
+        .is_some_and(|s| s.is_ascii() && !s.is_empty() && s.len() <= max)
+}
+
+/// `check_changeset`'s common case in one call: `(True, dim after)` when the additions are a list
+/// of nodes whose embeddings are None or non-empty, contiguous, finite 1-D float32 arrays of one
+/// dimension (`dim`'s, when given), the links a list of `(id, id, EdgeType)` tuples and the
+/// metadata a dict of id to `NodeMetadata`, every id plain; `(False, None)` for anything else,
+/// which the Python check then judges and names. Accepts nothing the Python check refuses.
+#[pyfunction]
+fn plain_changeset(
+    additions: &Bound<'_, PyAny>,
+    links: &Bound<'_, PyAny>,
+    metadata: &Bound<'_, PyAny>,
+    mut dim: Option<usize>,
+    shapes: Shapes<'_>,
+) -> PyResult<(bool, Option<usize>)> {
+    let (node_class, meta_class, edge_class, max_id) = shapes;
+    const NO: (bool, Option<usize>) = (false, None);
+    let (Ok(additions), Ok(links), Ok(metadata)) =
+        (additions.cast_exact::<PyList>(), links.cast_exact::<PyList>(), metadata.cast_exact::<PyDict>())
+    else {
+        return Ok(NO);
+    };
+    let py = additions.py();
+    for node in additions.iter() {
+        if !node.is_instance(&node_class)? {
+            return Ok(NO);
+        }
+        let embedding = node.getattr(intern!(py, "embedding"))?;
+        if embedding.is_none() {
+            continue;
+        }
+        let Ok(array) = embedding.cast::<PyArray1<f32>>() else { return Ok(NO) };
+        let Ok(view) = array.try_readonly() else { return Ok(NO) };
+        let Ok(values) = view.as_slice() else { return Ok(NO) };
+        if values.is_empty() || !all_finite(values) || dim.is_some_and(|d| d != values.len()) {
+            return Ok(NO);
+        }
+        dim = Some(values.len());
+    }
+    for link in links.iter() {
+        let Ok(link) = link.cast_exact::<PyTuple>() else { return Ok(NO) };
+        if link.len() != 3
+            || !plain_id(&link.get_item(0)?, max_id)
+            || !plain_id(&link.get_item(1)?, max_id)
+            || !link.get_item(2)?.get_type().is(&edge_class)
+        {
+            return Ok(NO);
+        }
+    }
+    for (id, meta) in metadata.iter() {
+        if !plain_id(&id, max_id) || !meta.is_instance(&meta_class)? {
+            return Ok(NO);
+        }
+    }
+    Ok((true, dim))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<GraphWrite>()
+    m.add_class::<GraphWrite>()?;
+    m.add_function(wrap_pyfunction!(plain_changeset, m)?)
 }
