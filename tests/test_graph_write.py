@@ -4,7 +4,7 @@ links on both ends, nothing written when the plan fails."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import hippograph as hg
 from hippograph._core import GraphWrite
 from hippograph.backends import LMDB
 from hippograph.backends.lmdb import layout
-from hippograph.engine.codec import to_us
+from hippograph.backends.lmdb.txn import MODEL
 from hippograph.errors import StorageError
 from hippograph.graph import codec
 from hippograph.graph.model import NODE_CLASSES, EdgeType, Node, NodeType
@@ -58,7 +58,7 @@ def puts_of(plan: GraphWrite, dim: int | None = None) -> dict[tuple[str, bytes],
 @given(nodes())
 def test_a_node_record_decodes_to_the_node(node: Node) -> None:
     plan = planned()
-    plan.put_nodes([node], [to_us(node.created_at)], codec.NODE_KINDS)
+    plan.put_changeset([node], [], {}, MODEL)
     written = puts_of(plan)
     key = layout._key(node.id)
     emb = written.get(("emb", key))
@@ -73,8 +73,7 @@ def test_a_node_record_decodes_to_the_node(node: Node) -> None:
 def test_links_are_the_records_the_python_codec_writes(links: list[tuple[int, int, EdgeType]]) -> None:
     ids = [f"n{i}" for i in range(6)]
     plan = planned()
-    plan.put_nodes([hg.Tag(id=i, label=i) for i in ids], [0] * len(ids), codec.NODE_KINDS)
-    plan.link_all([(ids[a], ids[b], codec.EDGE_CODES[e]) for a, b, e in links])
+    plan.put_changeset([hg.Tag(id=i, label=i) for i in ids], [(ids[a], ids[b], e) for a, b, e in links], {}, MODEL)
     written = puts_of(plan)
     expected: dict[str, dict[EdgeType, set[str]]] = {i: {} for i in ids}
     for a, b, e in links:
@@ -89,7 +88,7 @@ def test_links_are_the_records_the_python_codec_writes(links: list[tuple[int, in
 
 def test_the_log_entry_lists_what_changed_and_the_counter_moves(tmp_path: Path) -> None:
     plan = planned()
-    plan.put_nodes([hg.Tag(id="b", label="b"), hg.Tag(id="a", label="a")], [0, 0], codec.NODE_KINDS)
+    plan.put_changeset([hg.Tag(id="b", label="b"), hg.Tag(id="a", label="a")], [], {}, MODEL)
     puts, deletes = plan.finish(None, None, 41, 10)
     written = {(layout._DBS[code], key): value for code, items in puts for key, value in items}
     assert layout._logged_ids(written[("log", layout._seq_key(42))]) == ["a", "b"]
@@ -125,9 +124,65 @@ def test_corrupt_stored_links_fail_the_write_and_write_nothing(tmp_path: Path) -
 
 def test_database_codes_are_the_backends_database_list() -> None:
     plan = planned()
-    plan.put_nodes([hg.Tag(id="x" * 500, label="l", embedding=np.ones(2, np.float32))], [0], codec.NODE_KINDS)
-    plan.put_meta([("x" * 500, b"m")])
+    meta = hg.NodeMetadata()
+    tag = hg.Tag(id="x" * 500, label="l", embedding=np.ones(2, np.float32))
+    plan.put_changeset([tag], [], {"x" * 500: meta}, MODEL)
     written = puts_of(plan, dim=2)
     assert {db for db, _ in written} == {"nodes", "emb", "links", "meta", "longids", "info", "log"}
     assert written[("longids", layout._key("x" * 500))] == ("x" * 500).encode()
     assert written[("info", b"dim")] == (2).to_bytes(4, "big")
+    assert written[("meta", layout._key("x" * 500))] == codec.encode_meta(meta)
+
+
+PLAIN = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | FINITE | TEXT | st.binary(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+WHEN = st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-7)), timezone(timedelta(hours=5))]))
+
+
+class _Label(str):
+    """A str subclass: custom metadata allows it, the native encoder leaves it to Python."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    created=WHEN,
+    last=st.none() | WHEN,
+    counts=st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)),
+    reward=FINITE,
+    custom=st.dictionaries(TEXT, PLAIN, max_size=4),
+    subclass=st.booleans(),
+)
+def test_a_metadata_record_is_the_one_the_python_codec_writes(
+    created: datetime,
+    last: datetime | None,
+    counts: tuple[int, int],
+    reward: float,
+    custom: dict[str, Any],
+    subclass: bool,
+) -> None:
+    if subclass:
+        custom = {**custom, "label": _Label("x")}
+    meta = hg.NodeMetadata(
+        created_at=created, access_count=counts[0], last_accessed_at=last, cumulative_reward=reward,
+        reward_count=counts[1], custom=custom,
+    )  # fmt: skip
+    plan = planned()
+    plan.put_metadata({"m": meta}, MODEL)
+    record = puts_of(plan)[("meta", b"m")]
+    assert record == codec.encode_meta(meta)
+    assert codec.decode_meta(record) == meta
+
+
+def test_a_changeset_with_edge_names_and_datetimes_off_utc_is_planned_as_the_python_model_says() -> None:
+    node = hg.Tag(id="a", label="a")
+    other = hg.Tag(id="b", label="b", links={EdgeType.SIBLING: frozenset({"a"})})
+    off_utc = datetime(2020, 5, 1, 12, tzinfo=timezone(timedelta(hours=3)))
+    object.__setattr__(node, "created_at", off_utc)  # past the model's conversion to UTC
+    plan = planned()
+    plan.put_changeset([node, other], [("a", "b", "membership")], {}, MODEL)
+    written = puts_of(plan)
+    assert written[("nodes", b"a")] == codec.encode_node(node)
+    assert codec.decode_links(written[("links", b"a")]) == {EdgeType.SIBLING: {"b"}, EdgeType.MEMBERSHIP: {"b"}}

@@ -341,6 +341,19 @@ def plain_changeset(
     the plain shape (`shapes`: the node, metadata and edge classes, the id byte limit), finite
     embeddings of one dimension included; `(False, None)` for anything else, left to the caller."""
 
+GraphModel = tuple[
+    dict[Any, tuple[int, tuple[str, ...]]],
+    dict[Any, int],
+    type,
+    Any,
+    Callable[[Any], int],
+    Callable[[Any], bytes],
+    Callable[[object], Any],
+]
+"""What `GraphWrite` reads the graph model by (`hippograph.backends.lmdb.txn.MODEL`): each node type's
+code and field names, each edge type's code, the `datetime` class and `UTC`, and the Python
+`to_us`, `encode_meta` and `as_edge_type` for what it does not convert itself."""
+
 @final
 class GraphWrite:
     """One LMDB write transaction of graph memory, planned in one pass: records encoded, links
@@ -349,14 +362,19 @@ class GraphWrite:
     before `finish`. Corrupt stored records raise `StorageError`."""
 
     def __init__(self, read: Callable[[int, bytes], bytes | None]) -> None: ...
-    def put_nodes(self, nodes: list[Any], created_us: list[int], kinds: dict[Any, tuple[int, tuple[str, ...]]]) -> None:
-        """Puts each node (a `hippograph.graph.model.Node`, created at `created_us[i]`); `kinds`
-        maps its `node_type` to the type code and field names. A node put again loses its links
-        on both ends."""
-    def link_all(self, links: list[tuple[str, str, int]]) -> None:
-        """Links each `(a, b, edge_code)` both ways when both ends exist and differ."""
-    def put_meta(self, items: list[tuple[str, bytes]]) -> None:
-        """Puts each `(id, encoded metadata record)`."""
+    @staticmethod
+    def in_lmdb(txn: Any, dbs: list[Any]) -> GraphWrite:
+        """A write that reads py-lmdb transaction `txn` itself (`txn.get(key, None, dbs[code])`),
+        with no Python call in between."""
+    def put_changeset(
+        self, additions: list[Any], links: list[Any], metadata: dict[str, Any], model: GraphModel
+    ) -> None:
+        """A checked changeset's additions (a node put again loses its links on both ends), then
+        each addition's own links and the changeset's links (both ways, when both ends exist
+        and differ), then its metadata records. Datetimes in UTC and metadata of plain values are
+        converted natively; anything else through the Python conversions `model` names."""
+    def put_metadata(self, metadata: dict[str, Any], model: GraphModel) -> None:
+        """Puts the record of each `{id: NodeMetadata}`."""
     def exists(self, node_id: str) -> bool: ...
     def delete_node(self, node_id: str) -> None:
         """Deletes a node with its links on both ends; its metadata stays."""

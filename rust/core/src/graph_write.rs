@@ -89,6 +89,15 @@ pub fn key_of(id: &str) -> Vec<u8> {
     }
 }
 
+/// An embedding's record: its values as little-endian float32, in one allocation.
+pub fn embedding_bytes(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * 4);
+    for x in values {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
 /// The links of one node, by edge code.
 type EdgeSets = [BTreeSet<String>; 4];
 
@@ -259,7 +268,7 @@ impl GraphWrite {
             self.unlink_all(store, node.id)?;
         }
         self.write(Db::Nodes, key.clone(), Some(encode_node(node)));
-        let emb = node.embedding.map(|e| e.iter().flat_map(|x| x.to_le_bytes()).collect());
+        let emb = node.embedding.map(embedding_bytes);
         self.write(Db::Emb, key, emb);
         self.nodes.insert(node.id.to_string(), Some(node.type_code));
         self.links.insert(node.id.to_string(), EdgeSets::default());

@@ -14,6 +14,7 @@ pub mod ids;
 pub mod lexical;
 pub mod lmdbcheck;
 pub mod pairs;
+pub mod plain;
 pub mod scoring;
 pub mod shadow;
 mod simd;

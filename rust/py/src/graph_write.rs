@@ -3,6 +3,7 @@
 
 use crate::errors;
 use hippograph_core::graph_write::{self as core, Db, NewNode, Stored, Value, WriteError};
+use hippograph_core::plain::{self, Meta, Plain};
 use hippograph_core::scoring::all_finite;
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyRuntimeError;
@@ -10,15 +11,32 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
-/// The stored state through the caller's `read` callable.
+/// Where a write reads the stored state: a `read(db_code, key)` callable, or a py-lmdb write
+/// transaction and its databases by code, read with `txn.get(key, None, db)` and no Python frame
+/// in between.
+enum Source {
+    Callable(Py<PyAny>),
+    Lmdb { txn: Py<PyAny>, dbs: Vec<Py<PyAny>> },
+}
+
+/// The stored state through a `Source`.
 struct Reader<'a, 'py> {
-    read: &'a Bound<'py, PyAny>,
+    py: Python<'py>,
+    source: &'a Source,
 }
 
 impl Stored for Reader<'_, '_> {
     type Error = PyErr;
     fn get(&mut self, db: Db, key: &[u8]) -> PyResult<Option<Vec<u8>>> {
-        let value = self.read.call1((db as u8, PyBytes::new(self.read.py(), key)))?;
+        let py = self.py;
+        let key = PyBytes::new(py, key);
+        let value = match self.source {
+            Source::Callable(read) => read.bind(py).call1((db as u8, key))?,
+            Source::Lmdb { txn, dbs } => {
+                let handle = dbs.get(db as usize).ok_or_else(|| errors::internal(py, format!("no database {db:?}")))?;
+                txn.bind(py).call_method1(intern!(py, "get"), (key, py.None(), handle))?
+            }
+        };
         if value.is_none() {
             return Ok(None);
         }
@@ -50,18 +68,178 @@ fn value<'a>(v: &'a Bound<'_, PyAny>, field: &str) -> PyResult<Value<'a>> {
     }
 }
 
+/// What `put_changeset` and `put_metadata` need of the Python model, as
+/// `hippograph.backends.lmdb.txn.MODEL` lists it: each node type's code and field names, each
+/// edge type's code, the `datetime` class and `UTC`, and the Python functions that convert what
+/// the native path leaves alone (`to_us`, `encode_meta`, `as_edge_type`).
+#[derive(FromPyObject)]
+struct Model<'py>(
+    Bound<'py, PyDict>,
+    Bound<'py, PyDict>,
+    Bound<'py, PyType>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+);
+
+impl Model<'_> {
+    /// Microseconds since the epoch of a datetime: read from its fields when it is a `datetime` in
+    /// UTC (what the model's checks leave), else by the Python `to_us`.
+    fn micros(&self, dt: &Bound<'_, PyAny>) -> PyResult<i64> {
+        let py = dt.py();
+        if dt.get_type().is(&self.2) && dt.getattr(intern!(py, "tzinfo"))?.is(&self.3) {
+            let field = |name: &Bound<'_, PyString>| dt.getattr(name)?.extract::<i64>();
+            let date = (field(intern!(py, "year"))?, field(intern!(py, "month"))?, field(intern!(py, "day"))?);
+            let time = (
+                field(intern!(py, "hour"))?,
+                field(intern!(py, "minute"))?,
+                field(intern!(py, "second"))?,
+                field(intern!(py, "microsecond"))?,
+            );
+            return Ok(plain::micros_since_epoch(date, time));
+        }
+        self.4.call1((dt,))?.extract()
+    }
+
+    /// The edge code of `edge` (an `EdgeType`, or what `as_edge_type` turns into one).
+    fn edge(&self, edge: &Bound<'_, PyAny>) -> PyResult<u8> {
+        if let Some(code) = self.1.get_item(edge)? {
+            return code.extract();
+        }
+        let edge = self.6.call1((edge,))?;
+        self.1
+            .get_item(&edge)?
+            .ok_or_else(|| errors::validation(edge.py(), format!("unknown edge type {edge}")))?
+            .extract()
+    }
+
+    /// The metadata record of `meta`: encoded here when every value has its plain exact type,
+    /// else by the Python `encode_meta`.
+    fn meta_record(&self, meta: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+        let py = meta.py();
+        let last = meta.getattr(intern!(py, "last_accessed_at"))?;
+        let custom = plain_value(&meta.getattr(intern!(py, "custom"))?, 0)?;
+        let reward = meta.getattr(intern!(py, "cumulative_reward"))?;
+        let (Some(custom), Ok(reward)) = (custom, reward.cast_exact::<PyFloat>()) else {
+            return self.5.call1((meta,))?.extract();
+        };
+        let record = Meta {
+            created_us: self.micros(&meta.getattr(intern!(py, "created_at"))?)?,
+            access_count: meta.getattr(intern!(py, "access_count"))?.extract()?,
+            last_accessed_us: if last.is_none() { None } else { Some(self.micros(&last)?) },
+            cumulative_reward: reward.value(),
+            reward_count: meta.getattr(intern!(py, "reward_count"))?.extract()?,
+            custom,
+        };
+        Ok(plain::encode_meta(&record))
+    }
+}
+
+/// Deepest `custom` nesting converted here (the model allows 32; deeper is Python's to judge).
+const PLAIN_DEPTH: usize = 33;
+
+/// `v` as a plain value when it and everything in it has an exact plain type (None, bool, int
+/// within 64 bits, float, str, bytes, list, dict of str keys); None otherwise.
+fn plain_value(v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Option<Plain>> {
+    if depth > PLAIN_DEPTH {
+        return Ok(None);
+    }
+    let ty = v.get_type();
+    let py = v.py();
+    Ok(Some(if v.is_none() {
+        Plain::Nil
+    } else if ty.is(py.get_type::<PyBool>()) {
+        Plain::Bool(v.is_truthy()?)
+    } else if ty.is(py.get_type::<PyInt>()) {
+        match v.extract::<i64>() {
+            Ok(i) => Plain::Int(i),
+            Err(_) => match v.extract::<u64>() {
+                Ok(u) => Plain::UInt(u),
+                Err(_) => return Ok(None),
+            },
+        }
+    } else if let Ok(f) = v.cast_exact::<PyFloat>() {
+        Plain::Float(f.value())
+    } else if let Ok(text) = v.cast_exact::<PyString>() {
+        match text.to_str() {
+            Ok(text) => Plain::Str(text.to_owned()),
+            Err(_) => return Ok(None),
+        }
+    } else if let Ok(bytes) = v.cast_exact::<PyBytes>() {
+        Plain::Bin(bytes.as_bytes().to_vec())
+    } else if let Ok(list) = v.cast_exact::<PyList>() {
+        let mut items = Vec::with_capacity(list.len());
+        for item in list.iter() {
+            let Some(item) = plain_value(&item, depth + 1)? else { return Ok(None) };
+            items.push(item);
+        }
+        Plain::Array(items)
+    } else if let Ok(dict) = v.cast_exact::<PyDict>() {
+        let mut pairs = Vec::with_capacity(dict.len());
+        for (key, item) in dict.iter() {
+            let Ok(key) = key.cast_exact::<PyString>() else { return Ok(None) };
+            let (Ok(key), Some(item)) = (key.to_str(), plain_value(&item, depth + 1)?) else { return Ok(None) };
+            pairs.push((key.to_owned(), item));
+        }
+        Plain::Map(pairs)
+    } else {
+        return Ok(None);
+    }))
+}
+
+/// Puts the record of every `{id: NodeMetadata}` into the plan.
+fn put_metadata(inner: &mut core::GraphWrite, metadata: &Bound<'_, PyDict>, model: &Model<'_>) -> PyResult<()> {
+    for (id, meta) in metadata.iter() {
+        let record = model.meta_record(&meta)?;
+        inner.put_meta(id.cast::<PyString>()?.to_str()?, record);
+    }
+    Ok(())
+}
+
+/// Puts `node` into the plan, created at `created_us`.
+fn put_node(
+    py: Python<'_>,
+    inner: &mut core::GraphWrite,
+    store: &mut Reader<'_, '_>,
+    node: &Bound<'_, PyAny>,
+    created_us: i64,
+    kinds: &Bound<'_, PyDict>,
+) -> PyResult<()> {
+    let kind = node.getattr(intern!(py, "node_type"))?;
+    let kind = kinds.get_item(&kind)?.ok_or_else(|| errors::validation(py, format!("unknown node type {kind}")))?;
+    let (type_code, names): (u8, Vec<Bound<'_, PyString>>) = kind.extract()?;
+    let values: Vec<Bound<'_, PyAny>> = names.iter().map(|n| node.getattr(n)).collect::<PyResult<_>>()?;
+    let mut fields = Vec::with_capacity(names.len());
+    for (name, v) in names.iter().zip(&values) {
+        let name = name.to_str()?;
+        fields.push((name, value(v, name)?));
+    }
+    let id = node.getattr(intern!(py, "id"))?;
+    let id = id.cast::<PyString>()?.to_str()?;
+    let embedding = node.getattr(intern!(py, "embedding"))?;
+    let array: Option<PyReadonlyArray1<'_, f32>> = if embedding.is_none() { None } else { Some(embedding.extract()?) };
+    let embedding = match &array {
+        Some(a) => Some(
+            a.as_slice().map_err(|_| errors::validation(py, format!("embedding of node {id:?} is not contiguous")))?,
+        ),
+        None => None,
+    };
+    let node = NewNode { id, type_code, created_us, fields, embedding };
+    mapped(py, inner.put_node(store, &node))
+}
+
 /// One write transaction of the graph: see `hippograph_core::graph_write`.
 #[pyclass(module = "hippograph._core")]
 pub struct GraphWrite {
     inner: Option<core::GraphWrite>,
-    read: Py<PyAny>,
+    source: Source,
 }
 
 impl GraphWrite {
-    fn parts<'py>(&mut self, py: Python<'py>) -> PyResult<(&mut core::GraphWrite, Bound<'py, PyAny>)> {
-        let read = self.read.bind(py).clone();
+    fn parts<'a, 'py>(&'a mut self, py: Python<'py>) -> PyResult<(&'a mut core::GraphWrite, Reader<'a, 'py>)> {
         let inner = self.inner.as_mut().ok_or_else(|| PyRuntimeError::new_err("the write was finished"))?;
-        Ok((inner, read))
+        Ok((inner, Reader { py, source: &self.source }))
     }
 }
 
@@ -69,89 +247,76 @@ impl GraphWrite {
 impl GraphWrite {
     #[new]
     fn new(read: Py<PyAny>) -> Self {
-        Self { inner: Some(core::GraphWrite::new()), read }
+        Self { inner: Some(core::GraphWrite::new()), source: Source::Callable(read) }
     }
 
-    /// Puts each node (created at `created_us[i]`); `kinds` maps a node type to its code and
-    /// its type-specific field names.
-    fn put_nodes(
+    /// A write reading py-lmdb transaction `txn` directly, `dbs` its database handles by code.
+    #[staticmethod]
+    fn in_lmdb(txn: Py<PyAny>, dbs: Vec<Py<PyAny>>) -> Self {
+        Self { inner: Some(core::GraphWrite::new()), source: Source::Lmdb { txn, dbs } }
+    }
+
+    /// A changeset's additions (each created at its `created_at`), then its links (each
+    /// addition's own, then the changeset's), then its metadata, in one call: `apply_changeset`'s
+    /// plan. `model` is `hippograph.backends.lmdb.txn.MODEL`.
+    fn put_changeset(
         &mut self,
         py: Python<'_>,
-        nodes: Vec<Bound<'_, PyAny>>,
-        created_us: Vec<i64>,
-        kinds: &Bound<'_, PyDict>,
+        additions: Vec<Bound<'_, PyAny>>,
+        links: Vec<Bound<'_, PyAny>>,
+        metadata: &Bound<'_, PyDict>,
+        model: Model<'_>,
     ) -> PyResult<()> {
-        if nodes.len() != created_us.len() {
-            return Err(errors::validation(py, "one creation time per node"));
+        let (inner, mut store) = self.parts(py)?;
+        for node in &additions {
+            let created_us = model.micros(&node.getattr(intern!(py, "created_at"))?)?;
+            put_node(py, inner, &mut store, node, created_us, &model.0)?;
         }
-        let (inner, read) = self.parts(py)?;
-        let mut store = Reader { read: &read };
-        for (node, created_us) in nodes.iter().zip(created_us) {
-            let kind = node.getattr(intern!(py, "node_type"))?;
-            let kind =
-                kinds.get_item(&kind)?.ok_or_else(|| errors::validation(py, format!("unknown node type {kind}")))?;
-            let (type_code, names): (u8, Vec<Bound<'_, PyString>>) = kind.extract()?;
-            let values: Vec<Bound<'_, PyAny>> = names.iter().map(|n| node.getattr(n)).collect::<PyResult<_>>()?;
-            let mut fields = Vec::with_capacity(names.len());
-            for (name, v) in names.iter().zip(&values) {
-                let name = name.to_str()?;
-                fields.push((name, value(v, name)?));
-            }
+        for node in &additions {
             let id = node.getattr(intern!(py, "id"))?;
             let id = id.cast::<PyString>()?.to_str()?;
-            let embedding = node.getattr(intern!(py, "embedding"))?;
-            let array: Option<PyReadonlyArray1<'_, f32>> =
-                if embedding.is_none() { None } else { Some(embedding.extract()?) };
-            let embedding = match &array {
-                Some(a) => Some(
-                    a.as_slice()
-                        .map_err(|_| errors::validation(py, format!("embedding of node {id:?} is not contiguous")))?,
-                ),
-                None => None,
-            };
-            let node = NewNode { id, type_code, created_us, fields, embedding };
-            mapped(py, inner.put_node(&mut store, &node))?;
+            let own = node.getattr(intern!(py, "links"))?;
+            for item in own.call_method0(intern!(py, "items"))?.try_iter()? {
+                let (edge, others): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+                let code = model.edge(&edge)?;
+                for other in others.try_iter()? {
+                    let other = other?;
+                    mapped(py, inner.link(&mut store, id, other.cast::<PyString>()?.to_str()?, code))?;
+                }
+            }
         }
-        Ok(())
+        for link in &links {
+            let (a, b, edge): (Bound<'_, PyString>, Bound<'_, PyString>, Bound<'_, PyAny>) = link.extract()?;
+            let code = model.edge(&edge)?;
+            mapped(py, inner.link(&mut store, a.to_str()?, b.to_str()?, code))?;
+        }
+        put_metadata(inner, metadata, &model)
     }
 
-    /// Links each `(a, b, edge_code)` when both ends exist.
-    fn link_all(&mut self, py: Python<'_>, links: Vec<(Bound<'_, PyString>, Bound<'_, PyString>, u8)>) -> PyResult<()> {
-        let (inner, read) = self.parts(py)?;
-        let mut store = Reader { read: &read };
-        for (a, b, code) in &links {
-            mapped(py, inner.link(&mut store, a.to_str()?, b.to_str()?, *code))?;
-        }
-        Ok(())
-    }
-
-    /// Puts each `(id, encoded metadata record)`.
-    fn put_meta(&mut self, py: Python<'_>, items: Vec<(String, Vec<u8>)>) -> PyResult<()> {
+    /// Puts the metadata record of each `{id: NodeMetadata}`.
+    fn put_metadata(&mut self, py: Python<'_>, metadata: &Bound<'_, PyDict>, model: Model<'_>) -> PyResult<()> {
         let (inner, _) = self.parts(py)?;
-        for (id, record) in items {
-            inner.put_meta(&id, record);
-        }
-        Ok(())
+        put_metadata(inner, metadata, &model)
     }
 
     fn exists(&mut self, py: Python<'_>, id: &str) -> PyResult<bool> {
-        let (inner, read) = self.parts(py)?;
-        mapped(py, inner.exists(&mut Reader { read: &read }, id))
+        let (inner, mut store) = self.parts(py)?;
+        mapped(py, inner.exists(&mut store, id))
     }
 
     fn delete_node(&mut self, py: Python<'_>, id: &str) -> PyResult<()> {
-        let (inner, read) = self.parts(py)?;
-        mapped(py, inner.delete_node(&mut Reader { read: &read }, id))
+        let (inner, mut store) = self.parts(py)?;
+        mapped(py, inner.delete_node(&mut store, id))
     }
 
     fn delete_meta(&mut self, py: Python<'_>, id: &str) -> PyResult<()> {
-        let (inner, read) = self.parts(py)?;
-        mapped(py, inner.delete_meta(&mut Reader { read: &read }, id))
+        let (inner, mut store) = self.parts(py)?;
+        mapped(py, inner.delete_meta(&mut store, id))
     }
 
     fn is_orphan(&mut self, py: Python<'_>, id: &str, orphan_codes: Vec<u8>) -> PyResult<bool> {
-        let (inner, read) = self.parts(py)?;
-        mapped(py, inner.is_orphan(&mut Reader { read: &read }, id, &orphan_codes))
+        let (inner, mut store) = self.parts(py)?;
+        mapped(py, inner.is_orphan(&mut store, id, &orphan_codes))
     }
 
     /// The final values of every key the write touches, by database: `(db_code, [(key, value)])`
@@ -165,8 +330,8 @@ impl GraphWrite {
         log_keep: u64,
     ) -> PyResult<Finished<'py>> {
         let inner = self.inner.take().ok_or_else(|| PyRuntimeError::new_err("the write was finished"))?;
-        let read = self.read.bind(py).clone();
-        let writes = mapped(py, inner.finish(&mut Reader { read: &read }, stored_dim, new_dim, seq, log_keep))?;
+        let mut store = Reader { py, source: &self.source };
+        let writes = mapped(py, inner.finish(&mut store, stored_dim, new_dim, seq, log_keep))?;
         let mut puts: Vec<(u8, Items<'py>)> = Vec::new();
         let mut deletes = Vec::new();
         for (db, key, value) in writes {

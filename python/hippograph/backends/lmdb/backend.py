@@ -28,7 +28,7 @@ from ...engine.rows import VectorDtype, check_vector_dtype
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import HippographError, StorageError, ValidationError
 from ...graph import codec
-from ...graph.changeset import Changeset, check_changeset, normalised_links, resulting_dim
+from ...graph.changeset import Changeset, check_changeset, resulting_dim
 from ...graph.explain import Explaining, explaining_of
 from ...graph.model import (
     EdgeType,
@@ -315,17 +315,15 @@ class LMDB(DerivedBackend):
     # -- writes --------------------------------------------------------------
 
     @staticmethod
-    def _apply(w: _Writer, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> int | None:
+    def _apply(w: _Writer, cs: Changeset) -> int | None:
         """Additions, then links, then metadata; returns the store's dimension afterwards."""
         dim = resulting_dim(cs, w.t.dim())
-        w.put_nodes(cs.additions)
-        w.link_all(normalised_links(cs))
-        w.put_meta(encoded_meta)
+        w.put_changeset(cs)
         return dim
 
-    def _commit(self, t: _Txn, cs: Changeset, encoded_meta: Mapping[str, bytes]) -> None:
+    def _commit(self, t: _Txn, cs: Changeset) -> None:
         w = _Writer(t)
-        w.finish(self._apply(w, cs, encoded_meta))
+        w.finish(self._apply(w, cs))
 
     def rewrite(self, cs: Changeset, delete_ids: Iterable[str], orphan_candidates: Iterable[str]) -> list[str]:
         """Maintenance in one write transaction: delete nodes with their metadata,
@@ -336,14 +334,13 @@ class LMDB(DerivedBackend):
         doomed = check_ids(delete_ids)
         candidates = sorted(set(check_ids(orphan_candidates)))
         check_changeset(cs, None)
-        encoded = self._encode_meta(cs.metadata)
 
         def run(t: _Txn) -> list[str]:
             w = _Writer(t)
             for node_id in doomed:
                 w.delete_node(node_id)
                 w.delete_meta(node_id)
-            dim = self._apply(w, cs, encoded)
+            dim = self._apply(w, cs)
             orphans = [c for c in candidates if w.is_orphan(c)]
             for node_id in orphans:
                 w.delete_node(node_id)
@@ -353,15 +350,10 @@ class LMDB(DerivedBackend):
 
         return self._write("rewrite", run)
 
-    @staticmethod
-    def _encode_meta(updates: Mapping[str, NodeMetadata]) -> dict[str, bytes]:
-        return {node_id: codec.encode_meta(meta) for node_id, meta in updates.items()}
-
     def apply_changeset(self, cs: Changeset) -> None:
         self._guard("apply_changeset")
         check_changeset(cs, None)
-        encoded = self._encode_meta(cs.metadata)
-        self._write("apply_changeset", lambda t: self._commit(t, cs, encoded))
+        self._write("apply_changeset", lambda t: self._commit(t, cs))
 
     def delete_nodes(self, ids: Iterable[str]) -> None:
         self._guard("delete_nodes")
@@ -377,11 +369,11 @@ class LMDB(DerivedBackend):
 
     def update_metadata(self, updates: Mapping[str, NodeMetadata]) -> None:
         self._guard("update_metadata")
-        encoded = self._encode_meta(check_metadata_updates(updates))
+        checked = check_metadata_updates(updates)
 
         def run(t: _Txn) -> None:
             w = _Writer(t)
-            w.put_meta(encoded)
+            w.put_metadata(checked)
             w.finish(None)
 
         self._write("update_metadata", run)
@@ -405,7 +397,7 @@ class LMDB(DerivedBackend):
                     new = fn(node_id, t.meta(node_id))
                     if new is not None:
                         updates[node_id] = new
-            w.put_meta(self._encode_meta(check_metadata_updates(updates)))
+            w.put_metadata(check_metadata_updates(updates))
             w.finish(None)
 
         self._write("modify_metadata", run)
@@ -442,14 +434,13 @@ class LMDB(DerivedBackend):
         self, record: IngestionRecord, cs: Changeset
     ) -> Callable[[_Txn], tuple[Outcome, IngestionReceipt]]:
         """`commit_ingestion`'s compare-and-set inside a write transaction, its values encoded first."""
-        encoded_meta = self._encode_meta(cs.metadata)
         encoded_record = codec.encode_record(record)
         key = _key(record.source_id)
 
         def step(t: _Txn) -> tuple[Outcome, IngestionReceipt]:
             raw = t.get("ingest", key)
             if raw is None:
-                self._commit(t, cs, encoded_meta)
+                self._commit(t, cs)
                 t.put("ingest", t.remember(record.source_id), encoded_record)
                 return Outcome.INSERTED, record.receipt
             stored = codec.decode_record(record.source_id, raw)

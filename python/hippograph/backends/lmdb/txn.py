@@ -7,20 +7,25 @@ writes them at `finish`, so every mutating call logs exactly what it changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from ..._core import GraphWrite
 from ...engine.codec import to_us
 from ...errors import StorageError
 from ...graph import codec
-from ...graph.changeset import Link
-from ...graph.model import EdgeType, Node, NodeMetadata
+from ...graph.changeset import Changeset
+from ...graph.model import EdgeType, Node, NodeMetadata, as_edge_type
 from .._base import ReadOnlyLinks
 from . import layout
 from .layout import _LONG, _key, _number
 
 Txn = Any
+
+MODEL = (codec.NODE_KINDS, codec.EDGE_CODES, datetime, UTC, to_us, codec.encode_meta, as_edge_type)
+"""What the Rust core's `GraphWrite` reads the graph model by: node kinds, edge codes, the UTC
+datetimes it converts itself, and the Python conversions of anything else."""
 
 
 class _Txn:
@@ -106,17 +111,14 @@ class _Writer:
 
     def __init__(self, t: _Txn) -> None:
         self.t = t
-        self.plan = GraphWrite(lambda db, key: t.get(layout._DBS[db], key))
+        self.plan = GraphWrite.in_lmdb(t.txn, [t.dbs[name] for name in layout._DBS])
 
     def exists(self, node_id: str) -> bool:
         return self.plan.exists(node_id)
 
-    def put_nodes(self, nodes: Iterable[Node]) -> None:
-        nodes = list(nodes)
-        self.plan.put_nodes(nodes, [to_us(n.created_at) for n in nodes], codec.NODE_KINDS)
-
-    def link_all(self, links: Iterable[Link]) -> None:
-        self.plan.link_all([(a, b, codec.EDGE_CODES[e]) for a, b, e in links])
+    def put_changeset(self, cs: Changeset) -> None:
+        """The additions, then the links, then the metadata of a checked changeset."""
+        self.plan.put_changeset(cs.additions, cs.links, cs.metadata, MODEL)
 
     def delete_node(self, node_id: str) -> None:
         self.plan.delete_node(node_id)
@@ -127,8 +129,8 @@ class _Writer:
     def is_orphan(self, node_id: str) -> bool:
         return self.plan.is_orphan(node_id, codec.ORPHAN_CODES)
 
-    def put_meta(self, encoded: Mapping[str, bytes]) -> None:
-        self.plan.put_meta(list(encoded.items()))
+    def put_metadata(self, metadata: Mapping[str, NodeMetadata]) -> None:
+        self.plan.put_metadata(dict(metadata), MODEL)
 
     def finish(self, dim: int | None) -> None:
         t = self.t
