@@ -14,8 +14,9 @@
 //! change-log entry lists the ids the write touched, sorted. Links are undirected, so a link
 //! is stored on both ends, and a node put again or deleted loses its links on both ends.
 
+use rustc_hash::FxHashMap as HashMap;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The format byte every record starts with.
 pub const FORMAT_VERSION: u8 = 1;
@@ -91,9 +92,9 @@ pub fn key_of(id: &str) -> Vec<u8> {
 
 /// An embedding's record: its values as little-endian float32, in one allocation.
 pub fn embedding_bytes(values: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * 4);
-    for x in values {
-        out.extend_from_slice(&x.to_le_bytes());
+    let mut out = vec![0; values.len() * 4];
+    for (bytes, x) in out.chunks_exact_mut(4).zip(values) {
+        bytes.copy_from_slice(&x.to_le_bytes());
     }
     out
 }
@@ -107,7 +108,10 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 
 /// A node record: format byte, type code, msgpack `[created_us, {field: value}]`.
 pub fn encode_node(node: &NewNode<'_>) -> Vec<u8> {
-    let mut out = vec![FORMAT_VERSION, node.type_code];
+    let text: usize =
+        node.fields.iter().map(|(name, v)| name.len() + if let Value::Str(s) = v { s.len() } else { 0 }).sum();
+    let mut out = Vec::with_capacity(16 + text + 10 * node.fields.len());
+    out.extend_from_slice(&[FORMAT_VERSION, node.type_code]);
     let w = &mut out;
     rmp::encode::write_array_len(w, 2).expect("vec");
     rmp::encode::write_sint(w, node.created_us).expect("vec");
@@ -129,7 +133,9 @@ pub fn encode_node(node: &NewNode<'_>) -> Vec<u8> {
 
 /// A links record: format byte, msgpack `{edge: [id, ...]}` over the non-empty edges.
 pub fn encode_links(links: &EdgeSets) -> Vec<u8> {
-    let mut out = vec![FORMAT_VERSION];
+    let ids: usize = links.iter().flatten().map(|id| id.len() + 2).sum();
+    let mut out = Vec::with_capacity(8 + ids + 16 * links.len());
+    out.push(FORMAT_VERSION);
     let used = links.iter().filter(|ids| !ids.is_empty()).count();
     rmp::encode::write_map_len(&mut out, used as u32).expect("vec");
     for (code, ids) in links.iter().enumerate().filter(|(_, ids)| !ids.is_empty()) {

@@ -83,12 +83,29 @@ struct Model<'py>(
     Bound<'py, PyAny>,
 );
 
-impl Model<'_> {
+/// The model with what one call has converted already: the last datetime (a write's nodes and
+/// metadata mostly share one `now`) and each node type's code and field names.
+struct Converter<'py> {
+    model: Model<'py>,
+    last_time: Option<(Bound<'py, PyAny>, i64)>,
+    kinds: Vec<(Bound<'py, PyAny>, u8, Vec<Bound<'py, PyString>>)>,
+}
+
+impl<'py> Converter<'py> {
+    fn new(model: Model<'py>) -> Self {
+        Self { model, last_time: None, kinds: Vec::new() }
+    }
+
     /// Microseconds since the epoch of a datetime: read from its fields when it is a `datetime` in
     /// UTC (what the model's checks leave), else by the Python `to_us`.
-    fn micros(&self, dt: &Bound<'_, PyAny>) -> PyResult<i64> {
+    fn micros(&mut self, dt: &Bound<'py, PyAny>) -> PyResult<i64> {
+        if let Some((last, us)) = &self.last_time {
+            if last.is(dt) {
+                return Ok(*us);
+            }
+        }
         let py = dt.py();
-        if dt.get_type().is(&self.2) && dt.getattr(intern!(py, "tzinfo"))?.is(&self.3) {
+        let us = if dt.get_type().is(&self.model.2) && dt.getattr(intern!(py, "tzinfo"))?.is(&self.model.3) {
             let field = |name: &Bound<'_, PyString>| dt.getattr(name)?.extract::<i64>();
             let date = (field(intern!(py, "year"))?, field(intern!(py, "month"))?, field(intern!(py, "day"))?);
             let time = (
@@ -97,18 +114,42 @@ impl Model<'_> {
                 field(intern!(py, "second"))?,
                 field(intern!(py, "microsecond"))?,
             );
-            return Ok(plain::micros_since_epoch(date, time));
-        }
-        self.4.call1((dt,))?.extract()
+            plain::micros_since_epoch(date, time)
+        } else {
+            self.model.4.call1((dt,))?.extract()?
+        };
+        self.last_time = Some((dt.clone(), us));
+        Ok(us)
+    }
+
+    /// A node type's code and type-specific field names.
+    fn kind(&mut self, node_type: &Bound<'py, PyAny>) -> PyResult<(u8, &[Bound<'py, PyString>])> {
+        let at = match self.kinds.iter().position(|(known, _, _)| known.is(node_type)) {
+            Some(at) => at,
+            None => {
+                let py = node_type.py();
+                let kind = self
+                    .model
+                    .0
+                    .get_item(node_type)?
+                    .ok_or_else(|| errors::validation(py, format!("unknown node type {node_type}")))?;
+                let (code, names): (u8, Vec<Bound<'py, PyString>>) = kind.extract()?;
+                self.kinds.push((node_type.clone(), code, names));
+                self.kinds.len() - 1
+            }
+        };
+        let (_, code, names) = &self.kinds[at];
+        Ok((*code, names))
     }
 
     /// The edge code of `edge` (an `EdgeType`, or what `as_edge_type` turns into one).
     fn edge(&self, edge: &Bound<'_, PyAny>) -> PyResult<u8> {
-        if let Some(code) = self.1.get_item(edge)? {
+        if let Some(code) = self.model.1.get_item(edge)? {
             return code.extract();
         }
-        let edge = self.6.call1((edge,))?;
-        self.1
+        let edge = self.model.6.call1((edge,))?;
+        self.model
+            .1
             .get_item(&edge)?
             .ok_or_else(|| errors::validation(edge.py(), format!("unknown edge type {edge}")))?
             .extract()
@@ -116,13 +157,13 @@ impl Model<'_> {
 
     /// The metadata record of `meta`: encoded here when every value has its plain exact type,
     /// else by the Python `encode_meta`.
-    fn meta_record(&self, meta: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    fn meta_record(&mut self, meta: &Bound<'py, PyAny>) -> PyResult<Vec<u8>> {
         let py = meta.py();
         let last = meta.getattr(intern!(py, "last_accessed_at"))?;
         let custom = plain_value(&meta.getattr(intern!(py, "custom"))?, 0)?;
         let reward = meta.getattr(intern!(py, "cumulative_reward"))?;
         let (Some(custom), Ok(reward)) = (custom, reward.cast_exact::<PyFloat>()) else {
-            return self.5.call1((meta,))?.extract();
+            return self.model.5.call1((meta,))?.extract();
         };
         let record = Meta {
             created_us: self.micros(&meta.getattr(intern!(py, "created_at"))?)?,
@@ -189,26 +230,28 @@ fn plain_value(v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Option<Plain>> {
 }
 
 /// Puts the record of every `{id: NodeMetadata}` into the plan.
-fn put_metadata(inner: &mut core::GraphWrite, metadata: &Bound<'_, PyDict>, model: &Model<'_>) -> PyResult<()> {
+fn put_metadata<'py>(
+    inner: &mut core::GraphWrite,
+    metadata: &Bound<'py, PyDict>,
+    convert: &mut Converter<'py>,
+) -> PyResult<()> {
     for (id, meta) in metadata.iter() {
-        let record = model.meta_record(&meta)?;
+        let record = convert.meta_record(&meta)?;
         inner.put_meta(id.cast::<PyString>()?.to_str()?, record);
     }
     Ok(())
 }
 
-/// Puts `node` into the plan, created at `created_us`.
-fn put_node(
-    py: Python<'_>,
+/// Puts `node` into the plan.
+fn put_node<'py>(
     inner: &mut core::GraphWrite,
-    store: &mut Reader<'_, '_>,
-    node: &Bound<'_, PyAny>,
-    created_us: i64,
-    kinds: &Bound<'_, PyDict>,
+    store: &mut Reader<'_, 'py>,
+    node: &Bound<'py, PyAny>,
+    convert: &mut Converter<'py>,
 ) -> PyResult<()> {
-    let kind = node.getattr(intern!(py, "node_type"))?;
-    let kind = kinds.get_item(&kind)?.ok_or_else(|| errors::validation(py, format!("unknown node type {kind}")))?;
-    let (type_code, names): (u8, Vec<Bound<'_, PyString>>) = kind.extract()?;
+    let py = node.py();
+    let created_us = convert.micros(&node.getattr(intern!(py, "created_at"))?)?;
+    let (type_code, names) = convert.kind(&node.getattr(intern!(py, "node_type"))?)?;
     let values: Vec<Bound<'_, PyAny>> = names.iter().map(|n| node.getattr(n)).collect::<PyResult<_>>()?;
     let mut fields = Vec::with_capacity(names.len());
     for (name, v) in names.iter().zip(&values) {
@@ -259,26 +302,29 @@ impl GraphWrite {
     /// A changeset's additions (each created at its `created_at`), then its links (each
     /// addition's own, then the changeset's), then its metadata, in one call: `apply_changeset`'s
     /// plan. `model` is `hippograph.backends.lmdb.txn.MODEL`.
-    fn put_changeset(
+    fn put_changeset<'py>(
         &mut self,
-        py: Python<'_>,
-        additions: Vec<Bound<'_, PyAny>>,
-        links: Vec<Bound<'_, PyAny>>,
-        metadata: &Bound<'_, PyDict>,
-        model: Model<'_>,
+        py: Python<'py>,
+        additions: Vec<Bound<'py, PyAny>>,
+        links: Vec<Bound<'py, PyAny>>,
+        metadata: &Bound<'py, PyDict>,
+        model: Model<'py>,
     ) -> PyResult<()> {
         let (inner, mut store) = self.parts(py)?;
+        let mut convert = Converter::new(model);
         for node in &additions {
-            let created_us = model.micros(&node.getattr(intern!(py, "created_at"))?)?;
-            put_node(py, inner, &mut store, node, created_us, &model.0)?;
+            put_node(inner, &mut store, node, &mut convert)?;
         }
         for node in &additions {
+            let own = node.getattr(intern!(py, "links"))?;
+            if own.cast::<PyDict>().is_ok_and(|d| d.is_empty()) {
+                continue;
+            }
             let id = node.getattr(intern!(py, "id"))?;
             let id = id.cast::<PyString>()?.to_str()?;
-            let own = node.getattr(intern!(py, "links"))?;
             for item in own.call_method0(intern!(py, "items"))?.try_iter()? {
                 let (edge, others): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
-                let code = model.edge(&edge)?;
+                let code = convert.edge(&edge)?;
                 for other in others.try_iter()? {
                     let other = other?;
                     mapped(py, inner.link(&mut store, id, other.cast::<PyString>()?.to_str()?, code))?;
@@ -287,16 +333,16 @@ impl GraphWrite {
         }
         for link in &links {
             let (a, b, edge): (Bound<'_, PyString>, Bound<'_, PyString>, Bound<'_, PyAny>) = link.extract()?;
-            let code = model.edge(&edge)?;
+            let code = convert.edge(&edge)?;
             mapped(py, inner.link(&mut store, a.to_str()?, b.to_str()?, code))?;
         }
-        put_metadata(inner, metadata, &model)
+        put_metadata(inner, metadata, &mut convert)
     }
 
     /// Puts the metadata record of each `{id: NodeMetadata}`.
-    fn put_metadata(&mut self, py: Python<'_>, metadata: &Bound<'_, PyDict>, model: Model<'_>) -> PyResult<()> {
+    fn put_metadata<'py>(&mut self, py: Python<'py>, metadata: &Bound<'py, PyDict>, model: Model<'py>) -> PyResult<()> {
         let (inner, _) = self.parts(py)?;
-        put_metadata(inner, metadata, &model)
+        put_metadata(inner, metadata, &mut Converter::new(model))
     }
 
     fn exists(&mut self, py: Python<'_>, id: &str) -> PyResult<bool> {
