@@ -154,6 +154,7 @@ class LMDB(DerivedBackend):
             for name in (*ENTRY_DBS, *CONTEXT_DBS):  # a store older than these, opened read-only, lacks them
                 with contextlib.suppress(lmdb.NotFoundError):
                     self._dbs[name] = self._env.open_db(name.encode(), create=not readonly)
+            self._spaces = {name: self._dbs.get(name) for name in CONTEXT_DBS}
         except lmdb.Error as exc:
             raise StorageError(f"cannot open {str(self.path)!r} as an LMDB store: {exc}", operation="open") from None
 
@@ -275,7 +276,7 @@ class LMDB(DerivedBackend):
         again if the map is full (it grows, and the transaction starts over)."""
 
         def run(t: _Txn) -> T:
-            kt = LmdbKvTxn(t.txn, self._dbs, True)
+            kt = LmdbKvTxn(t.txn, self._spaces, True)
             try:
                 return fn(kt)
             finally:
@@ -289,7 +290,7 @@ class LMDB(DerivedBackend):
 
         def run() -> T:  # `_read` without its `_Txn`: a small read's fixed cost is most of it
             with self._gate.read(), self._env.begin() as txn:
-                kt = LmdbKvTxn(txn, self._dbs, False)
+                kt = LmdbKvTxn(txn, self._spaces, False)
                 try:
                     return fn(kt)
                 finally:

@@ -22,13 +22,12 @@ __all__ = ["CONTEXT_DBS", "LmdbKvTxn"]
 _KEY = itemgetter(0)
 
 CONTEXT_DBS = SPACES
-_SPACES = frozenset(SPACES)
 """The databases of the spaces (a store written before they existed, opened read-only, has none)."""
 
 
 class LmdbKvTxn:
     """`hippograph.context.KvTxn` over one LMDB transaction; a space whose database is missing
-    reads as empty."""
+    reads as empty. `dbs` maps each space of `SPACES` to its database (None: missing)."""
 
     __slots__ = ("dbs", "live", "txn", "writable")
 
@@ -41,16 +40,17 @@ class LmdbKvTxn:
     def _db(self, space: str) -> Any:
         if not self.live:
             raise ended("context")
-        if type(space) is not str or space not in _SPACES:  # the checks inline: every access pays them
-            space = check_space(space)
-        return self.dbs.get(space)
+        try:  # the common space, found in one lookup: every access pays this
+            return self.dbs[space]
+        except (KeyError, TypeError):
+            return self.dbs[check_space(space)]  # refused unless a space of `SPACES`
 
     def get(self, space: str, key: bytes) -> bytes | None:
         db = self._db(space)
         if db is None or not ((type(key) is bytes and 0 < len(key) <= MAX_KEY) or storable(key)):
             return None  # LMDB refuses to look up a key it could not hold
-        raw = self.txn.get(key, db=db)
-        return None if raw is None else bytes(raw)
+        got: bytes | None = self.txn.get(key, db=db)  # bytes: the transaction hands out no buffers
+        return got
 
     def put(self, space: str, key: bytes, value: bytes) -> None:
         # Checked here: an LMDB error inside a group commit would fail every write of the group.
