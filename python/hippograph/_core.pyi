@@ -341,6 +341,11 @@ def plain_changeset(
     the plain shape (`shapes`: the node, metadata and edge classes, the id byte limit), finite
     embeddings of one dimension included; `(False, None)` for anything else, left to the caller."""
 
+def log_pruned(next: int, log_keep: int) -> tuple[int, int]:
+    """The change-log entries `(first, last)`, inclusive (none when `first > last`), the write of
+    entry `next` deletes to keep the newest `log_keep`: a run of `log_keep // 64` (1 to 64) at
+    once, so most writes leave the log's first pages alone."""
+
 GraphModel = tuple[
     dict[Any, tuple[int, tuple[str, ...]]],
     dict[Any, int],

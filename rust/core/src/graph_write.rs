@@ -99,6 +99,20 @@ pub fn embedding_bytes(values: &[f32]) -> Vec<u8> {
     out
 }
 
+/// The change-log entries the write of entry `next` deletes, to keep the newest `log_keep`: none
+/// most of the time, then a run of `log_keep / 64` (at most 64, at least 1) at once. Deleting the
+/// oldest entry at every write would copy the log's first leaf page and its branch pages at
+/// every commit, besides the last leaf that takes the new entry; a run deleted at once shares
+/// those pages. The log then holds between `log_keep` and `log_keep + 63` entries, the newest
+/// ones without a gap, which is what a reader catching up needs.
+pub fn pruned(next: u64, log_keep: u64) -> std::ops::RangeInclusive<u64> {
+    let run = (log_keep / 64).clamp(1, 64);
+    match next.checked_sub(log_keep) {
+        Some(last) if last > 0 && last % run == 0 => (last + 1).saturating_sub(run).max(1)..=last,
+        _ => 1..=0,
+    }
+}
+
 /// The links of one node, by edge code.
 type EdgeSets = [BTreeSet<String>; 4];
 
@@ -380,8 +394,8 @@ impl GraphWrite {
                 write_str(&mut entry, id);
             }
             self.write(Db::Log, next.to_be_bytes().to_vec(), Some(entry));
-            if next > log_keep {
-                self.write(Db::Log, (next - log_keep).to_be_bytes().to_vec(), None);
+            for old in pruned(next, log_keep) {
+                self.write(Db::Log, old.to_be_bytes().to_vec(), None);
             }
         }
         Ok(self.writes.into_iter().map(|((db, key), value)| (db, key, value)).collect())
@@ -471,6 +485,25 @@ mod tests {
         assert!(writes.contains(&(Db::Log, 1u64.to_be_bytes().to_vec(), None)), "the entry log_keep older goes");
         store.apply(writes);
         assert!(!store.0.keys().any(|(db, _)| matches!(db, Db::Nodes | Db::Links | Db::Meta | Db::Emb)));
+    }
+
+    #[test]
+    fn the_log_is_pruned_in_runs_that_keep_the_newest_entries() {
+        assert_eq!(pruned(5, 10), 1..=0);
+        assert_eq!(pruned(12, 10), 2..=2, "a short log loses its oldest entry at every write");
+        assert_eq!(pruned(50_064, 50_000), 1..=64);
+        assert!(pruned(50_065, 50_000).is_empty());
+        for log_keep in [1, 3, 64, 200, 50_000] {
+            let mut oldest = 1;
+            for next in 1..=log_keep + 700 {
+                for old in pruned(next, log_keep) {
+                    assert_eq!(old, oldest, "runs follow each other without a gap");
+                    oldest += 1;
+                }
+                let kept = next + 1 - oldest;
+                assert!(kept >= log_keep.min(next) && kept < log_keep + 64, "{next} keeps {kept} of {log_keep}");
+            }
+        }
     }
 
     #[test]

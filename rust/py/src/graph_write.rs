@@ -470,7 +470,16 @@ fn plain_changeset(
     Ok((true, dim))
 }
 
+/// The change-log entries (`first`, `last`, inclusive; `first > last`: none) the write of entry
+/// `next` deletes to keep the newest `log_keep` (`hippograph_core::graph_write::pruned`).
+#[pyfunction]
+fn log_pruned(next: u64, log_keep: u64) -> (u64, u64) {
+    let run = core::pruned(next, log_keep);
+    (*run.start(), *run.end())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<GraphWrite>()?;
+    m.add_function(wrap_pyfunction!(log_pruned, m)?)?;
     m.add_function(wrap_pyfunction!(plain_changeset, m)?)
 }

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgpack
 
+from ..._core import log_pruned
 from ...engine.codec import packb
 from ...errors import StorageError
 from ...store.codec import decode_entry, encode_entry
@@ -149,6 +150,6 @@ class LmdbEntryTxn:
         changed = self.changed
         refs = [[list(s), k] for s, k in (changed if len(changed) == 1 else sorted(changed))]
         self.txn.put(layout._seq_key(seq), packb(refs), db=self.dbs["elog"])
-        old = seq - layout.LOG_KEEP
-        if old > 0:
+        first, last = log_pruned(seq, layout.LOG_KEEP)
+        for old in range(first, last + 1):
             self.txn.delete(layout._seq_key(old), db=self.dbs["elog"])
