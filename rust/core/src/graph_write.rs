@@ -105,11 +105,11 @@ pub fn embedding_bytes(values: &[f32]) -> Vec<u8> {
 /// every commit, besides the last leaf that takes the new entry; a run deleted at once shares
 /// those pages. The log then holds between `log_keep` and `log_keep + 63` entries, the newest
 /// ones without a gap, which is what a reader catching up needs.
-pub fn pruned(next: u64, log_keep: u64) -> std::ops::RangeInclusive<u64> {
+pub fn pruned(next: u64, log_keep: u64) -> Option<std::ops::RangeInclusive<u64>> {
     let run = (log_keep / 64).clamp(1, 64);
     match next.checked_sub(log_keep) {
-        Some(last) if last > 0 && last % run == 0 => (last + 1).saturating_sub(run).max(1)..=last,
-        _ => 1..=0,
+        Some(last) if last > 0 && last % run == 0 => Some((last + 1).saturating_sub(run).max(1)..=last),
+        _ => None,
     }
 }
 
@@ -394,7 +394,7 @@ impl GraphWrite {
                 write_str(&mut entry, id);
             }
             self.write(Db::Log, next.to_be_bytes().to_vec(), Some(entry));
-            for old in pruned(next, log_keep) {
+            for old in pruned(next, log_keep).into_iter().flatten() {
                 self.write(Db::Log, old.to_be_bytes().to_vec(), None);
             }
         }
@@ -489,14 +489,14 @@ mod tests {
 
     #[test]
     fn the_log_is_pruned_in_runs_that_keep_the_newest_entries() {
-        assert_eq!(pruned(5, 10), 1..=0);
-        assert_eq!(pruned(12, 10), 2..=2, "a short log loses its oldest entry at every write");
-        assert_eq!(pruned(50_064, 50_000), 1..=64);
-        assert!(pruned(50_065, 50_000).is_empty());
+        assert_eq!(pruned(5, 10), None);
+        assert_eq!(pruned(12, 10), Some(2..=2), "a short log loses its oldest entry at every write");
+        assert_eq!(pruned(50_064, 50_000), Some(1..=64));
+        assert_eq!(pruned(50_065, 50_000), None);
         for log_keep in [1, 3, 64, 200, 50_000] {
             let mut oldest = 1;
             for next in 1..=log_keep + 700 {
-                for old in pruned(next, log_keep) {
+                for old in pruned(next, log_keep).into_iter().flatten() {
                     assert_eq!(old, oldest, "runs follow each other without a gap");
                     oldest += 1;
                 }

@@ -474,8 +474,7 @@ fn plain_changeset(
 /// `next` deletes to keep the newest `log_keep` (`hippograph_core::graph_write::pruned`).
 #[pyfunction]
 fn log_pruned(next: u64, log_keep: u64) -> (u64, u64) {
-    let run = core::pruned(next, log_keep);
-    (*run.start(), *run.end())
+    core::pruned(next, log_keep).map_or((1, 0), |run| (*run.start(), *run.end()))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
