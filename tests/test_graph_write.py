@@ -186,3 +186,22 @@ def test_a_changeset_with_edge_names_and_datetimes_off_utc_is_planned_as_the_pyt
     written = puts_of(plan)
     assert written[("nodes", b"a")] == codec.encode_node(node)
     assert codec.decode_links(written[("links", b"a")]) == {EdgeType.SIBLING: {"b"}, EdgeType.MEMBERSHIP: {"b"}}
+
+
+def test_ids_that_grow_keep_their_pages_full_and_every_record_reads_back(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    backend = LMDB(tmp_path / "s", durability="fast")
+    try:
+        written: dict[str, Node] = {}
+        for batch in range(40):  # five growing ids a write, then one write of ids below and above them all
+            ids = [f"n{batch:03d}:{j}" for j in range(5)] if batch < 39 else ["a-below", "m-between", "z-above"]
+            tags = [hg.Tag(id=i, label=i, embedding=rng.standard_normal(384).astype(np.float32)) for i in ids]
+            backend.apply_changeset(hg.Changeset().add_nodes(tags))
+            written.update((t.id, t) for t in tags)
+        with backend._env.begin() as txn:
+            leaves = txn.stat(backend._dbs["emb"])["leaf_pages"]
+        assert leaves <= len(written) // 2 + 3  # two 1,536-byte embeddings a 4 KB page (one when split in half)
+        for node_id, node in written.items():
+            assert backend.get_node(node_id) == node
+    finally:
+        backend.close()
