@@ -60,7 +60,7 @@ NODE_KINDS: dict[NodeType, tuple[int, tuple[str, ...]]] = {
     t: (_TYPE_CODES[t], cls.field_names()) for t, cls in NODE_CLASSES.items()
 }
 """Each node type's code and field names: what the Rust core encodes a node record from
-(`_core.GraphWrite.put_nodes`), the record `encode_node` writes."""
+(`_core.GraphWrite.put_changeset`), the record `encode_node` writes."""
 
 
 def encode_node(node: Node) -> bytes:
