@@ -712,6 +712,7 @@ impl Index {
                 pool.install(|| (serial..rows).into_par_iter().for_each(insert));
             }
         }
+        self.relink_orphans(&graph);
         self.ready.store((start + rows) as u32, Ordering::Release);
         Ok(())
     }
@@ -1114,6 +1115,94 @@ impl Index {
         }
     }
 
+    /// Gives every live node that no level-0 list names a way in. A search ends its descent at
+    /// level 0 and walks only level-0 links, so such a node is never found, however wide the beam.
+    /// Inserts running side by side make them: a node whose beam ran while the graph was a handful
+    /// of nodes links back into lists that other threads have since filled, and is pruned from
+    /// all of them (a serial build leaves some too, where later inserts prune every link to a node).
+    /// Each one found is searched for in the graph as it now is: it links to the nodes found (as
+    /// many as its list holds) and the nearest of them with room lists it, else that node's least
+    /// similar neighbour is replaced, when some other list still names it.
+    fn relink_orphans(&self, graph: &Graph) {
+        let n = self.len();
+        let Some((top_node, top_level)) = self.entry.lock().expect("entry lock").as_ref().map(|e| (e.node, e.level))
+        else {
+            return;
+        };
+        let mut named = vec![0u32; n];
+        let mut scratch = Vec::with_capacity(self.m0);
+        for id in 0..n as u32 {
+            self.neighbours(graph, id, 0, &mut scratch);
+            for &x in &scratch {
+                if let Some(c) = named.get_mut(x as usize) {
+                    *c += 1;
+                }
+            }
+        }
+        let orphans: Vec<u32> =
+            (0..n as u32).filter(|&id| named[id as usize] == 0 && !self.deleted(graph, id)).collect();
+        if n < 2 || orphans.is_empty() {
+            return;
+        }
+        let (mut form, mut base, mut forms) = (Vec::new(), Vec::new(), Vec::new());
+        for u in orphans {
+            self.node_form(graph, u, &mut form);
+            let mut at = Near(self.sim(graph, &form, top_node), top_node);
+            for l in (1..=top_level).rev() {
+                at = self.greedy(graph, &form, at, l, &mut scratch);
+            }
+            let mut found = self.beam(graph, &form, &[at], self.config.ef_construction, 0, 1.0, |_| Some(1.0), |_| {});
+            found.retain(|c| c.1 != u);
+            let fresh = self.select(graph, u, &found, self.config.m, &mut forms);
+            {
+                let meta = self.meta(graph, u).expect("an id below len");
+                let _own = meta.lock.lock().expect("node lock");
+                self.neighbours(graph, u, 0, &mut scratch);
+                let list = self.links(graph, u, 0);
+                for x in fresh {
+                    if scratch.len() < self.m0 && !scratch.contains(&x) && x != u {
+                        list[1 + scratch.len()].store(x, Ordering::Release);
+                        scratch.push(x);
+                        named[x as usize] += 1;
+                    }
+                }
+                list[0].store(scratch.len() as u32, Ordering::Release);
+            }
+            for v in found.iter().map(|c| c.1) {
+                let meta = self.meta(graph, v).expect("an id below len");
+                let _guard = meta.lock.lock().expect("node lock");
+                self.neighbours(graph, v, 0, &mut scratch);
+                let list = self.links(graph, v, 0);
+                if scratch.contains(&u) {
+                    break;
+                }
+                let slot = if scratch.len() < self.m0 {
+                    list[1 + scratch.len()].store(u, Ordering::Release);
+                    list[0].store(scratch.len() as u32 + 1, Ordering::Release);
+                    named[u as usize] += 1;
+                    break;
+                } else {
+                    self.node_form(graph, v, &mut base);
+                    let least = scratch
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &w)| named[w as usize] >= 2)
+                        .map(|(i, &w)| Near(self.sim(graph, &base, w), i as u32))
+                        .min();
+                    least.map(|Near(_, i)| {
+                        named[scratch[i as usize] as usize] -= 1;
+                        i as usize
+                    })
+                };
+                if let Some(i) = slot {
+                    list[1 + i].store(u, Ordering::Release);
+                    named[u as usize] += 1;
+                    break;
+                }
+            }
+        }
+    }
+
     #[expect(clippy::too_many_arguments, reason = "scratch buffers reused across calls")]
     fn link_back(
         &self,
@@ -1501,6 +1590,51 @@ mod tests {
 
     fn config() -> Config {
         Config { m: 16, ef_construction: 100, seed: 7, codes: Codes::F16 }
+    }
+
+    /// Every live id a search with a beam as wide as the index returns.
+    fn all_found(index: &Index, data: &[f32], dim: usize) -> bool {
+        let n = index.len();
+        (0..3).all(|q| index.search(&data[q * dim..(q + 1) * dim], n, n + 10).unwrap().len() == n)
+    }
+
+    #[test]
+    fn a_node_no_list_names_is_linked_in_again() {
+        let (n, dim) = (300, 16);
+        let d = data(n, dim, 41);
+        let index = Index::new(dim, config(), &[]).unwrap();
+        index.add(0, &d, 1).unwrap();
+        assert!(all_found(&index, &d, dim));
+        let graph = index.graph.read().unwrap();
+        let entry = index.entry.lock().unwrap().as_ref().unwrap().node;
+        let lost = (0..n as u32).find(|&id| id != entry && index.level_of(id) == 0).unwrap();
+        let mut s = Vec::new();
+        for id in 0..n as u32 {
+            index.neighbours(&graph, id, 0, &mut s);
+            if s.contains(&lost) {
+                s.retain(|&x| x != lost);
+                Index::write_list(index.links(&graph, id, 0), &s);
+            }
+        }
+        let own = &d[lost as usize * dim..(lost as usize + 1) * dim];
+        assert!(!index.search(own, n, n + 10).unwrap().iter().any(|x| x.0 == lost), "the node is cut off");
+        index.relink_orphans(&graph);
+        drop(graph);
+        assert_eq!(index.search(own, 1, n + 10).unwrap()[0].0, lost);
+        assert!(all_found(&index, &d, dim));
+    }
+
+    #[test]
+    fn every_node_of_small_graphs_built_side_by_side_is_found() {
+        // Inserts on several threads while the graph is a handful of nodes: the first node each
+        // thread inserts links into lists the other threads are filling (the case relinking fixes).
+        for round in 0..200u64 {
+            let (n, dim) = (64 + (round as usize * 7) % 200, 16);
+            let d = data(n, dim, 100 + round);
+            let index = Index::new(dim, Config { ef_construction: 200, ..config() }, &[]).unwrap();
+            index.add(0, &d, 4).unwrap();
+            assert!(all_found(&index, &d, dim), "round {round}: {n} nodes");
+        }
     }
 
     #[test]
