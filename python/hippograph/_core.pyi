@@ -304,6 +304,26 @@ def context_keyword_scan(
     `layers` None); per record only decoding can decide (odd types, non-ASCII text without a
     proven match, garbage), its index. And the index after the last pair read. `needle`: casefolded."""
 
+class Gate:
+    """Many readers or one writer; a waiting writer goes before new readers. A reader that need
+    not wait enters without releasing the GIL; any wait releases it."""
+
+    def __init__(self) -> None: ...
+    def reader(self) -> GateReader:
+        """A context manager that enters as a reader (one object serves every `with`)."""
+    def writer(self) -> GateWriter:
+        """A context manager that enters as the writer."""
+    def held(self) -> tuple[int, bool, int]:
+        """Readers inside, whether the writer is, writers waiting."""
+
+class GateReader:
+    def __enter__(self) -> None: ...
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None: ...
+
+class GateWriter:
+    def __enter__(self) -> None: ...
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None: ...
+
 class LexicalIndex:
     """BM25 inverted index (k1 1.2, b 0.75) over documents numbered by the caller.
 

@@ -4,12 +4,12 @@ vector-index and column-copy methods over a backend's `DerivedColumns`."""
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, ClassVar, NoReturn, Self
 
+from .. import _core
 from ..engine.checks import Progress, check_id, check_ids, check_progress
 from ..engine.columns import ColumnsCopy
 from ..engine.derived import DerivedColumns
@@ -118,63 +118,31 @@ def shared_node(node: Node, links: Mapping[EdgeType, Iterable[str]]) -> Node:
     return out
 
 
-class _Shared:
-    """Holding an `RWLock` shared: one instance per lock, reused by every reader (it keeps no state)."""
-
-    __slots__ = ("_lock",)
-
-    def __init__(self, lock: RWLock) -> None:
-        self._lock = lock
-
-    def __enter__(self) -> None:
-        lock = self._lock
-        with lock._mutex:
-            while lock._writer or lock._waiting:
-                lock._cond.wait()
-            lock._readers += 1
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        lock = self._lock
-        with lock._mutex:
-            lock._readers -= 1
-            if not lock._readers and lock._waiting:  # only writers wait for the readers to leave
-                lock._cond.notify_all()
+_process = [os.getpid()]
+"""This process's id, kept current by a fork hook: every call checks it, and `os.getpid` is a
+system call."""
+os.register_at_fork(after_in_child=lambda: _process.__setitem__(0, os.getpid()))
 
 
 class RWLock:
     """Many readers or one writer; a waiting writer goes before new readers so it never starves.
 
-    Reading takes no generator and wakes nobody unless a writer waits: every
-    query takes it at least once.
+    The gate is native (`_core.Gate`): a reader that need not wait enters and leaves without a
+    Python frame, and every query and write takes one at least once. Any wait releases the GIL.
     """
 
+    __slots__ = ("_gate", "_reader", "_writer")
+
     def __init__(self) -> None:
-        self._mutex = threading.Lock()
-        self._cond = threading.Condition(self._mutex)
-        self._readers = 0
-        self._writer = False
-        self._waiting = 0
-        self._shared = _Shared(self)
+        self._gate = _core.Gate()
+        self._reader = self._gate.reader()
+        self._writer = self._gate.writer()
 
     def read(self) -> AbstractContextManager[None]:
-        return self._shared
+        return self._reader
 
-    @contextmanager
-    def write(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
+    def write(self) -> AbstractContextManager[None]:
+        return self._writer
 
 
 class BackendBase:
@@ -212,8 +180,9 @@ class DerivedBackend(BackendBase):
     _pid: int = 0
 
     def _guard(self, operation: str) -> None:
-        self._check_open(operation)
-        if self._fork_label is not None and os.getpid() != self._pid:
+        if self._closed:
+            raise StorageError("the backend is closed", operation=operation)
+        if self._fork_label is not None and _process[0] != self._pid:
             raise StorageError(
                 f"this {self._fork_label} was opened before fork(); open it again in the child process",
                 operation=operation,

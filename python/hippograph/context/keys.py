@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from ..engine.codec import HEADER, body, pack, unpack
+from ..engine.codec import FORMAT_VERSION, body, pack, unpack
 from ..errors import StorageError
 from .protocol import KvTxn
 
@@ -77,7 +77,7 @@ def encode(record: dict[str, Any]) -> bytes:
 
 
 def decode(data: bytes, what: str) -> dict[str, Any]:
-    if data[:1] == HEADER:  # `unpack` inline: every record read pays it
+    if data and data[0] == FORMAT_VERSION:  # `unpack` inline: every record read pays it
         try:
             got = msgpack.unpackb(data[1:], raw=False, strict_map_key=False)
         except (ValueError, msgpack.UnpackException, TypeError):

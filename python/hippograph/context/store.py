@@ -89,8 +89,9 @@ class ContextStore(MemoryCalls, QueueCalls):
 
     def get_node(self, uri: str, *, fields: Iterable[str] | None = None) -> TreeNode | None:
         segments = check_uri(uri)
-        chosen = fields_of(fields)
-        raw = self._get_one(tree.NODES, node_key(segments))
+        chosen = tree.ALL_FIELDS if fields is None else fields_of(fields)
+        get = self._context_get
+        raw = get(tree.NODES, node_key(segments)) if get is not None else self._get_one(tree.NODES, node_key(segments))
         return None if raw is None else tree.to_node(uri, decode(raw, "context node"), chosen)
 
     def get_nodes(self, uris: Sequence[str]) -> list[TreeNode | None]:

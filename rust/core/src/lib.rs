@@ -8,6 +8,7 @@ pub mod ctxscan;
 pub mod digest;
 pub mod etf;
 pub mod explain;
+pub mod gate;
 pub mod graph_write;
 pub mod hnsw;
 pub mod ids;

@@ -9,6 +9,7 @@ mod ctxscan;
 mod errors;
 mod etf;
 mod explain;
+mod gate;
 mod graph_write;
 mod hnsw;
 mod ids;
@@ -27,6 +28,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pairs::register(m)?;
     etf::register(m)?;
     explain::register(m)?;
+    gate::register(m)?;
     graph_write::register(m)?;
     hnsw::register(m)?;
     ids::register(m)?;

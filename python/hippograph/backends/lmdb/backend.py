@@ -306,12 +306,16 @@ class LMDB(DerivedBackend):
         if db is None or not ((type(key) is bytes and 0 < len(key) <= MAX_KEY) or storable(key)):
             return None  # LMDB refuses to look up a key it could not hold
 
-        def run() -> bytes | None:
+        try:
             with self._gate.read(), self._env.begin() as txn:
-                raw = txn.get(key, db=db)
-            return None if raw is None else bytes(raw)
+                return txn.get(key, db=db)  # bytes: the environment hands out no buffers
+        except lmdb.Error:
 
-        return self._retrying("context_read", run)
+            def run() -> bytes | None:
+                with self._gate.read(), self._env.begin() as txn:
+                    return txn.get(key, db=db)
+
+            return self._retrying("context_read", run)
 
     # -- writes --------------------------------------------------------------
 
