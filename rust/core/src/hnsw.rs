@@ -107,6 +107,8 @@ struct Meta {
     residual: AtomicU32,
     lock: Mutex<()>,
     upper: OnceLock<Box<[AtomicU32]>>,
+    /// How many level-0 lists name this node: at zero no search can reach it.
+    named: AtomicU32,
 }
 
 impl Meta {
@@ -117,6 +119,7 @@ impl Meta {
             residual: AtomicU32::new(0),
             lock: Mutex::new(()),
             upper: OnceLock::new(),
+            named: AtomicU32::new(0),
         }
     }
 }
@@ -494,6 +497,8 @@ pub struct Index {
     split: Mutex<Option<Split>>,
     reserve: Mutex<()>,
     adding: Mutex<()>,
+    /// Ids that level-0 lists stopped naming since the last `relink_orphans`.
+    cut: Mutex<Vec<u32>>,
 }
 
 /// An error split over the ids below `upto`: none outside `above` has a residual beyond `cut`.
@@ -566,6 +571,7 @@ impl Index {
             split: Mutex::new(None),
             reserve: Mutex::new(()),
             adding: Mutex::new(()),
+            cut: Mutex::new(Vec::new()),
         }
     }
 
@@ -712,7 +718,7 @@ impl Index {
                 pool.install(|| (serial..rows).into_par_iter().for_each(insert));
             }
         }
-        self.relink_orphans(&graph);
+        self.relink_orphans(&graph, start as u32..(start + rows) as u32);
         self.ready.store((start + rows) as u32, Ordering::Release);
         Ok(())
     }
@@ -1102,6 +1108,9 @@ impl Index {
             let _own = meta.lock.lock().expect("node lock");
             for (l, ids) in &chosen {
                 Self::write_list(self.links(graph, id, *l), ids);
+                if *l == 0 {
+                    ids.iter().for_each(|&x| self.name(graph, x));
+                }
             }
         }
         for (l, ids) in chosen {
@@ -1123,28 +1132,20 @@ impl Index {
     /// Each one found is searched for in the graph as it now is: it links to the nodes found (as
     /// many as its list holds) and the nearest of them with room lists it, else that node's least
     /// similar neighbour is replaced, when some other list still names it.
-    fn relink_orphans(&self, graph: &Graph) {
-        let n = self.len();
+    fn relink_orphans(&self, graph: &Graph, added: std::ops::Range<u32>) {
         let Some((top_node, top_level)) = self.entry.lock().expect("entry lock").as_ref().map(|e| (e.node, e.level))
         else {
             return;
         };
-        let mut named = vec![0u32; n];
-        let mut scratch = Vec::with_capacity(self.m0);
-        for id in 0..n as u32 {
-            self.neighbours(graph, id, 0, &mut scratch);
-            for &x in &scratch {
-                if let Some(c) = named.get_mut(x as usize) {
-                    *c += 1;
-                }
-            }
-        }
-        let orphans: Vec<u32> =
-            (0..n as u32).filter(|&id| named[id as usize] == 0 && !self.deleted(graph, id)).collect();
-        if n < 2 || orphans.is_empty() {
+        let mut orphans: Vec<u32> = std::mem::take(&mut *self.cut.lock().expect("cut lock"));
+        orphans.extend(added);
+        orphans.sort_unstable();
+        orphans.dedup();
+        orphans.retain(|&id| self.named(graph, id) == 0 && !self.deleted(graph, id));
+        if self.len() < 2 {
             return;
         }
-        let (mut form, mut base, mut forms) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut form, mut base, mut forms, mut scratch) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for u in orphans {
             self.node_form(graph, u, &mut form);
             let mut at = Near(self.sim(graph, &form, top_node), top_node);
@@ -1160,13 +1161,13 @@ impl Index {
                 self.neighbours(graph, u, 0, &mut scratch);
                 let list = self.links(graph, u, 0);
                 for x in fresh {
-                    if scratch.len() < self.m0 && !scratch.contains(&x) && x != u {
+                    if scratch.len() < self.m0 && !scratch.contains(&x) {
                         list[1 + scratch.len()].store(x, Ordering::Release);
+                        list[0].store(scratch.len() as u32 + 1, Ordering::Release);
                         scratch.push(x);
-                        named[x as usize] += 1;
+                        self.name(graph, x);
                     }
                 }
-                list[0].store(scratch.len() as u32, Ordering::Release);
             }
             for v in found.iter().map(|c| c.1) {
                 let meta = self.meta(graph, v).expect("an id below len");
@@ -1176,30 +1177,60 @@ impl Index {
                 if scratch.contains(&u) {
                     break;
                 }
-                let slot = if scratch.len() < self.m0 {
+                if scratch.len() < self.m0 {
                     list[1 + scratch.len()].store(u, Ordering::Release);
                     list[0].store(scratch.len() as u32 + 1, Ordering::Release);
-                    named[u as usize] += 1;
+                    self.name(graph, u);
                     break;
-                } else {
-                    self.node_form(graph, v, &mut base);
-                    let least = scratch
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, &w)| named[w as usize] >= 2)
-                        .map(|(i, &w)| Near(self.sim(graph, &base, w), i as u32))
-                        .min();
-                    least.map(|Near(_, i)| {
-                        named[scratch[i as usize] as usize] -= 1;
-                        i as usize
-                    })
-                };
-                if let Some(i) = slot {
-                    list[1 + i].store(u, Ordering::Release);
-                    named[u as usize] += 1;
+                }
+                self.node_form(graph, v, &mut base);
+                let least = scratch
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &w)| self.named(graph, w) >= 2)
+                    .map(|(i, &w)| Near(self.sim(graph, &base, w), i as u32))
+                    .min();
+                if let Some(Near(_, i)) = least {
+                    let w = scratch[i as usize];
+                    list[1 + i as usize].store(u, Ordering::Release);
+                    self.unname(graph, w);
+                    self.name(graph, u);
                     break;
                 }
             }
+        }
+    }
+
+    /// How many level-0 lists name `id`.
+    fn named(&self, graph: &Graph, id: u32) -> u32 {
+        let (seg, at) = locate(graph, id);
+        seg.meta[at].get().map_or(0, |m| m.named.load(Ordering::Acquire))
+    }
+
+    /// One more level-0 list names `id`.
+    fn name(&self, graph: &Graph, id: u32) {
+        let (seg, at) = locate(graph, id);
+        if let Some(m) = seg.meta[at].get() {
+            m.named.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// One level-0 list fewer names `id`; at none, `id` waits in `cut` for `relink_orphans`.
+    fn unname(&self, graph: &Graph, id: u32) {
+        let (seg, at) = locate(graph, id);
+        if let Some(m) = seg.meta[at].get() {
+            if m.named.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1)) == Ok(1) {
+                self.cut.lock().expect("cut lock").push(id);
+            }
+        }
+    }
+
+    /// Counts, for every node, the level-0 lists that name it (an index read from a file).
+    fn count_names(&self, graph: &Graph) {
+        let mut scratch = Vec::with_capacity(self.m0);
+        for id in 0..self.len() as u32 {
+            self.neighbours(graph, id, 0, &mut scratch);
+            scratch.iter().for_each(|&x| self.name(graph, x));
         }
     }
 
@@ -1228,6 +1259,9 @@ impl Index {
         if scratch.len() < cap {
             list[1 + scratch.len()].store(new, Ordering::Release);
             list[0].store(scratch.len() as u32 + 1, Ordering::Release);
+            if level == 0 {
+                self.name(graph, new);
+            }
             return;
         }
         self.node_form(graph, node, form);
@@ -1236,6 +1270,12 @@ impl Index {
         cands.sort_unstable_by(|a, b| b.cmp(a));
         let chosen = self.select(graph, node, &cands, cap, form);
         Self::write_list(list, &chosen);
+        if level == 0 {
+            scratch.iter().filter(|x| !chosen.contains(x)).for_each(|&x| self.unname(graph, x));
+            if chosen.contains(&new) {
+                self.name(graph, new);
+            }
+        }
     }
 
     /// The `k` nearest live ids to `query` with their code similarities (best first, at most `k`;
@@ -1402,7 +1442,11 @@ impl Index {
         // A file saved before `add` relinked its orphans may hold some: linked in here, on the
         // private pages of the few lists that change.
         let index = Self::from_map(map)?;
-        index.relink_orphans(&index.graph.read().expect("graph lock"));
+        {
+            let graph = index.graph.read().expect("graph lock");
+            index.count_names(&graph);
+            index.relink_orphans(&graph, 0..index.len() as u32);
+        }
         Ok(index)
     }
 
@@ -1618,13 +1662,16 @@ mod tests {
             if s.contains(&lost) {
                 s.retain(|&x| x != lost);
                 Index::write_list(index.links(&graph, id, 0), &s);
+                index.unname(&graph, lost);
             }
         }
         let own = &d[lost as usize * dim..(lost as usize + 1) * dim];
         assert!(!index.search(own, n, n + 10).unwrap().iter().any(|x| x.0 == lost), "the node is cut off");
         let path = std::env::temp_dir().join(format!("hippograph-orphan-{}.bin", std::process::id()));
         index.write_to(&mut std::io::BufWriter::new(File::create(&path).unwrap())).unwrap();
-        index.relink_orphans(&graph);
+        assert_eq!(index.named(&graph, lost), 0);
+        index.relink_orphans(&graph, 0..0); // the node is found by its count falling to zero
+        assert!(index.named(&graph, lost) >= 1);
         drop(graph);
         assert_eq!(index.search(own, 1, n + 10).unwrap()[0].0, lost);
         assert!(all_found(&index, &d, dim));
@@ -1644,6 +1691,15 @@ mod tests {
             let index = Index::new(dim, Config { ef_construction: 200, ..config() }, &[]).unwrap();
             index.add(0, &d, 4).unwrap();
             assert!(all_found(&index, &d, dim), "round {round}: {n} nodes");
+            let graph = index.graph.read().unwrap();
+            let mut counted = vec![0u32; n];
+            let mut s = Vec::new();
+            for id in 0..n as u32 {
+                index.neighbours(&graph, id, 0, &mut s);
+                s.iter().for_each(|&x| counted[x as usize] += 1);
+            }
+            let kept: Vec<u32> = (0..n as u32).map(|id| index.named(&graph, id)).collect();
+            assert_eq!(kept, counted, "round {round}: the counts kept are the lists' own");
         }
     }
 
