@@ -304,6 +304,23 @@ def context_keyword_scan(
     `layers` None); per record only decoding can decide (odd types, non-ASCII text without a
     proven match, garbage), its index. And the index after the last pair read. `needle`: casefolded."""
 
+def context_document(
+    txn: Any,
+    dbs: tuple[Any, Any, Any, Any, Any, Any, Any],
+    segments: list[str],
+    content: str,
+    abstract_: str | None,
+    overview: str | None,
+    jobs: list[tuple[str, bytes]],
+    now_us: int,
+    max_attempts: int,
+) -> int | None:
+    """A context `put_document` with its jobs ((kind, the payload's msgpack)) planned by the core
+    and written in py-lmdb write transaction `txn` (`dbs`: the handles of nodes, vectors, counters,
+    jobs, job queue, job due and job URIs): the revision written, or None when the Python path
+    must write it (nothing written then). The records are those the Python path writes, byte for
+    byte."""
+
 class Gate:
     """Many readers or one writer; a waiting writer goes before new readers. A reader that need
     not wait enters without releasing the GIL; any wait releases it."""

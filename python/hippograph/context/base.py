@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
 from ..engine.checks import finite_float
+from ..engine.codec import packb
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, ValidationError
 from . import jobs, tree
@@ -157,8 +158,13 @@ class ContextBase:
         now: int,
     ) -> None:
         """A document and its background work: one outcome (the caller's transaction)."""
-        revision = tree.put_document(t, segments, content, abstract, overview)
         uri = "/".join(segments)
+        native = getattr(t, "put_document", None)  # `WritesDocuments` (a Protocol check costs more)
+        if native is not None:
+            packed = [(kind, packb({"uri": uri, **payload})) for kind, payload in work]
+            if native(segments, content, abstract, overview, packed, now, self.max_attempts) is not None:
+                return
+        revision = tree.put_document(t, segments, content, abstract, overview)
         for kind, payload in work:
             jobs.enqueue(t, kind, {"uri": uri, **payload}, now, uri=segments, revision=revision,
                          max_attempts=self.max_attempts)  # fmt: skip

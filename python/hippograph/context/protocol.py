@@ -84,3 +84,26 @@ class GetsOne(Protocol):
     def context_get(self, space: str, key: bytes) -> bytes | None:
         """The value at `key` of `space` (one of `SPACES`), or None: `context_read` of one `get`."""
         ...
+
+
+@runtime_checkable
+class WritesDocuments(Protocol):
+    """A `KvTxn` that writes a document with its jobs in one native step (LMDB): the records
+    read and written are those `tree.put_document` and `jobs.enqueue` read and write, byte for
+    byte, without a Python frame per record."""
+
+    def put_document(
+        self,
+        segments: tuple[str, ...],
+        content: str,
+        abstract: str | None,
+        overview: str | None,
+        jobs: list[tuple[str, bytes]],
+        now: int,
+        max_attempts: int,
+    ) -> int | None:
+        """The revision written, or None when the step does not cover this write (a directory
+        becoming a document, a stored vector to retire, a record it does not take apart, a parent
+        that is a document): nothing is written then, and the caller writes it record by record.
+        `jobs`: (kind, the msgpack of the payload the job record holds)."""
+        ...

@@ -4,6 +4,7 @@
 //! algorithms are tested with `cargo test` and benchmarked without an interpreter.
 
 pub mod certified;
+pub mod context_write;
 pub mod ctxscan;
 pub mod digest;
 pub mod etf;

@@ -5,6 +5,7 @@
 use pyo3::prelude::*;
 
 mod certified;
+mod context_write;
 mod ctxscan;
 mod errors;
 mod etf;
@@ -24,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scoring::register(m)?;
     shadow::register(m)?;
     certified::register(m)?;
+    context_write::register(m)?;
     ctxscan::register(m)?;
     pairs::register(m)?;
     etf::register(m)?;

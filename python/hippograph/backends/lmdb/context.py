@@ -14,12 +14,19 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any
 
+from ... import _core
 from ...context.protocol import SPACES
 from .._context import MAX_KEY, check_bounds, check_put, check_space, ended, read_only, storable
 
 __all__ = ["CONTEXT_DBS", "LmdbKvTxn"]
 
 _KEY = itemgetter(0)
+
+_DOCUMENT_SPACES = (
+    "ctx_nodes", "ctx_vectors", "ctx_counters", "ctx_jobs", "ctx_job_queue", "ctx_job_due", "ctx_job_uris",
+)  # fmt: skip
+"""The spaces `_core.context_document` reads and writes, in the order it takes their handles."""
+_DOCUMENT_HANDLES = itemgetter(*_DOCUMENT_SPACES)
 
 CONTEXT_DBS = SPACES
 """The databases of the spaces (a store written before they existed, opened read-only, has none)."""
@@ -59,6 +66,29 @@ class LmdbKvTxn:
         if not (type(key) is bytes and 0 < len(key) <= MAX_KEY and type(value) is bytes):
             space, key, value = check_put(space, key, value)
         self.txn.put(key, value, db=self._db(space))
+
+    def put_document(
+        self,
+        segments: tuple[str, ...],
+        content: str,
+        abstract: str | None,
+        overview: str | None,
+        jobs: list[tuple[str, bytes]],
+        now: int,
+        max_attempts: int,
+    ) -> int | None:
+        """`context.protocol.WritesDocuments`: the write planned and made by the core
+        (`_core.context_document`) on this transaction."""
+        if not self.writable:
+            raise read_only("context_read")
+        if not self.live:
+            raise ended("context")
+        handles = _DOCUMENT_HANDLES(self.dbs)
+        if None in handles:
+            return None
+        return _core.context_document(
+            self.txn, handles, list(segments), content, abstract, overview, jobs, now, max_attempts
+        )
 
     def delete(self, space: str, key: bytes) -> bool:
         if not self.writable:

@@ -1,0 +1,83 @@
+//! Bindings of `hippograph_core::context_write`: a document write planned by the core, reading
+//! and writing a py-lmdb transaction directly (no Python frame per record).
+
+use hippograph_core::context_write::{self as core, Document, Space};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// The py-lmdb handles of the spaces a document write touches, in `Space` order.
+type Handles = (Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>);
+
+fn handle(dbs: &Handles, space: Space) -> &Py<PyAny> {
+    match space {
+        Space::Nodes => &dbs.0,
+        Space::Vectors => &dbs.1,
+        Space::Counters => &dbs.2,
+        Space::Jobs => &dbs.3,
+        Space::Queue => &dbs.4,
+        Space::Due => &dbs.5,
+        Space::Uris => &dbs.6,
+    }
+}
+
+/// `put_document` of `segments` with its `jobs` ((kind, the payload's msgpack)) in py-lmdb write
+/// transaction `txn`: the revision written, or None when the Python path must write it (a case
+/// the plan does not cover, or an argument it does not take as given; nothing written then).
+#[pyfunction]
+#[pyo3(signature = (txn, dbs, segments, content, abstract_, overview, jobs, now_us, max_attempts))]
+#[expect(clippy::too_many_arguments, reason = "one argument per part of the write, as Python has them")]
+fn context_document(
+    py: Python<'_>,
+    txn: &Bound<'_, PyAny>,
+    dbs: Handles,
+    segments: &Bound<'_, PyAny>,
+    content: &Bound<'_, PyAny>,
+    abstract_: &Bound<'_, PyAny>,
+    overview: &Bound<'_, PyAny>,
+    jobs: &Bound<'_, PyAny>,
+    now_us: &Bound<'_, PyAny>,
+    max_attempts: &Bound<'_, PyAny>,
+) -> PyResult<Option<u64>> {
+    let text = |v: &Bound<'_, PyAny>| v.extract::<String>().ok();
+    let layer = |v: &Bound<'_, PyAny>| if v.is_none() { Some(None) } else { text(v).map(Some) };
+    let (Ok(segments), Some(content), Some(abstract_), Some(overview), Ok(jobs), Ok(now_us), Ok(max_attempts)) = (
+        segments.extract::<Vec<String>>(),
+        text(content),
+        layer(abstract_),
+        layer(overview),
+        jobs.extract::<Vec<(String, Vec<u8>)>>(),
+        now_us.extract::<u64>(),
+        max_attempts.extract::<i64>(),
+    ) else {
+        return Ok(None);
+    };
+    let doc = Document {
+        segments: &segments,
+        content: &content,
+        abstract_: abstract_.as_deref(),
+        overview: overview.as_deref(),
+        jobs: &jobs,
+        now_us,
+        max_attempts,
+    };
+    let read = |space: Space, key: &[u8]| -> PyResult<Option<Vec<u8>>> {
+        let got = txn.call_method1(intern!(py, "get"), (PyBytes::new(py, key), py.None(), handle(&dbs, space)))?;
+        if got.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(got.cast::<PyBytes>()?.as_bytes().to_vec()))
+    };
+    let Some(plan) = core::plan_document(read, &doc)? else { return Ok(None) };
+    let put = intern!(py, "put");
+    for (space, key, value) in plan.puts {
+        let args = (PyBytes::new(py, &key), PyBytes::new(py, &value), true, true, false, handle(&dbs, space));
+        txn.call_method1(put, args)?;
+    }
+    Ok(Some(plan.revision))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(context_document, m)?)?;
+    Ok(())
+}

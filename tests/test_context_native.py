@@ -1,0 +1,146 @@
+"""LMDB's native document write (`_core.context_document`) writes exactly what the Python path
+writes, record for record and byte for byte, and leaves to it every case it does not cover."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hippograph.context.queue_calls as queue_calls
+import hippograph.context.store as context_store
+import hippograph.context.tree as tree
+from hippograph import _core
+from hippograph.backends import LMDB
+from hippograph.backends.lmdb.context import LmdbKvTxn
+from hippograph.context import ContextStore
+from hippograph.context.protocol import SPACES
+from hippograph.errors import HippographError
+
+NATIVE = LmdbKvTxn.put_document
+"""The step itself (the tests below swap the attribute)."""
+
+segment = st.sampled_from(["a", "b", "c", "é"])
+uri = st.lists(segment, min_size=1, max_size=3).map("/".join)
+text = st.text(st.characters(codec="utf-8"), max_size=40)
+layer = st.none() | text
+payload = st.dictionaries(
+    st.sampled_from(["n", "uri", "x"]),
+    st.none() | st.integers(-(2**63), 2**64 - 1) | text | st.lists(st.integers(0, 300), max_size=3),
+    max_size=2,
+)
+job_list = st.none() | st.lists(st.tuples(st.sampled_from(["embed", "sum", "ünï"]), payload), max_size=2)
+operation = st.one_of(
+    st.tuples(st.just("put"), uri, text, layer, layer, job_list),
+    st.tuples(st.just("embed"), uri),
+    st.tuples(st.just("group"), uri, st.sampled_from(["", "g1"])),
+    st.tuples(st.just("disable"), uri),
+    st.tuples(st.just("remove"), uri),
+)
+
+
+def contents(store: ContextStore) -> dict[str, list[tuple[bytes, bytes]]]:
+    return store.backend.context_read(lambda t: {space: list(t.range(space)) for space in SPACES})  # type: ignore[attr-defined]
+
+
+def apply(store: ContextStore, op: tuple[Any, ...]) -> object:
+    """The operation's outcome: its value, or the type and message of what it raised."""
+    try:
+        if op[0] == "put":
+            _, at, content, abstract, overview, jobs = op
+            return store.put_document(at, content, abstract=abstract, overview=overview, jobs=jobs)
+        if op[0] == "embed":  # stores a vector for every pending embed job of the document
+            done = []
+            while (job := store.dequeue_job(["embed"])) is not None:
+                done.append(store.put_embedding_result(job.id, job.uri or op[1], np.ones(4, np.float32)))
+            return done
+        if op[0] == "group":
+            return store.set_node_group(op[1], op[2])
+        if op[0] == "disable":
+            return store.set_node_enabled(op[1], False)
+        return store.remove_subtree(op[1])
+    except HippographError as exc:
+        return type(exc).__name__, str(exc)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Both stores see the same times (`now[0]` microseconds) and start their vector counters at
+    the same value (a new store's is random)."""
+    now = [1_700_000_000_000_000]
+    for module in (context_store, queue_calls):
+        monkeypatch.setattr(module, "now_us", lambda: now[0])
+    monkeypatch.setattr(tree.secrets, "randbits", lambda bits: 12_345)
+    yield now
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(operation, min_size=1, max_size=12))
+def test_the_native_write_stores_what_the_python_path_stores(
+    ops: list[tuple[Any, ...]], clock: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int | None] = []
+
+    def counted(self: LmdbKvTxn, *args: Any) -> int | None:
+        got = NATIVE(self, *args)
+        calls.append(got)
+        return got
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = [ContextStore(LMDB(Path(tmp) / name), document_jobs=["embed"]) for name in ("native", "python")]
+        try:
+            for i, op in enumerate([("put", "a/b", "first", None, None, None), *ops]):
+                clock[0] += 1000 + i
+                monkeypatch.setattr(LmdbKvTxn, "put_document", counted)
+                mine = apply(stores[0], op)
+                monkeypatch.setattr(LmdbKvTxn, "put_document", None)  # the Python path, record by record
+                theirs = apply(stores[1], op)
+                assert mine == theirs, op
+                assert contents(stores[0]) == contents(stores[1]), op
+        finally:
+            for store in stores:
+                store.backend.close()  # type: ignore[attr-defined]
+    assert calls[0] == 1, "a first document is the step's to write"
+    assert len(calls) <= 1 + sum(op[0] == "put" for op in ops)  # a put refused before its transaction never reaches it
+
+
+def test_the_common_writes_take_the_native_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new document, and a document written again, are the step's: the equality above is not
+    the Python path answering both times."""
+    written: list[int | None] = []
+    monkeypatch.setattr(LmdbKvTxn, "put_document", lambda self, *a: written.append(NATIVE(self, *a)) or written[-1])
+    store = ContextStore(LMDB(tmp_path / "s"), document_jobs=["embed"])
+    store.put_document("p/q/r", "one")
+    store.put_document("p/q/r", "two", abstract="a")
+    assert written == [1, 2]
+    node = store.get_node("p/q/r")
+    assert node is not None and (node.content, node.abstract) == ("two", "a")
+    store.backend.close()  # type: ignore[attr-defined]
+
+
+def test_what_the_step_cannot_take_as_given_is_left_to_the_python_path() -> None:
+    """Arguments it does not convert (text with a lone surrogate, a negative time) write nothing
+    and answer None; the Python path then decides."""
+    with tempfile.TemporaryDirectory() as tmp:
+        b = LMDB(Path(tmp) / "s")
+        try:
+
+            def run(t: LmdbKvTxn) -> list[int | None]:
+                h = tuple(t.dbs[s] for s in ("ctx_nodes", "ctx_vectors", "ctx_counters", "ctx_jobs", "ctx_job_queue",
+                                             "ctx_job_due", "ctx_job_uris"))  # fmt: skip
+                return [
+                    _core.context_document(t.txn, h, ["a"], "\ud800", None, None, [], 1, 5),
+                    _core.context_document(t.txn, h, ["a"], "x", None, None, [], -1, 5),
+                    _core.context_document(t.txn, h, ["a"], "x", None, None, [], 1, -5),
+                ]
+
+            assert b.context_write(run) == [None, None, None]  # type: ignore[arg-type]
+            assert b.context_read(lambda t: list(t.range("ctx_nodes"))) == []
+        finally:
+            b.close()
