@@ -174,12 +174,16 @@ def check_uri(value: object, what: str = "uri", *, root: bool = False) -> tuple[
             return ()
         raise ValidationError(f"{what} must not be empty")
     segments = tuple(value.split("/"))
-    if len(segments) > MAX_SEGMENTS:
-        raise ValidationError(f"{what} has more than {MAX_SEGMENTS} segments")
-    for s in segments:
-        check_segment(s, what)
-    if len(value.encode()) > MAX_URI_BYTES:
-        raise ValidationError(f"{what} is longer than {MAX_URI_BYTES} UTF-8 bytes")
+    # Printable ASCII (no control character, one byte a character) within the limits passes as a
+    # whole; anything else is checked segment by segment, which names the fault.
+    plain = value.isascii() and value.isprintable() and len(value) <= MAX_URI_BYTES and "" not in segments
+    if not (plain and len(segments) <= MAX_SEGMENTS and max(map(len, segments)) <= MAX_SEGMENT_BYTES):
+        if len(segments) > MAX_SEGMENTS:
+            raise ValidationError(f"{what} has more than {MAX_SEGMENTS} segments")
+        for s in segments:
+            check_segment(s, what)
+        if len(value.encode()) > MAX_URI_BYTES:
+            raise ValidationError(f"{what} is longer than {MAX_URI_BYTES} UTF-8 bytes")
     if len(_CHECKED) >= 65_536:
         _CHECKED.clear()
     _CHECKED[str(value)] = segments

@@ -61,18 +61,17 @@ fn context_document(
         now_us,
         max_attempts,
     };
+    let (get, put) = (txn.getattr(intern!(py, "get"))?, txn.getattr(intern!(py, "put"))?);
     let read = |space: Space, key: &[u8]| -> PyResult<Option<Vec<u8>>> {
-        let got = txn.call_method1(intern!(py, "get"), (PyBytes::new(py, key), py.None(), handle(&dbs, space)))?;
+        let got = get.call1((PyBytes::new(py, key), py.None(), handle(&dbs, space)))?;
         if got.is_none() {
             return Ok(None);
         }
         Ok(Some(got.cast::<PyBytes>()?.as_bytes().to_vec()))
     };
     let Some(plan) = core::plan_document(read, &doc)? else { return Ok(None) };
-    let put = intern!(py, "put");
     for (space, key, value) in plan.puts {
-        let args = (PyBytes::new(py, &key), PyBytes::new(py, &value), true, true, false, handle(&dbs, space));
-        txn.call_method1(put, args)?;
+        put.call1((PyBytes::new(py, &key), PyBytes::new(py, &value), true, true, false, handle(&dbs, space)))?;
     }
     Ok(Some(plan.revision))
 }
