@@ -1,5 +1,6 @@
-"""LMDB's native document write (`_core.context_document`) writes exactly what the Python path
-writes, record for record and byte for byte, and leaves to it every case it does not cover."""
+"""LMDB's native context steps (`_core.context_document`, `_core.context_job_move`) write exactly
+what the Python path writes, record for record and byte for byte, and leave to it every case they
+do not cover."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ import hippograph.context.store as context_store
 import hippograph.context.tree as tree
 from hippograph import _core
 from hippograph.backends import LMDB
-from hippograph.backends.lmdb.context import LmdbKvTxn
+from hippograph.backends.lmdb.context import _NATIVE_HANDLES, LmdbKvTxn
 from hippograph.context import ContextStore
 from hippograph.context.protocol import SPACES
 from hippograph.errors import HippographError
 
 NATIVE = LmdbKvTxn.put_document
-"""The step itself (the tests below swap the attribute)."""
+MOVE = LmdbKvTxn.move_job
+"""The steps themselves (the tests below swap the attributes)."""
 
 segment = st.sampled_from(["a", "b", "c", "é"])
 uri = st.lists(segment, min_size=1, max_size=3).map("/".join)
@@ -42,6 +44,8 @@ operation = st.one_of(
     st.tuples(st.just("group"), uri, st.sampled_from(["", "g1"])),
     st.tuples(st.just("disable"), uri),
     st.tuples(st.just("remove"), uri),
+    st.tuples(st.just("claim"), st.lists(st.sampled_from(["embed", "sum", "ünï"]), min_size=1, max_size=2)),
+    st.tuples(st.sampled_from(["complete", "fail", "defer"]), st.integers(1, 8)),
 )
 
 
@@ -64,6 +68,14 @@ def apply(store: ContextStore, op: tuple[Any, ...]) -> object:
             return store.set_node_group(op[1], op[2])
         if op[0] == "disable":
             return store.set_node_enabled(op[1], False)
+        if op[0] == "claim":
+            return store.dequeue_job(op[1])
+        if op[0] == "complete":
+            return store.complete_job(op[1])
+        if op[0] == "fail":
+            return store.fail_job(op[1])
+        if op[0] == "defer":
+            return store.defer_job(op[1])
         return store.remove_subtree(op[1])
     except HippographError as exc:
         return type(exc).__name__, str(exc)
@@ -80,26 +92,35 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield now
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(operation, min_size=1, max_size=12))
 def test_the_native_write_stores_what_the_python_path_stores(
     ops: list[tuple[Any, ...]], clock: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int | None] = []
+    moves: list[bool] = []
 
     def counted(self: LmdbKvTxn, *args: Any) -> int | None:
         got = NATIVE(self, *args)
         calls.append(got)
         return got
 
+    def moved(self: LmdbKvTxn, *args: Any) -> bytes | None:
+        got = MOVE(self, *args)
+        moves.append(got is not None)
+        return got
+
     with tempfile.TemporaryDirectory() as tmp:
         stores = [ContextStore(LMDB(Path(tmp) / name), document_jobs=["embed"]) for name in ("native", "python")]
         try:
-            for i, op in enumerate([("put", "a/b", "first", None, None, None), *ops]):
+            first = [("put", "a/b", "first", None, None, None), ("claim", ["embed"]), ("complete", 1)]
+            for i, op in enumerate([*first, *ops]):
                 clock[0] += 1000 + i
                 monkeypatch.setattr(LmdbKvTxn, "put_document", counted)
+                monkeypatch.setattr(LmdbKvTxn, "move_job", moved)
                 mine = apply(stores[0], op)
                 monkeypatch.setattr(LmdbKvTxn, "put_document", None)  # the Python path, record by record
+                monkeypatch.setattr(LmdbKvTxn, "move_job", None)
                 theirs = apply(stores[1], op)
                 assert mine == theirs, op
                 assert contents(stores[0]) == contents(stores[1]), op
@@ -107,6 +128,7 @@ def test_the_native_write_stores_what_the_python_path_stores(
             for store in stores:
                 store.backend.close()  # type: ignore[attr-defined]
     assert calls[0] == 1, "a first document is the step's to write"
+    assert moves[:2] == [True, True], "its job's claim and completion are the step's too"
     assert len(calls) <= 1 + sum(op[0] == "put" for op in ops)  # a put refused before its transaction never reaches it
 
 
@@ -132,8 +154,7 @@ def test_what_the_step_cannot_take_as_given_is_left_to_the_python_path() -> None
         try:
 
             def run(t: LmdbKvTxn) -> list[int | None]:
-                h = tuple(t.dbs[s] for s in ("ctx_nodes", "ctx_vectors", "ctx_counters", "ctx_jobs", "ctx_job_queue",
-                                             "ctx_job_due", "ctx_job_uris"))  # fmt: skip
+                h = _NATIVE_HANDLES(t.dbs)
                 return [
                     _core.context_document(t.txn, h, ["a"], "\ud800", None, None, [], 1, 5),
                     _core.context_document(t.txn, h, ["a"], "x", None, None, [], -1, 5),

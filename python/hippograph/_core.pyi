@@ -306,7 +306,7 @@ def context_keyword_scan(
 
 def context_document(
     txn: Any,
-    dbs: tuple[Any, Any, Any, Any, Any, Any, Any],
+    dbs: tuple[Any, Any, Any, Any, Any, Any, Any, Any],
     segments: list[str],
     content: str,
     abstract_: str | None,
@@ -317,9 +317,21 @@ def context_document(
 ) -> int | None:
     """A context `put_document` with its jobs ((kind, the payload's msgpack)) planned by the core
     and written in py-lmdb write transaction `txn` (`dbs`: the handles of nodes, vectors, counters,
-    jobs, job queue, job due and job URIs): the revision written, or None when the Python path
+    jobs, job queue, job due, job URIs and job state): the revision written, or None when the Python path
     must write it (nothing written then). The records are those the Python path writes, byte for
     byte."""
+
+def context_job_move(
+    txn: Any,
+    dbs: tuple[Any, Any, Any, Any, Any, Any, Any, Any],
+    job_id: int,
+    step: Literal["claim", "complete"],
+    now_us: int,
+) -> bytes | None:
+    """Claims ("claim": running, one more attempt) or completes ("complete") job `job_id` in py-lmdb
+    write transaction `txn` (`dbs` as `context_document` takes them, then the job-state handle): the
+    job's record afterwards, or None when the Python path must decide (nothing written then).
+    ValidationError for any other `step`."""
 
 class Gate:
     """Many readers or one writer; a waiting writer goes before new readers. A reader that need

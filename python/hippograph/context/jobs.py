@@ -126,6 +126,9 @@ def claim(t: KvTxn, kinds: list[str], now: int) -> Job | None:
     if best is None:
         return None
     job_id = best[1]
+    native = getattr(t, "move_job", None)  # `MovesJobs`: the move in one native step
+    if native is not None and (raw := native(job_id, "claim", now)) is not None:
+        return _job(job_id, decode(raw, "context job"))
     rec = _load(t, job_id)
     _move(t, job_id, rec, now, st="running", a=rec["a"] + 1)
     return _job(job_id, rec)
@@ -148,6 +151,9 @@ def find(t: KvTxn, job_id: int) -> dict[str, Any] | None:
 
 
 def complete(t: KvTxn, job_id: int, now: int) -> None:
+    native = getattr(t, "move_job", None)  # `MovesJobs`: the move in one native step
+    if native is not None and native(job_id, "complete", now) is not None:
+        return
     rec = _load(t, job_id)
     if rec["st"] != "done":
         _move(t, job_id, rec, now, st="done", e=None)

@@ -10,7 +10,7 @@ ContextConformance` holds a backend to it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 __all__ = ["SPACES", "ContextBackend", "KvTxn"]
 
@@ -106,4 +106,16 @@ class WritesDocuments(Protocol):
         becoming a document, a stored vector to retire, a record it does not take apart, a parent
         that is a document): nothing is written then, and the caller writes it record by record.
         `jobs`: (kind, the msgpack of the payload the job record holds)."""
+        ...
+
+
+@runtime_checkable
+class MovesJobs(Protocol):
+    """A `KvTxn` that claims or completes a job in one native step (LMDB): the records read and
+    written are those `jobs.claim` and `jobs.complete` read and write, byte for byte."""
+
+    def move_job(self, job_id: int, step: Literal["claim", "complete"], now: int) -> bytes | None:
+        """The job's record afterwards (a completion of a job done already writes nothing), or
+        None when the step does not cover the move (no such job, a record it does not take apart,
+        a claim of a job that is not pending): nothing written then, the caller decides."""
         ...

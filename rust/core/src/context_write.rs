@@ -1,6 +1,6 @@
-//! A context store's `put_document` with its jobs as one plan: the records it reads, the puts it
-//! makes, byte for byte what the Python path (`hippograph.context.tree.put_document` and
-//! `jobs.enqueue`) writes. The plan covers the common case (parents that are directories or
+//! A context store's `put_document` with its jobs, and a job's claim or completion, as one plan
+//! each: the records it reads, the writes it makes, byte for byte what the Python path
+//! (`hippograph.context.tree.put_document`, `jobs.enqueue`, `jobs.claim`, `jobs.complete`) writes. The plan covers the common case (parents that are directories or
 //! missing, a new document or one replacing a document, no stored vector); anything else, or a
 //! stored record this reader does not take apart, answers `None` before a write is made, and the
 //! Python path runs instead in the same transaction.
@@ -19,6 +19,7 @@ pub enum Space {
     Queue,
     Due,
     Uris,
+    State,
 }
 
 /// One document write: the URI's segments, its layers (None: keep the stored one), its jobs
@@ -43,6 +44,7 @@ const DOCS: &[u8] = b"docs";
 const DIRS: &[u8] = b"dirs";
 const TOP: &[u8] = b"top\x00";
 const NEXT_ID: &[u8] = b"next_job";
+const BY_STATUS: &[u8] = b"jobs\x00";
 const PENDING: &[u8] = b"jobs\x00pending";
 const BY_KIND: &[u8] = b"kind\x00";
 const VEC: &str = "writing to a Vec cannot fail";
@@ -312,6 +314,118 @@ pub fn plan_document<E>(
     Ok(Some(Plan { puts, revision }))
 }
 
+/// Where a job moves: claimed (running, one more attempt) or done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Move {
+    Claim,
+    Complete,
+}
+
+/// The writes of a job's move, and its record afterwards.
+pub struct MovePlan {
+    pub deletes: Vec<(Space, Vec<u8>)>,
+    pub puts: Vec<(Space, Vec<u8>, Vec<u8>)>,
+    pub record: Vec<u8>,
+}
+
+fn owned_record(pairs: &[(String, Plain)]) -> Vec<u8> {
+    let mut out = vec![FORMAT_VERSION];
+    rmp::encode::write_map_len(&mut out, pairs.len() as u32).expect(VEC);
+    for (key, value) in pairs {
+        rmp::encode::write_str(&mut out, key).expect(VEC);
+        write_plain(&mut out, value);
+    }
+    out
+}
+
+/// Sets `name` where the record has it, else appends it (a Python dict's `update`).
+fn set(rec: &mut Vec<(String, Plain)>, name: &str, value: Plain) {
+    match rec.iter_mut().find(|(k, _)| k == name) {
+        Some(pair) => pair.1 = value,
+        None => rec.push((name.to_owned(), value)),
+    }
+}
+
+/// The key a job of status `st` is indexed under, when it is one of the indexed statuses.
+fn index_key(rec: &[(String, Plain)], st: &str, id: u64) -> Option<Option<(Space, Vec<u8>)>> {
+    let job = id.to_be_bytes();
+    Some(match st {
+        "pending" => {
+            let (Some(Plain::Str(kind)), Some(Plain::UInt(ra))) = (field(rec, "k"), field(rec, "ra")) else {
+                return None;
+            };
+            Some((Space::Queue, [kind.as_bytes(), b"\x00", &ra.to_be_bytes(), &job].concat()))
+        }
+        "running" | "failed" => {
+            let Some(Plain::UInt(t)) = field(rec, "t") else { return None };
+            Some((Space::State, [st.as_bytes(), b"\x00", &t.to_be_bytes(), &job].concat()))
+        }
+        _ => None,
+    })
+}
+
+/// Plans `step` of job `id` at `now_us`; `Ok(None)`: not a case this plan covers (no such job, a
+/// record it does not take apart, a claim of a job that is not pending, a counter it cannot
+/// move): nothing is to be written, the Python path decides. A completion of a job done already
+/// writes nothing and answers its record.
+pub fn plan_move<E>(
+    mut read: impl FnMut(Space, &[u8]) -> Result<Option<Vec<u8>>, E>,
+    id: u64,
+    step: Move,
+    now_us: u64,
+) -> Result<Option<MovePlan>, E> {
+    let job = id.to_be_bytes().to_vec();
+    let Some(raw) = read(Space::Jobs, &job)? else { return Ok(None) };
+    let Some(mut rec) = read_record(&raw) else { return Ok(None) };
+    let Some(Plain::Str(before)) = field(&rec, "st").cloned() else { return Ok(None) };
+    let after = match step {
+        Move::Claim if before == "pending" => "running",
+        Move::Claim => return Ok(None),
+        Move::Complete if before == "done" => {
+            return Ok(Some(MovePlan { deletes: Vec::new(), puts: Vec::new(), record: raw }));
+        }
+        Move::Complete => "done",
+    };
+    let mut plan = MovePlan { deletes: Vec::new(), puts: Vec::new(), record: Vec::new() };
+    let Some(old_index) = index_key(&rec, &before, id) else { return Ok(None) };
+    if let Some((space, key)) = old_index {
+        if space == Space::Queue {
+            plan.deletes.push((Space::Due, key[key.len() - 16..].to_vec()));
+        }
+        plan.deletes.push((space, key));
+    }
+    set(&mut rec, "st", Plain::Str(after.to_owned()));
+    match step {
+        Move::Claim => {
+            let Some(Plain::UInt(a)) = field(&rec, "a") else { return Ok(None) };
+            let Some(a) = a.checked_add(1) else { return Ok(None) };
+            set(&mut rec, "a", Plain::UInt(a));
+        }
+        Move::Complete => set(&mut rec, "e", Plain::Nil),
+    }
+    set(&mut rec, "t", Plain::UInt(now_us));
+    for (status, delta) in [(before.as_str(), -1i64), (after, 1)] {
+        let name = [BY_STATUS, status.as_bytes()].concat();
+        let value = match read(Space::Counters, &name)? {
+            None => 0,
+            Some(raw) if raw.len() >= 8 => be(&raw[..8]),
+            Some(_) => return Ok(None),
+        };
+        match value.checked_add_signed(delta) {
+            None => return Ok(None), // below zero: the Python path reports it
+            Some(0) => plan.deletes.push((Space::Counters, name)),
+            Some(v) => plan.puts.push((Space::Counters, name, v.to_be_bytes().to_vec())),
+        }
+    }
+    let Some(new_index) = index_key(&rec, after, id) else { return Ok(None) };
+    if let Some((space, key)) = new_index {
+        plan.puts.push((space, key, Vec::new()));
+    }
+    plan.record = owned_record(&rec);
+    plan.puts.push((Space::Jobs, job, plan.record.clone()));
+    Ok(Some(plan))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,5 +543,45 @@ mod tests {
             );
             assert!(got.unwrap().is_none(), "{key:?} in {space:?}");
         }
+    }
+
+    #[test]
+    fn a_claim_moves_a_pending_job_to_running_and_its_completion_to_done() {
+        let job = record(&[
+            ("k", Plain::Str("embed".into())),
+            ("a", Plain::UInt(0)),
+            ("st", Plain::Str("pending".into())),
+            ("ra", Plain::UInt(7)),
+            ("e", Plain::Str("x".into())),
+            ("t", Plain::UInt(7)),
+        ]);
+        let pending = [BY_STATUS, b"pending"].concat();
+        let reads = |stored: Vec<u8>| {
+            move |space: Space, key: &[u8]| {
+                Ok::<_, ()>(match space {
+                    Space::Jobs if key == 3u64.to_be_bytes() => Some(stored.clone()),
+                    Space::Counters => Some(1u64.to_be_bytes().to_vec()),
+                    _ => None,
+                })
+            }
+        };
+        let claimed = plan_move(reads(job.clone()), 3, Move::Claim, 9).unwrap().unwrap();
+        let queue = [b"embed\x00".as_slice(), &7u64.to_be_bytes(), &3u64.to_be_bytes()].concat();
+        assert!(claimed.deletes.contains(&(Space::Queue, queue)));
+        assert!(claimed.deletes.contains(&(Space::Counters, pending.clone())), "a counter back at zero goes");
+        let rec = read_record(&claimed.record).unwrap();
+        assert_eq!(field(&rec, "st"), Some(&Plain::Str("running".into())));
+        assert_eq!(field(&rec, "a"), Some(&Plain::UInt(1)));
+        assert_eq!(field(&rec, "t"), Some(&Plain::UInt(9)));
+        let state = [b"running\x00".as_slice(), &9u64.to_be_bytes(), &3u64.to_be_bytes()].concat();
+        assert!(claimed.puts.iter().any(|(s, k, _)| *s == Space::State && *k == state));
+        let done = plan_move(reads(claimed.record.clone()), 3, Move::Complete, 11).unwrap().unwrap();
+        assert!(done.deletes.contains(&(Space::State, state)));
+        let rec = read_record(&done.record).unwrap();
+        assert_eq!((field(&rec, "st"), field(&rec, "e")), (Some(&Plain::Str("done".into())), Some(&Plain::Nil)));
+        let again = plan_move(reads(done.record.clone()), 3, Move::Complete, 12).unwrap().unwrap();
+        assert!(again.puts.is_empty() && again.deletes.is_empty() && again.record == done.record);
+        assert!(plan_move(reads(done.record), 3, Move::Claim, 12).unwrap().is_none(), "only a pending job is claimed");
+        assert!(plan_move(reads(job), 4, Move::Complete, 12).unwrap().is_none(), "no such job");
     }
 }

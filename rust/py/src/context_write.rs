@@ -1,13 +1,14 @@
 //! Bindings of `hippograph_core::context_write`: a document write planned by the core, reading
 //! and writing a py-lmdb transaction directly (no Python frame per record).
 
-use hippograph_core::context_write::{self as core, Document, Space};
+use crate::errors;
+use hippograph_core::context_write::{self as core, Document, Move, Space};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-/// The py-lmdb handles of the spaces a document write touches, in `Space` order.
-type Handles = (Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>);
+/// The py-lmdb handles of the spaces a context write touches, in `Space` order.
+type Handles = (Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>);
 
 fn handle(dbs: &Handles, space: Space) -> &Py<PyAny> {
     match space {
@@ -18,6 +19,7 @@ fn handle(dbs: &Handles, space: Space) -> &Py<PyAny> {
         Space::Queue => &dbs.4,
         Space::Due => &dbs.5,
         Space::Uris => &dbs.6,
+        Space::State => &dbs.7,
     }
 }
 
@@ -76,7 +78,50 @@ fn context_document(
     Ok(Some(plan.revision))
 }
 
+/// Claims (`step` "claim": running, one more attempt) or completes ("complete") job `job_id` in
+/// py-lmdb write transaction `txn`: the job's record afterwards, or None when the Python path
+/// must decide (no such job, a record the plan does not take apart, a claim of a job that is not
+/// pending; nothing written then).
+#[pyfunction]
+fn context_job_move<'py>(
+    py: Python<'py>,
+    txn: &Bound<'py, PyAny>,
+    dbs: Handles,
+    job_id: u64,
+    step: &str,
+    now_us: u64,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let step = match step {
+        "claim" => Move::Claim,
+        "complete" => Move::Complete,
+        _ => return Err(errors::validation(py, format!("step must be 'claim' or 'complete', got {step:?}"))),
+    };
+    let get = txn.getattr(intern!(py, "get"))?;
+    let read = |space: Space, key: &[u8]| -> PyResult<Option<Vec<u8>>> {
+        let got = get.call1((PyBytes::new(py, key), py.None(), handle(&dbs, space)))?;
+        if got.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(got.cast::<PyBytes>()?.as_bytes().to_vec()))
+    };
+    let Some(plan) = core::plan_move(read, job_id, step, now_us)? else { return Ok(None) };
+    if !plan.deletes.is_empty() {
+        let delete = txn.getattr(intern!(py, "delete"))?;
+        for (space, key) in plan.deletes {
+            delete.call1((PyBytes::new(py, &key), PyBytes::new(py, b""), handle(&dbs, space)))?;
+        }
+    }
+    if !plan.puts.is_empty() {
+        let put = txn.getattr(intern!(py, "put"))?;
+        for (space, key, value) in plan.puts {
+            put.call1((PyBytes::new(py, &key), PyBytes::new(py, &value), true, true, false, handle(&dbs, space)))?;
+        }
+    }
+    Ok(Some(PyBytes::new(py, &plan.record)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(context_job_move, m)?)?;
     m.add_function(wrap_pyfunction!(context_document, m)?)?;
     Ok(())
 }

@@ -12,7 +12,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from itertools import islice
 from operator import itemgetter
-from typing import Any
+from typing import Any, Literal
 
 from ... import _core
 from ...context.protocol import SPACES
@@ -22,11 +22,13 @@ __all__ = ["CONTEXT_DBS", "LmdbKvTxn"]
 
 _KEY = itemgetter(0)
 
-_DOCUMENT_SPACES = (
+_NATIVE_SPACES = (
     "ctx_nodes", "ctx_vectors", "ctx_counters", "ctx_jobs", "ctx_job_queue", "ctx_job_due", "ctx_job_uris",
+    "ctx_job_state",
 )  # fmt: skip
-"""The spaces `_core.context_document` reads and writes, in the order it takes their handles."""
-_DOCUMENT_HANDLES = itemgetter(*_DOCUMENT_SPACES)
+"""The spaces `_core.context_document` and `_core.context_job_move` read and write, in the order
+they take their handles."""
+_NATIVE_HANDLES = itemgetter(*_NATIVE_SPACES)
 
 CONTEXT_DBS = SPACES
 """The databases of the spaces (a store written before they existed, opened read-only, has none)."""
@@ -79,16 +81,26 @@ class LmdbKvTxn:
     ) -> int | None:
         """`context.protocol.WritesDocuments`: the write planned and made by the core
         (`_core.context_document`) on this transaction."""
-        if not self.writable:
-            raise read_only("context_read")
-        if not self.live:
-            raise ended("context")
-        handles = _DOCUMENT_HANDLES(self.dbs)
-        if None in handles:
+        handles = self._native_handles()
+        if handles is None:
             return None
         return _core.context_document(
             self.txn, handles, list(segments), content, abstract, overview, jobs, now, max_attempts
         )
+
+    def move_job(self, job_id: int, step: Literal["claim", "complete"], now: int) -> bytes | None:
+        """`context.protocol.MovesJobs`: the claim or completion planned and made by the core
+        (`_core.context_job_move`) on this transaction."""
+        handles = self._native_handles()
+        return None if handles is None else _core.context_job_move(self.txn, handles, job_id, step, now)
+
+    def _native_handles(self) -> tuple[Any, ...] | None:
+        if not self.writable:
+            raise read_only("context_read")
+        if not self.live:
+            raise ended("context")
+        handles: tuple[Any, ...] = _NATIVE_HANDLES(self.dbs)
+        return None if None in handles else handles
 
     def delete(self, space: str, key: bytes) -> bool:
         if not self.writable:
