@@ -26,6 +26,7 @@ from hippograph.errors import HippographError
 
 NATIVE = LmdbKvTxn.put_document
 MOVE = LmdbKvTxn.move_job
+CLAIM = LmdbKvTxn.claim_job
 """The steps themselves (the tests below swap the attributes)."""
 
 segment = st.sampled_from(["a", "b", "c", "é"])
@@ -110,6 +111,11 @@ def test_the_native_write_stores_what_the_python_path_stores(
         moves.append(got is not None)
         return got
 
+    def claimed(self: LmdbKvTxn, *args: Any) -> tuple[int, bytes | None] | None:
+        got = CLAIM(self, *args)
+        moves.append(got is not None)
+        return got
+
     with tempfile.TemporaryDirectory() as tmp:
         stores = [ContextStore(LMDB(Path(tmp) / name), document_jobs=["embed"]) for name in ("native", "python")]
         try:
@@ -118,9 +124,11 @@ def test_the_native_write_stores_what_the_python_path_stores(
                 clock[0] += 1000 + i
                 monkeypatch.setattr(LmdbKvTxn, "put_document", counted)
                 monkeypatch.setattr(LmdbKvTxn, "move_job", moved)
+                monkeypatch.setattr(LmdbKvTxn, "claim_job", claimed)
                 mine = apply(stores[0], op)
                 monkeypatch.setattr(LmdbKvTxn, "put_document", None)  # the Python path, record by record
                 monkeypatch.setattr(LmdbKvTxn, "move_job", None)
+                monkeypatch.setattr(LmdbKvTxn, "claim_job", None)
                 theirs = apply(stores[1], op)
                 assert mine == theirs, op
                 assert contents(stores[0]) == contents(stores[1]), op
@@ -165,3 +173,24 @@ def test_what_the_step_cannot_take_as_given_is_left_to_the_python_path() -> None
             assert b.context_read(lambda t: list(t.range("ctx_nodes"))) == []
         finally:
             b.close()
+
+
+def test_a_claim_over_several_kinds_takes_the_job_due_first(clock: list[int]) -> None:
+    """Each kind's queue is read from its first key; the claim takes the earliest due of those,
+    then the lowest id, as the Python path does."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ContextStore(LMDB(Path(tmp) / "s"))
+        try:
+            for at, (uri, kind) in [
+                (300, ("a", "sum")),
+                (100, ("b", "embed")),
+                (200, ("c", "sum")),
+                (100, ("d", "zed")),
+            ]:
+                clock[0] = at
+                store.put_document(uri, uri, jobs=[(kind, {})])
+            clock[0] = 1_000
+            order = [store.dequeue_job(["sum", "embed", "zed"]) for _ in range(5)]
+            assert [j and (j.id, j.uri) for j in order] == [(2, "b"), (4, "d"), (3, "c"), (1, "a"), None]
+        finally:
+            store.backend.close()  # type: ignore[attr-defined]

@@ -321,6 +321,13 @@ def context_document(
     must write it (nothing written then). The records are those the Python path writes, byte for
     byte."""
 
+def context_job_claim(
+    txn: Any, dbs: tuple[Any, Any, Any, Any, Any, Any, Any, Any], kinds: list[str], now_us: int
+) -> tuple[int, bytes | None] | None:
+    """Claims the runnable job of one of `kinds` due first (then lowest id) in py-lmdb write
+    transaction `txn` (`dbs` as `context_job_move` takes them): (its id, its record afterwards),
+    (0, None) when none is due, or None when the Python path must decide (nothing written then)."""
+
 def context_job_move(
     txn: Any,
     dbs: tuple[Any, Any, Any, Any, Any, Any, Any, Any],

@@ -116,6 +116,9 @@ def _job(job_id: int, rec: dict[str, Any]) -> Job:
 
 def claim(t: KvTxn, kinds: list[str], now: int) -> Job | None:
     """The runnable job of one of `kinds` due first (then lowest id), now running, its attempts advanced."""
+    native = getattr(t, "claim_job", None)  # `MovesJobs`: the search and the move in one native step
+    if native is not None and (claimed := native(kinds, now)) is not None:
+        return None if claimed[1] is None else _job(claimed[0], decode(claimed[1], "context job"))
     best: tuple[int, int] | None = None
     for kind in kinds:
         head = kind.encode() + b"\x00"

@@ -119,3 +119,9 @@ class MovesJobs(Protocol):
         None when the step does not cover the move (no such job, a record it does not take apart,
         a claim of a job that is not pending): nothing written then, the caller decides."""
         ...
+
+    def claim_job(self, kinds: list[str], now: int) -> tuple[int, bytes | None] | None:
+        """`jobs.claim` of the runnable job of one of `kinds` due first (then lowest id): (its id,
+        its record afterwards), (0, None) when none is due, or None when the step does not cover
+        it (nothing written then, the caller decides)."""
+        ...

@@ -426,6 +426,23 @@ pub fn plan_move<E>(
     Ok(Some(plan))
 }
 
+/// The start of `kind`'s keys in the job queue.
+pub fn queue_head(kind: &str) -> Vec<u8> {
+    [kind.as_bytes(), b"\x00"].concat()
+}
+
+/// The (due time, job id) of queue key `key` under `head` when it is due by `now_us`
+/// (`Some(None)`: not one of `head`'s keys, or not due); None for a key of `head`'s that is not
+/// a queue key (the Python path decides).
+pub fn due_in_queue(head: &[u8], key: &[u8], now_us: u64) -> Option<Option<(u64, u64)>> {
+    let Some(rest) = key.strip_prefix(head) else { return Some(None) };
+    if rest.len() != 16 {
+        return None;
+    }
+    let (ra, id) = (be(&rest[..8]), be(&rest[8..]));
+    Some((ra <= now_us).then_some((ra, id)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -120,7 +120,38 @@ fn context_job_move<'py>(
     Ok(Some(PyBytes::new(py, &plan.record)))
 }
 
+/// Claims the runnable job of one of `kinds` due first (then lowest id) in py-lmdb write
+/// transaction `txn`: (its id, its record afterwards), (0, None) when none is due, or None when
+/// the Python path must decide (nothing written then).
+#[pyfunction]
+fn context_job_claim<'py>(
+    py: Python<'py>,
+    txn: &Bound<'py, PyAny>,
+    dbs: Handles,
+    kinds: Vec<String>,
+    now_us: u64,
+) -> PyResult<Option<(u64, Option<Bound<'py, PyBytes>>)>> {
+    let cursor = txn.call_method1(intern!(py, "cursor"), (handle(&dbs, Space::Queue),))?;
+    let mut best: Option<(u64, u64)> = None;
+    for kind in &kinds {
+        let head = core::queue_head(kind);
+        if !cursor.call_method1(intern!(py, "set_range"), (PyBytes::new(py, &head),))?.is_truthy()? {
+            continue;
+        }
+        let key = cursor.call_method0(intern!(py, "key"))?;
+        match core::due_in_queue(&head, key.cast::<PyBytes>()?.as_bytes(), now_us) {
+            Some(Some(got)) => best = Some(best.map_or(got, |b| b.min(got))),
+            Some(None) => {}
+            None => return Ok(None),
+        }
+    }
+    cursor.call_method0(intern!(py, "close"))?;
+    let Some((_, id)) = best else { return Ok(Some((0, None))) };
+    Ok(context_job_move(py, txn, dbs, id, "claim", now_us)?.map(|record| (id, Some(record))))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(context_job_claim, m)?)?;
     m.add_function(wrap_pyfunction!(context_job_move, m)?)?;
     m.add_function(wrap_pyfunction!(context_document, m)?)?;
     Ok(())

@@ -94,6 +94,12 @@ class LmdbKvTxn:
         handles = self._native_handles()
         return None if handles is None else _core.context_job_move(self.txn, handles, job_id, step, now)
 
+    def claim_job(self, kinds: list[str], now: int) -> tuple[int, bytes | None] | None:
+        """`context.protocol.MovesJobs`: the due job found and claimed by the core
+        (`_core.context_job_claim`) on this transaction."""
+        handles = self._native_handles()
+        return None if handles is None else _core.context_job_claim(self.txn, handles, kinds, now)
+
     def _native_handles(self) -> tuple[Any, ...] | None:
         if not self.writable:
             raise read_only("context_read")
