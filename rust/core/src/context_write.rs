@@ -74,6 +74,16 @@ fn be(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
 }
 
+/// A container's entry count: in the marker's low four bits (fix forms), else in the 2 or 4
+/// bytes after it (`wide`: the 16-bit form's marker, the 32-bit one's follows it).
+fn entries(buf: &[u8], at: &mut usize, marker: u8, wide: u8) -> Option<usize> {
+    Some(match marker {
+        m if m == wide => be(take(buf, at, 2)?) as usize,
+        m if m == wide + 1 => be(take(buf, at, 4)?) as usize,
+        _ => usize::from(marker & 0x0f),
+    })
+}
+
 /// One msgpack value as the Python decoder reads it and its packer writes it again (integers as
 /// their value, float32 as float64); None for extension types, invalid text, non-text map keys,
 /// nesting past `MAX_DEPTH` or a short buffer.
@@ -107,11 +117,7 @@ pub fn read_plain(buf: &[u8], at: &mut usize, depth: usize) -> Option<Plain> {
             Plain::Bin(take(buf, at, n)?.to_vec())
         }
         0x90..=0x9f | 0xdc | 0xdd => {
-            let n = match marker {
-                0xdc => be(take(buf, at, 2)?) as usize,
-                0xdd => be(take(buf, at, 4)?) as usize,
-                _ => usize::from(marker & 0x0f),
-            };
+            let n = entries(buf, at, marker, 0xdc)?;
             let mut items = Vec::with_capacity(n.min(buf.len()));
             for _ in 0..n {
                 items.push(read_plain(buf, at, depth + 1)?);
@@ -119,11 +125,7 @@ pub fn read_plain(buf: &[u8], at: &mut usize, depth: usize) -> Option<Plain> {
             Plain::Array(items)
         }
         0x80..=0x8f | 0xde | 0xdf => {
-            let n = match marker {
-                0xde => be(take(buf, at, 2)?) as usize,
-                0xdf => be(take(buf, at, 4)?) as usize,
-                _ => usize::from(marker & 0x0f),
-            };
+            let n = entries(buf, at, marker, 0xde)?;
             let mut pairs = Vec::with_capacity(n.min(buf.len()));
             for _ in 0..n {
                 let Plain::Str(key) = read_plain(buf, at, depth + 1)? else { return None };
@@ -156,11 +158,12 @@ fn field<'r>(rec: &'r [(String, Plain)], name: &str) -> Option<&'r Plain> {
     rec.iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
-fn record(pairs: &[(&str, Plain)]) -> Vec<u8> {
+/// A record: the format byte, then the map of `pairs` in their order.
+fn record<K: AsRef<str>>(pairs: &[(K, Plain)]) -> Vec<u8> {
     let mut out = vec![FORMAT_VERSION];
     rmp::encode::write_map_len(&mut out, pairs.len() as u32).expect(VEC);
     for (key, value) in pairs {
-        rmp::encode::write_str(&mut out, key).expect(VEC);
+        rmp::encode::write_str(&mut out, key.as_ref()).expect(VEC);
         write_plain(&mut out, value);
     }
     out
@@ -328,16 +331,6 @@ pub struct MovePlan {
     pub record: Vec<u8>,
 }
 
-fn owned_record(pairs: &[(String, Plain)]) -> Vec<u8> {
-    let mut out = vec![FORMAT_VERSION];
-    rmp::encode::write_map_len(&mut out, pairs.len() as u32).expect(VEC);
-    for (key, value) in pairs {
-        rmp::encode::write_str(&mut out, key).expect(VEC);
-        write_plain(&mut out, value);
-    }
-    out
-}
-
 /// Sets `name` where the record has it, else appends it (a Python dict's `update`).
 fn set(rec: &mut Vec<(String, Plain)>, name: &str, value: Plain) {
     match rec.iter_mut().find(|(k, _)| k == name) {
@@ -421,7 +414,7 @@ pub fn plan_move<E>(
     if let Some((space, key)) = new_index {
         plan.puts.push((space, key, Vec::new()));
     }
-    plan.record = owned_record(&rec);
+    plan.record = record(&rec);
     plan.puts.push((Space::Jobs, job, plan.record.clone()));
     Ok(Some(plan))
 }
