@@ -194,7 +194,12 @@ class LMDB(DerivedBackend):
 
         return self._retrying(operation, run)
 
-    def _write(self, operation: str, fn: Callable[[_Txn], T]) -> T:
+    def _write(self, operation: str, fn: Callable[[_Txn], T], *, graph: bool = True) -> T:
+        """`fn` in one write transaction (`sync`: in a group commit). `graph`: the write may change
+        graph records, so this process's graph columns are brought up after it; a context or
+        scoped-store write leaves them to the next graph read, which catches up with every
+        process's writes anyway."""
+
         def run() -> T:
             # LMDB allows one write transaction per environment at a time; threads queue here.
             with self._gate.read(), self._write_lock, self._env.begin(write=True) as txn:
@@ -207,7 +212,7 @@ class LMDB(DerivedBackend):
             result = self._shared.group.submit(fn, lambda jobs: self._commit_group(operation, jobs))
         else:
             result = self._retrying(operation, run)
-        if self._cache.seq >= 0:  # the writer, not the next recall, brings this process's columns up
+        if graph and self._cache.seq >= 0:  # the writer, not the next recall, brings this process's columns up
             with contextlib.suppress(Exception):  # the write stands; the next read refreshes and reports
                 self._refresh(operation)
         return result
@@ -261,7 +266,7 @@ class LMDB(DerivedBackend):
             et.finish()
             return result, before, et.seq()
 
-        return self._write("entry_write", run)
+        return self._write("entry_write", run, graph=False)
 
     def entry_read(self, fn: Callable[[EntryTxn], T]) -> T:
         """`EntryBackend.entry_read`: one read transaction."""
@@ -282,7 +287,7 @@ class LMDB(DerivedBackend):
             finally:
                 kt.live = False
 
-        return self._write("context_write", run)
+        return self._write("context_write", run, graph=False)
 
     def context_read(self, fn: Callable[[KvTxn], T]) -> T:
         """`ContextBackend.context_read`: one read transaction (one snapshot)."""
