@@ -1225,12 +1225,25 @@ impl Index {
         }
     }
 
-    /// Counts, for every node, the level-0 lists that name it (an index read from a file).
+    /// Counts, for every node, the level-0 lists that name it (an index read from a file): tallied
+    /// in one array first (it stays in cache), then stored node by node.
     fn count_names(&self, graph: &Graph) {
+        let n = self.len();
+        let mut counts = vec![0u32; n];
         let mut scratch = Vec::with_capacity(self.m0);
-        for id in 0..self.len() as u32 {
+        for id in 0..n as u32 {
             self.neighbours(graph, id, 0, &mut scratch);
-            scratch.iter().for_each(|&x| self.name(graph, x));
+            for &x in &scratch {
+                if let Some(c) = counts.get_mut(x as usize) {
+                    *c += 1;
+                }
+            }
+        }
+        for (id, count) in counts.into_iter().enumerate() {
+            let (seg, at) = locate(graph, id as u32);
+            if let Some(m) = seg.meta[at].get() {
+                m.named.store(count, Ordering::Release);
+            }
         }
     }
 
@@ -1679,6 +1692,13 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert_eq!(saved.search(own, 1, n + 10).unwrap()[0].0, lost, "an index opened relinks its orphans");
         assert!(all_found(&saved, &d, dim));
+        let graph = saved.graph.read().unwrap();
+        let mut counted = vec![0u32; n];
+        for id in 0..n as u32 {
+            saved.neighbours(&graph, id, 0, &mut s);
+            s.iter().for_each(|&x| counted[x as usize] += 1);
+        }
+        assert_eq!((0..n as u32).map(|id| saved.named(&graph, id)).collect::<Vec<_>>(), counted);
     }
 
     #[test]
