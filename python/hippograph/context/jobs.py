@@ -129,9 +129,6 @@ def claim(t: KvTxn, kinds: list[str], now: int) -> Job | None:
     if best is None:
         return None
     job_id = best[1]
-    native = getattr(t, "move_job", None)  # `MovesJobs`: the move in one native step
-    if native is not None and (raw := native(job_id, "claim", now)) is not None:
-        return _job(job_id, decode(raw, "context job"))
     rec = _load(t, job_id)
     _move(t, job_id, rec, now, st="running", a=rec["a"] + 1)
     return _job(job_id, rec)

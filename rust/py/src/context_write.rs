@@ -132,20 +132,25 @@ fn context_job_claim<'py>(
     now_us: u64,
 ) -> PyResult<Option<(u64, Option<Bound<'py, PyBytes>>)>> {
     let cursor = txn.call_method1(intern!(py, "cursor"), (handle(&dbs, Space::Queue),))?;
-    let mut best: Option<(u64, u64)> = None;
-    for kind in &kinds {
-        let head = core::queue_head(kind);
-        if !cursor.call_method1(intern!(py, "set_range"), (PyBytes::new(py, &head),))?.is_truthy()? {
-            continue;
+    let due_first = || -> PyResult<Option<Option<(u64, u64)>>> {
+        let mut best: Option<(u64, u64)> = None;
+        for kind in &kinds {
+            let head = core::queue_head(kind);
+            if !cursor.call_method1(intern!(py, "set_range"), (PyBytes::new(py, &head),))?.is_truthy()? {
+                continue;
+            }
+            let key = cursor.call_method0(intern!(py, "key"))?;
+            match core::due_in_queue(&head, key.cast::<PyBytes>()?.as_bytes(), now_us) {
+                Some(Some(got)) => best = Some(best.map_or(got, |b| b.min(got))),
+                Some(None) => {}
+                None => return Ok(None),
+            }
         }
-        let key = cursor.call_method0(intern!(py, "key"))?;
-        match core::due_in_queue(&head, key.cast::<PyBytes>()?.as_bytes(), now_us) {
-            Some(Some(got)) => best = Some(best.map_or(got, |b| b.min(got))),
-            Some(None) => {}
-            None => return Ok(None),
-        }
-    }
+        Ok(Some(best))
+    };
+    let found = due_first();
     cursor.call_method0(intern!(py, "close"))?;
+    let Some(best) = found? else { return Ok(None) };
     let Some((_, id)) = best else { return Ok(Some((0, None))) };
     Ok(context_job_move(py, txn, dbs, id, "claim", now_us)?.map(|record| (id, Some(record))))
 }
