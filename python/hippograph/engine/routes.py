@@ -12,7 +12,7 @@ __all__ = ["CERTIFIED", "EXACT", "SCAN", "UNBOUNDED", "UNCERTIFIED", "exact_reas
 
 EXACT = "exact scan (exact=True)"
 SCAN = "exact scan"
-CERTIFIED = "vector index, certified equal to the exact scan"
+CERTIFIED = "vector index, certified equal to the exact scan over the rows its graph search reached"
 UNCERTIFIED = "exact scan: the vector index could not certify this answer"
 UNBOUNDED = "exact scan: the value function does not declare bounded_by_relevance"
 

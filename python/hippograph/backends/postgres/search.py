@@ -47,7 +47,7 @@ _SPARE = 8
 """Rows fetched beyond top_k, so that rows the server and the client score a hair apart still
 land on the right side of the cut."""
 
-_POOLS = "server: HNSW pools, certified equal to the exact ranking"
+_POOLS = "server: HNSW pools, certified equal to the exact ranking over the rows the HNSW search reached"
 _RANKING = "server: exact ranking"
 _UNCERTIFIED = "server: exact ranking (the HNSW pools could not certify this answer)"
 _EVERY_ROW = "server: every row scored (the value function does not declare bounded_by_relevance)"
