@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hippograph.backends import LMDB, InMemory
-from hippograph.context import ContextBackend, ContextStore
+from hippograph.context import ContextBackend, ContextStore, SkillFile
 from hippograph.context.model import MAX_SEGMENT_BYTES, MAX_SEGMENTS, MAX_URI_BYTES, check_uri
 from hippograph.errors import HippographError, ValidationError
 from hippograph.testing.context import dump
@@ -104,16 +105,21 @@ CALLS: dict[str, Callable[[ContextStore, Any], object]] = {
 @given(st.sampled_from(sorted(CALLS)), st.one_of(uris, not_str))
 def test_a_refused_call_writes_nothing(call: str, uri: object) -> None:
     backend, store = _seeded()
+    refused = _refusal(backend, lambda: CALLS[call](store, uri))
+    # Anything but a ValidationError (none, or refused for what is or is not stored) needs a valid URI.
+    assert isinstance(refused, ValidationError) or valid_uri(uri)
+
+
+def _refusal(backend: ContextBackend, call: Callable[[], object]) -> HippographError | None:
+    """Runs `call`; a typed refusal must leave the store as it was (any other error fails). The
+    refusal, or None when the call went through."""
     before = dump(backend)
     try:
-        CALLS[call](store, uri)
-    except ValidationError:
+        call()
+    except HippographError as exc:
         assert dump(backend) == before
-        return
-    except HippographError:  # refused for what is (or is not) stored there: still nothing written
-        assert valid_uri(uri) and dump(backend) == before
-        return
-    assert valid_uri(uri)
+        return exc
+    return None
 
 
 def tree_order(uri: str) -> tuple[str, ...]:
@@ -163,3 +169,48 @@ def test_listings_are_in_tree_order(kind: str, lmdb_backend: LMDB, paths: list[s
     for parent in {top} | {u.rsplit("/", 1)[0] for u in nodes}:
         children = {u.rsplit("/", 1)[1] for u in nodes if u.rsplit("/", 1)[0] == parent}
         assert store.list_children(parent) == sorted(children)
+
+
+# Arguments of every shape a caller could pass by mistake: numbers past 64 bits, numpy arrays (whose
+# comparison with a str is elementwise, and whose truth is an error), nested and unhashable
+# collections, pairs of the wrong length.
+malformed = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**80), max_value=2**80),
+        st.floats(),
+        st.text(max_size=8),
+        st.binary(max_size=4),
+        st.sampled_from(["seed/doc", "seed", "running", "active", "user", "uri", ""]),
+        st.integers(0, 3).map(lambda n: np.zeros(n, np.float32)),
+        st.just(np.zeros((2, 2))),
+        st.just(np.array(["seed/doc"])),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.tuples(inner, inner), st.dictionaries(st.text(max_size=2), inner)
+    ),
+    max_leaves=6,
+)
+
+ARGUMENT_CALLS: dict[str, Callable[[ContextStore, Any], object]] = {
+    "get_nodes": lambda s, v: s.get_nodes(v),
+    "get_node fields": lambda s, v: s.get_node("seed/doc", fields=v),
+    "load_memory_vectors": lambda s, v: s.load_memory_vectors(v),
+    "remove_subtree": lambda s, v: s.remove_subtree(v),
+    "replace_skill": lambda s, v: s.replace_skill(v, [SkillFile(("a",), "x")]),
+    "complete_job": lambda s, v: s.complete_job(v),
+    "fail_job": lambda s, v: s.fail_job(v),
+    "defer_job": lambda s, v: s.defer_job(v),
+    "count_jobs": lambda s, v: s.count_jobs("seed", v),
+    "recall_memories": lambda s, v: s.recall_memories(statuses=v),
+    "restore_session": lambda s, v: s.restore_session("s2", v),
+    "mark_memories_surfaced": lambda s, v: s.mark_memories_surfaced(v),
+}
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(ARGUMENT_CALLS)), malformed)
+def test_a_malformed_argument_gets_a_typed_error_and_writes_nothing(call: str, value: object) -> None:
+    backend, store = _seeded()
+    _refusal(backend, lambda: ARGUMENT_CALLS[call](store, value))

@@ -35,6 +35,7 @@ __all__ = [
     "job_id_of",
     "now_us",
     "scope_of",
+    "str_set",
 ]
 
 T = TypeVar("T")
@@ -51,12 +52,22 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+def str_set(value: object, what: str) -> frozenset[str]:
+    """A collection of str as a set; a single str, anything not a collection, or a member that is
+    not a str is refused."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ValidationError(f"{what} must be a collection of str, got {type(value).__name__}")
+    given = list(value)
+    for i, v in enumerate(given):
+        if not isinstance(v, str):
+            raise ValidationError(f"{what}[{i}] must be a str, got {type(v).__name__}")
+    return frozenset(given)
+
+
 def fields_of(value: object) -> frozenset[str]:
     if value is None:
         return tree.ALL_FIELDS
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise ValidationError("fields must be a collection of field names")
-    got = frozenset(value)
+    got = str_set(value, "fields")
     unknown = got - FIELDS
     if unknown:
         raise ValidationError(f"unknown field {sorted(map(str, unknown))[0]!r:.40}")
@@ -68,8 +79,9 @@ def scope_of(value: object, what: str = "scope") -> tuple[str, ...]:
 
 
 def job_id_of(value: object, what: str = "job id") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValidationError(f"{what} must be a positive int, got {value!r:.40}")
+    """A job's (or memory's) id: a positive int an unsigned 64-bit key can hold."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 1 << 64:
+        raise ValidationError(f"{what} must be a positive int below 2**64, got {value!r:.40}")
     return value
 
 

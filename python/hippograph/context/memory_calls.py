@@ -18,6 +18,7 @@ from .base import (
     job_id_of,
     now_us,
     scope_of,
+    str_set,
 )
 from .keys import decode, node_key, subtree
 from .model import (
@@ -85,9 +86,7 @@ class MemoryCalls(ContextBase):
         `top_k` (1..500); every row says whether more matched (`truncated`)."""
         segments = scope_of(prefix, "prefix")
         src = None if source is None else check_name(source, "source")
-        if isinstance(statuses, str) or not isinstance(statuses, Iterable):
-            raise ValidationError("statuses must be a collection of str")
-        wanted = frozenset(statuses)
+        wanted = str_set(statuses, "statuses")
         if not wanted or wanted - MEMORY_STATUSES:
             raise ValidationError(f"statuses must be a non-empty subset of {sorted(MEMORY_STATUSES)}")
         check_limit(top_k, "top_k", 500)

@@ -10,7 +10,7 @@ its descendants and ``user/a/b`` before ``user/a-old``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
@@ -37,6 +37,7 @@ __all__ = [
     "TreeNode",
     "check_query",
     "check_uri",
+    "check_uris",
 ]
 
 NodeKind = Literal["doc", "dir"]
@@ -214,6 +215,13 @@ def check_text(value: object, what: str, *, none: bool = False) -> str | None:
     except UnicodeEncodeError:
         raise ValidationError(f"{what} is not valid Unicode (lone surrogate)") from None
     return value
+
+
+def check_uris(value: object, what: str = "uris") -> list[tuple[str, ...]]:
+    """Each URI's segments, in order; a single str or anything not a collection is refused."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ValidationError(f"{what} must be a sequence of str, got {type(value).__name__}")
+    return [check_uri(u, f"{what}[{i}]") for i, u in enumerate(value)]
 
 
 def check_name(value: object, what: str, most: int = MAX_SEGMENT_BYTES) -> str:

@@ -15,6 +15,7 @@ from .base import (
     delay_of,
     job_id_of,
     now_us,
+    str_set,
 )
 from .keys import subtree
 from .model import (
@@ -61,9 +62,16 @@ class QueueCalls(ContextBase):
         """Creates the session with `messages` (``"imported"``); ``"skipped"`` when it already holds
         exactly these (role, content) pairs; `SessionConflictError` when it holds others."""
         sid = check_name(session_id, "session_id", MAX_ID_BYTES)
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise ValidationError(f"messages must be a sequence of messages, got {type(messages).__name__}")
         pairs = []
         for i, m in enumerate(messages):
-            role, content = (m.role, m.content) if isinstance(m, Message) else m
+            if isinstance(m, Message):
+                role, content = m.role, m.content
+            elif isinstance(m, (tuple, list)) and len(m) == 2:
+                role, content = m
+            else:
+                raise ValidationError(f"messages[{i}] must be a Message or a (role, content) pair")
             text = check_text(content, f"messages[{i}].content")
             assert text is not None
             pairs.append((check_name(role, f"messages[{i}].role"), text))
@@ -150,9 +158,7 @@ class QueueCalls(ContextBase):
 
     def count_jobs(self, uri: str, statuses: Iterable[str]) -> int:
         segments = check_uri(uri, root=True)
-        if isinstance(statuses, str) or not isinstance(statuses, Iterable):
-            raise ValidationError("statuses must be a collection of str")
-        wanted = frozenset(statuses)
+        wanted = str_set(statuses, "statuses")
         if wanted - JOB_STATUSES:
             raise ValidationError(f"statuses must be a subset of {sorted(JOB_STATUSES)}")
         return self._read(lambda t: jobs.count(t, subtree(segments), wanted))

@@ -46,6 +46,7 @@ from .model import (
     check_query,
     check_text,
     check_uri,
+    check_uris,
 )
 from .protocol import ContextBackend, KvTxn
 from .queue_calls import QueueCalls
@@ -96,9 +97,7 @@ class ContextStore(MemoryCalls, QueueCalls):
 
     def get_nodes(self, uris: Sequence[str]) -> list[TreeNode | None]:
         """The nodes at `uris` in one read, in input order (None where nothing is stored)."""
-        if isinstance(uris, str):
-            raise ValidationError("uris must be a sequence of str, got a single str")
-        all_segments = [check_uri(u) for u in uris]
+        all_segments = check_uris(uris)
 
         def run(t: KvTxn) -> list[TreeNode | None]:
             out: list[TreeNode | None] = []
@@ -231,9 +230,9 @@ class ContextStore(MemoryCalls, QueueCalls):
     def remove_subtree(self, uri: str) -> None:
         """Removes the node and everything below it from every group keyed by URI (documents,
         vectors, memories, commit bookkeeping, jobs) in one step. The root is refused."""
-        if uri == "":
+        segments = check_uri(uri, root=True)
+        if not segments:
             raise IsRootError("the root of the tree cannot be removed")
-        segments = check_uri(uri)
 
         def run(t: KvTxn) -> None:
             if tree.node(t, segments) is None:
@@ -245,9 +244,9 @@ class ContextStore(MemoryCalls, QueueCalls):
     def replace_skill(self, uri: str, files: Sequence[SkillFile], *, owner: str | None = None) -> dict[str, Any]:
         """Replaces the whole subtree at `uri` with `files` in one step (each with the usual jobs);
         ``{"replaced": whether something was there, "files": how many}``."""
-        if uri == "":
+        segments = check_uri(uri, root=True)
+        if not segments:
             raise IsRootError("the root of the tree cannot be replaced")
-        segments = check_uri(uri)
         if isinstance(files, (str, Mapping)) or not isinstance(files, Sequence) or not files:
             raise ValidationError("files must be a non-empty sequence of SkillFile")
         placed: dict[tuple[str, ...], str] = {}
@@ -389,9 +388,7 @@ class ContextStore(MemoryCalls, QueueCalls):
     def load_memory_vectors(self, uris: Sequence[str]) -> dict[str, bytes]:
         """Stored vectors of `uris` in the active dimension, as little-endian float32 bytes; a URI
         without one is absent. Reads storage only."""
-        if isinstance(uris, str):
-            raise ValidationError("uris must be a sequence of str, got a single str")
-        all_segments = [check_uri(u) for u in uris]
+        all_segments = check_uris(uris)
 
         def run(t: KvTxn) -> dict[str, bytes]:
             dim = self._active_dim(t)
