@@ -7,6 +7,7 @@ import dataclasses
 import math
 import multiprocessing
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 import hippograph as hg
 from hippograph import _core
 from hippograph.backends import LMDB, InMemory
+from hippograph.engine.checks import check_flag
 from hippograph.errors import ValidationError
 from hippograph.store import filters, model
 from hippograph.store.fusion import RRF_K, fuse, text_similarity
@@ -428,3 +430,44 @@ def test_returned_entries_do_not_share_their_value_with_the_store(tmp_path: Path
         got.value["l"].append(9)
     assert store.list(("a",), filter={"x": 3}) == [] and store.get(("a",), "k").value == {"x": 1, "l": [1]}  # type: ignore[union-attr]
     backend.close()
+
+
+# Yes/no arguments: a value whose truth would be guessed (a number, a string, a numpy array, whose
+# truth is an error past one element) is refused by name, before anything is read or written.
+not_flags = st.one_of(
+    st.none(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=3),
+    st.lists(st.booleans(), max_size=2),
+    st.integers(0, 3).map(lambda n: np.zeros(n, bool)),
+)
+
+
+@given(st.one_of(st.booleans(), st.booleans().map(np.bool_), not_flags))
+def test_a_flag_is_a_bool_or_refused_by_name(value: Any) -> None:
+    if isinstance(value, (bool, np.bool_)):
+        assert check_flag(value, "f") is bool(value)
+    else:
+        with pytest.raises(ValidationError, match="f must be a bool"):
+            check_flag(value, "f")
+
+
+FLAG_CALLS: dict[str, Callable[[hg.Store, hg.Repo, Any], object]] = {
+    "Store.get include_pending": lambda s, r, v: s.get(("s",), "k", include_pending=v),
+    "Store.get refresh_ttl": lambda s, r, v: s.get(("s",), "k", refresh_ttl=v),
+    "Store.list include_pending": lambda s, r, v: s.list(("s",), include_pending=v),
+    "Store.list order": lambda s, r, v: s.list(("s",), order=v),
+    "Store.search refresh_ttl": lambda s, r, v: s.search(("s",), text="x", refresh_ttl=v),
+    "Repo.recall exact": lambda s, r, v: r.recall(np.ones(4, np.float32), exact=v),
+    "Repo.why_not exact": lambda s, r, v: r.why_not("n", np.ones(4, np.float32), exact=v),
+}
+
+
+@given(st.sampled_from(sorted(FLAG_CALLS)), not_flags)
+def test_calls_refuse_a_flag_that_is_not_a_bool(call: str, value: Any) -> None:
+    store, repo = hg.Store(InMemory()), hg.Repo(InMemory())
+    store.put(("s",), "k", "x")
+    with pytest.raises(ValidationError):
+        FLAG_CALLS[call](store, repo, value)
+    assert [e.key for e in store.list(("s",))] == ["k"]

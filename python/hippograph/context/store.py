@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..engine.checks import as_embedding, finite_float
+from ..engine.checks import as_embedding, check_flag, finite_float
 from ..engine.paths import check_repo_name, store_path
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import NotFoundError, ValidationError
@@ -163,15 +163,15 @@ class ContextStore(MemoryCalls, QueueCalls):
 
     @staticmethod
     def _listing_filter(value: Mapping[str, Any] | None) -> Callable[[str, dict[str, Any]], bool]:
+        if value is not None and not isinstance(value, Mapping):
+            raise ValidationError(f"filter must be a mapping, got {type(value).__name__}")
         f = dict(value or {})
         unknown = set(f) - {"substring", "include_disabled", "group", "owner"}
         if unknown:
             raise ValidationError(f"unknown filter {sorted(unknown)[0]!r:.40}")
         sub = None if f.get("substring") is None else check_query(f["substring"], "filter substring").casefold()
         group = None if f.get("group") is None else check_text(f["group"], "filter group")
-        disabled = f.get("include_disabled", False)
-        if not isinstance(disabled, bool):
-            raise ValidationError("filter include_disabled must be a bool")
+        disabled = check_flag(f.get("include_disabled", False), "filter include_disabled")
 
         def keep(uri: str, rec: dict[str, Any]) -> bool:
             return ((disabled or bool(rec.get("e", True))) and (sub is None or sub in uri.casefold())

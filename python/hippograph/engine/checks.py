@@ -23,6 +23,7 @@ __all__ = [
     "Progress",
     "as_datetime",
     "as_embedding",
+    "check_flag",
     "check_id",
     "check_ids",
     "check_progress",
@@ -53,6 +54,13 @@ def as_datetime(value: object, what: str = "timestamp") -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError(f"{what} must be timezone-aware (UTC), got a naive datetime")
     return value.astimezone(UTC)
+
+
+def check_flag(value: object, what: str) -> bool:
+    """A yes/no argument: a bool (numpy's included), never a value whose truth would be guessed."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValidationError(f"{what} must be a bool, got {type(value).__name__}")
 
 
 def check_id(value: object, what: str = "id") -> str:

@@ -13,9 +13,10 @@ from datetime import datetime
 import numpy as np
 
 from .. import _core
+from ..engine.checks import check_flag
 from ..engine.columns import TypeColumns
 from ..engine.query import F32
-from ..errors import NotFoundError, StorageError, ValidationError
+from ..errors import NotFoundError, StorageError
 from .hits import ExplainedHit, Explanation, Reason, ValueParts, WhyNot
 from .model import Node, NodeMetadata, NodeType
 from .value import ResolvedConfig, TypeParams
@@ -85,9 +86,7 @@ def explaining_of(explain: object) -> Explaining | None:
     """A `find_candidates` call's `explain` argument as what collects the explanations (None: none)."""
     if isinstance(explain, Explaining):
         return explain
-    if not isinstance(explain, bool):
-        raise ValidationError(f"explain must be a bool, got {type(explain).__name__}")
-    return Explaining() if explain else None
+    return Explaining() if check_flag(explain, "explain") else None
 
 
 class Explaining:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..engine import routes
-from ..engine.checks import Progress, as_datetime, check_progress, utcnow
+from ..engine.checks import Progress, as_datetime, check_flag, check_progress, utcnow
 from ..engine.columns import TypeColumns, Usage
 from ..engine.query import F32, F64, RowValues, calibrate, prepare_queries, scan
 from .explain import Explaining, subject_score
@@ -83,6 +83,7 @@ def find_candidates(
     With `explain`, the hits are `ExplainedHit`s and `explain` collects the rest.
     """
     wanted = as_node_types(types)
+    exact = check_flag(exact, "exact")
     queries = prepare_queries(query, tags, dim)
     when = utcnow() if now is None else as_datetime(now, "now")
     cfg = resolve_config(value_function)

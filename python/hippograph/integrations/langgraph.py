@@ -56,6 +56,7 @@ from ..backends.memory import InMemory
 from ..engine.checks import finite_float, utcnow
 from ..errors import ConfigError, StorageError, ValidationError
 from ..store import Entry, Scope, Store, open_store
+from ..store.arguments import weights_of
 from ..store.model import MAX_SEGMENTS, check_embedding, check_key, check_scope, check_value
 from ._langgraph_filter import Predicate, compile_filter
 from ._langgraph_rank import (
@@ -141,12 +142,7 @@ def _weights(hybrid: object) -> tuple[float, float] | None:
         return None
     if hybrid is True:
         return (0.5, 0.5)
-    if not isinstance(hybrid, (tuple, list)) or len(hybrid) != 2:
-        raise ConfigError("hybrid must be a bool or a pair (text weight, vector weight)")
-    w = (finite_float(hybrid[0], "hybrid[0]"), finite_float(hybrid[1], "hybrid[1]"))
-    if min(w) < 0 or sum(w) <= 0:
-        raise ConfigError(f"hybrid weights must be non-negative with a positive sum, got {w}")
-    return w
+    return weights_of(hybrid, "hybrid", ConfigError)
 
 
 def _ttl_config(ttl: object) -> TTLConfig | None:

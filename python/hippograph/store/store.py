@@ -18,12 +18,22 @@ from typing import Any, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from ..engine.checks import Progress, as_datetime, as_embedding, check_progress, check_text, finite_float, utcnow
+from ..engine.checks import (
+    Progress,
+    as_datetime,
+    as_embedding,
+    check_flag,
+    check_progress,
+    check_text,
+    finite_float,
+    utcnow,
+)
 from ..engine.paths import check_repo_name, store_path
 from ..engine.routes import SCAN
 from ..engine.rows import VectorDtype, check_vector_dtype
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import ConfigError, NotFoundError, StorageError, ValidationError
+from .arguments import ORDERS, PUT_FIELDS, UPDATE_FIELDS, checked, count, kinds_of, ttl_of, weights_of
 from .explain import explainer
 from .filters import compile_filter
 from .fusion import PARALLEL_MIN, RRF_K, best_hits, fuse, routes, text_similarity
@@ -48,70 +58,6 @@ __all__ = ["RRF_K", "Embedder", "Store", "open_store", "text_similarity"]
 
 Embedder = Callable[[list[str]], Any]
 """Maps texts to an ``(n, d)`` array of vectors."""
-
-_PUT_FIELDS = frozenset({"scope", "key", "text", "value", "embedding", "kind", "importance", "pending", "ttl"})
-_UPDATE_FIELDS = frozenset({"text", "value", "embedding", "kind", "importance", "ttl"})
-_ORDERS = ("newest", "oldest", "key")
-_MAX_LIMIT = 1 << 20
-
-
-def _count(value: object, what: str, most: int = _MAX_LIMIT) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
-        raise ValidationError(f"{what} must be an int in [0, {most}], got {value!r:.40}")
-    return value
-
-
-def _ttl(value: object) -> float | None:
-    if value is None:
-        return None
-    out = finite_float(value, "ttl")
-    if out <= 0:
-        raise ValidationError(f"ttl must be a positive number of seconds, got {out}")
-    return out
-
-
-def _checked(
-    where: str,
-    scope: object,
-    key: object,
-    text: object = "",
-    value: object = None,
-    embedding: object = None,
-    kind: object = "semantic",
-    importance: object = 0.5,
-    pending: object = False,
-    ttl: object = None,
-) -> dict[str, Any]:
-    """One item of a put, checked: `put`'s arguments, or a mapping of them in `put_many`."""
-    if not isinstance(text, str):
-        raise ValidationError(f"{where}: text must be a str, got {type(text).__name__}")
-    if not isinstance(pending, bool):
-        raise ValidationError(f"{where}: pending must be a bool")
-    return {
-        "scope": check_scope(scope), "key": check_key(key), "text": check_text(text, f"{where}: text"),
-        "value": check_value(value), "embedding": check_embedding(embedding), "kind": check_kind(kind),
-        "importance": check_importance(importance), "pending": pending, "ttl": _ttl(ttl),
-    }  # fmt: skip
-
-
-def _kinds(value: object) -> frozenset[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        raise ValidationError("kinds must be a collection of str, got a single str")
-    if not isinstance(value, Iterable):
-        raise ValidationError(f"kinds must be a collection of str, got {type(value).__name__}")
-    return frozenset(check_kind(k) for k in value)
-
-
-def _weights(value: object) -> tuple[float, float]:
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise ValidationError("weights must be a pair (text weight, vector weight)")
-    w = (finite_float(value[0], "weights[0]"), finite_float(value[1], "weights[1]"))
-    if min(w) < 0 or sum(w) <= 0:
-        raise ValidationError(f"weights must be non-negative with a positive sum, got {w}")
-    return w
-
 
 _CountedWrite = Callable[[Callable[[EntryTxn], list[Entry]]], tuple[list[Entry], int, int]]
 
@@ -226,12 +172,12 @@ class Store:
 
     @staticmethod
     def _prepared(item: Mapping[str, Any], where: str) -> dict[str, Any]:
-        unknown = set(item) - _PUT_FIELDS
+        unknown = set(item) - PUT_FIELDS
         if unknown:
             raise ValidationError(f"{where}: unknown field {sorted(unknown)[0]!r:.40}")
         if "scope" not in item or "key" not in item:
             raise ValidationError(f"{where}: needs scope and key")
-        return _checked(where, **item)
+        return checked(where, **item)
 
     def _fill_vectors(self, items: builtins.list[dict[str, Any]]) -> None:
         need = [i for i, it in enumerate(items) if it["embedding"] is None and it["text"] and self.embed is not None]
@@ -268,7 +214,7 @@ class Store:
         """Files (or replaces) the entry at `(scope, key)`; a replaced entry keeps `created_at` and
         its access history. With an embedder and no `embedding`, `text` is embedded."""
         self._open("put")
-        item = _checked("put", scope, key, text, value, embedding, kind, importance, pending, ttl)
+        item = checked("put", scope, key, text, value, embedding, kind, importance, pending, ttl)
         return self._put_prepared([item])[0]
 
     def put_many(self, items: Iterable[Mapping[str, Any]]) -> builtins.list[Entry]:
@@ -297,7 +243,7 @@ class Store:
         *,
         copies: bool = True,
     ) -> builtins.list[Entry]:
-        """Puts checked items (`_checked`'s) in one transaction, embedding those that need it.
+        """Puts checked items (`arguments.checked`'s) in one transaction, embedding those that need it.
         Without `copies` it hands back the entries the index holds, for a caller that reads none."""
         self._fill_vectors(prepared)
         now = utcnow()
@@ -319,7 +265,7 @@ class Store:
         """Changes the named fields of an existing entry (`NotFoundError` if there is none)."""
         self._open("update")
         sc, k = check_scope(scope), check_key(key)
-        unknown = set(changes) - _UPDATE_FIELDS
+        unknown = set(changes) - UPDATE_FIELDS
         if unknown:
             raise ValidationError(f"update: unknown field {sorted(unknown)[0]!r:.40}")
         fields: dict[str, Any] = {}
@@ -338,7 +284,7 @@ class Store:
         elif fields.get("text") and self.embed is not None:
             fields["embedding"] = self._embed([fields["text"]])[0]
         self._check_dims([fields.get("embedding")], "embedding")
-        ttl = _ttl(changes["ttl"]) if "ttl" in changes else None
+        ttl = ttl_of(changes["ttl"]) if "ttl" in changes else None
         now = utcnow()
 
         def run(t: EntryTxn) -> builtins.list[Entry]:
@@ -459,6 +405,8 @@ class Store:
         `include_pending`), retracted or expired. `refresh_ttl` extends its TTL (a write)."""
         self._open("get")
         sc, k = check_scope(scope), check_key(key)
+        include_pending = check_flag(include_pending, "include_pending")
+        refresh_ttl = check_flag(refresh_ttl, "refresh_ttl")
         now = utcnow()
         e = self.backend.entry_read(lambda t: t.get(sc, k))
         if e is None or e.status == "retracted" or (e.expires_at is not None and e.expires_at <= now):
@@ -484,9 +432,10 @@ class Store:
         """Entries of the subtree, newest first by default (ties by scope, key)."""
         self._open("list")
         sc, keep = check_scope(scope), self._keep(filter, kinds)
-        if order not in _ORDERS:
-            raise ValidationError(f"order must be one of {_ORDERS}, got {order!r:.40}")
-        limit, offset = _count(limit, "limit"), _count(offset, "offset")
+        if not isinstance(order, str) or order not in ORDERS:
+            raise ValidationError(f"order must be one of {ORDERS}, got {order!r:.40}")
+        include_pending = check_flag(include_pending, "include_pending")
+        limit, offset = count(limit, "limit"), count(offset, "offset")
         now = utcnow()
         with self._index.lock:
             ix = self._fresh()
@@ -501,7 +450,7 @@ class Store:
 
     @staticmethod
     def _keep(filter: object, kinds: object) -> Callable[[Entry], bool] | None:
-        predicate, wanted = compile_filter(filter), _kinds(kinds)
+        predicate, wanted = compile_filter(filter), kinds_of(kinds)
         if predicate is None and wanted is None:
             return None
 
@@ -537,11 +486,10 @@ class Store:
         sc, keep = check_scope(scope), self._keep(filter, kinds)
         if text is not None and not isinstance(text, str):
             raise ValidationError(f"text must be a str, got {type(text).__name__}")
-        limit, offset = _count(limit, "limit"), _count(offset, "offset")
+        limit, offset = count(limit, "limit"), count(offset, "offset")
         floor = finite_float(min_score, "min_score")
-        w = _weights(weights)
-        if not isinstance(explain, bool):
-            raise ValidationError(f"explain must be a bool, got {type(explain).__name__}")
+        w = weights_of(weights)
+        explain, refresh_ttl = check_flag(explain, "explain"), check_flag(refresh_ttl, "refresh_ttl")
         qv = self._query_vector(vector, text if w[1] > 0 else None)
         if text is None and qv is None:
             raise ValidationError("search needs text or a vector")
@@ -604,8 +552,8 @@ class Store:
         self._open("list_scopes")
         pre = None if prefix is None else check_scope(prefix, "prefix")
         suf = None if suffix is None else check_scope(suffix, "suffix")
-        depth = None if max_depth is None else _count(max_depth, "max_depth", 32)
-        limit, offset = _count(limit, "limit"), _count(offset, "offset")
+        depth = None if max_depth is None else count(max_depth, "max_depth", 32)
+        limit, offset = count(limit, "limit"), count(offset, "offset")
         now = utcnow()
         with self._index.lock:
             ix = self._fresh()

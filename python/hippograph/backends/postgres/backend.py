@@ -23,7 +23,7 @@ import psycopg
 import psycopg_pool
 
 from ...context.protocol import KvTxn
-from ...engine.checks import Progress, check_id, check_progress
+from ...engine.checks import Progress, check_flag, check_id, check_progress
 from ...engine.rows import VectorDtype, check_vector_dtype
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import ConfigError, StorageError
@@ -572,7 +572,7 @@ class Postgres(DerivedBackend):
     ) -> list[tuple[Node, float]]:
         """`GraphBackend.find_candidates`; with `explain`, each hit is an `ExplainedHit`."""
         self._guard("find_candidates")
-        explaining = explaining_of(explain)
+        explaining, exact = explaining_of(explain), check_flag(exact, "exact")
         search = self._search
         if search is not None:
             if self._builder is not None:
