@@ -471,3 +471,16 @@ def test_calls_refuse_a_flag_that_is_not_a_bool(call: str, value: Any) -> None:
     with pytest.raises(ValidationError):
         FLAG_CALLS[call](store, repo, value)
     assert [e.key for e in store.list(("s",))] == ["k"]
+
+
+@pytest.fixture(scope="module")
+def lmdb_repo(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with hg.Repo(LMDB(tmp_path_factory.mktemp("flags") / "s", durability="fast")) as repo:
+        yield repo
+
+
+@given(not_flags)
+def test_lmdb_refuses_an_exact_that_is_not_a_bool(lmdb_repo: hg.Repo, value: Any) -> None:
+    # LMDB reads `exact` before the shared query code does (a first non-exact query adopts a saved index).
+    with pytest.raises(ValidationError, match="exact must be a bool"):
+        lmdb_repo.recall(np.ones(4, np.float32), exact=value)

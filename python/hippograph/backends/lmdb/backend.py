@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar
 import lmdb
 
 from ...context.protocol import KvTxn
-from ...engine.checks import check_id
+from ...engine.checks import check_flag, check_id
 from ...engine.rows import VectorDtype, check_vector_dtype
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import HippographError, StorageError, ValidationError
@@ -488,7 +488,7 @@ class LMDB(DerivedBackend):
     ) -> list[tuple[Node, float]]:
         """`GraphBackend.find_candidates`; with `explain`, each hit is an `ExplainedHit`."""
         self._guard("find_candidates")
-        explaining = explaining_of(explain)
+        explaining, exact = explaining_of(explain), check_flag(exact, "exact")
 
         def run(t: _Txn) -> list[tuple[Node, float]]:
             seq = t.seq()
