@@ -206,6 +206,8 @@ ARGUMENT_CALLS: dict[str, Callable[[ContextStore, Any], object]] = {
     "recall_memories": lambda s, v: s.recall_memories(statuses=v),
     "restore_session": lambda s, v: s.restore_session("s2", v),
     "mark_memories_surfaced": lambda s, v: s.mark_memories_surfaced(v),
+    "put_layer_result layer": lambda s, v: s.put_layer_result(1, "seed/doc", v, "text"),
+    "put_memory status": lambda s, v: s.put_memory("seed/m2", "v", 0.5, status=v),
 }
 
 

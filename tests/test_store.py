@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import hippograph as hg
 from hippograph import _core
 from hippograph.backends import LMDB, InMemory
-from hippograph.engine.checks import check_flag
+from hippograph.engine.checks import check_choice, check_flag
 from hippograph.errors import ValidationError
 from hippograph.store import filters, model
 from hippograph.store.fusion import RRF_K, fuse, text_similarity
@@ -442,6 +442,15 @@ not_flags = st.one_of(
     st.lists(st.booleans(), max_size=2),
     st.integers(0, 3).map(lambda n: np.zeros(n, bool)),
 )
+
+
+@given(st.one_of(st.sampled_from(["a", "b", "c", "A", ""]), not_flags))
+def test_a_choice_is_one_of_its_strings_or_refused_by_name(value: Any) -> None:
+    if isinstance(value, str) and value in ("a", "b"):
+        assert check_choice(value, ("a", "b"), "pick") == value
+    else:
+        with pytest.raises(ValidationError, match="pick must be 'a' or 'b'"):
+            check_choice(value, ("a", "b"), "pick")
 
 
 @given(st.one_of(st.booleans(), st.booleans().map(np.bool_), not_flags))

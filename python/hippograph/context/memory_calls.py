@@ -8,7 +8,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .. import _core
-from ..engine.checks import finite_float
+from ..engine.checks import check_choice, finite_float
 from ..errors import ValidationError
 from . import memories, tree
 from .base import (
@@ -60,8 +60,7 @@ class MemoryCalls(ContextBase):
         conf = check_unit(confidence, "confidence")
         imp = None if importance is None else check_unit(importance, "importance")
         src = None if source is None else check_name(source, "source")
-        if status not in ("active", "candidate"):
-            raise ValidationError(f"status must be 'active' or 'candidate', got {status!r:.40}")
+        check_choice(status, ("active", "candidate"), "status")
         work = self._jobs(jobs)
 
         def run(t: KvTxn) -> None:

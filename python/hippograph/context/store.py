@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..engine.checks import as_embedding, check_flag, finite_float
+from ..engine.checks import as_embedding, check_choice, check_flag, finite_float
 from ..engine.paths import check_repo_name, store_path
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig
 from ..errors import NotFoundError, ValidationError
@@ -438,8 +438,7 @@ class ContextStore(MemoryCalls, QueueCalls):
         written again since); the job is completed either way."""
         job_id = job_id_of(job_id)
         segments = check_uri(uri)
-        if layer not in ("abstract", "overview"):
-            raise ValidationError(f"layer must be 'abstract' or 'overview', got {layer!r:.40}")
+        check_choice(layer, ("abstract", "overview"), "layer")
         value = check_text(text, "text")
 
         def run(t: KvTxn) -> Literal["stored", "discarded"]:

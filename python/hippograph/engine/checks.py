@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from ..errors import ValidationError
+from ..errors import HippographError, ValidationError
 
 __all__ = [
     "MAX_ID_BYTES",
@@ -23,6 +23,7 @@ __all__ = [
     "Progress",
     "as_datetime",
     "as_embedding",
+    "check_choice",
     "check_flag",
     "check_id",
     "check_ids",
@@ -54,6 +55,17 @@ def as_datetime(value: object, what: str = "timestamp") -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError(f"{what} must be timezone-aware (UTC), got a naive datetime")
     return value.astimezone(UTC)
+
+
+def check_choice(
+    value: object, choices: tuple[str, ...], what: str, error: type[HippographError] = ValidationError
+) -> str:
+    """`value` when it is one of `choices` (str), else `error` listing them. An array or other
+    value that compares element by element is refused, not compared."""
+    if isinstance(value, str) and value in choices:
+        return value
+    listed = " or ".join(repr(c) for c in choices)
+    raise error(f"{what} must be {listed}, got {value!r:.40}")
 
 
 def check_flag(value: object, what: str) -> bool:

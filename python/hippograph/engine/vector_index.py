@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ConfigError
+from .checks import check_choice
 
 try:
     import hnswlib
@@ -140,8 +141,7 @@ class AnnConfig:
     probe_rows: int = 8192
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ConfigError(f"AnnConfig.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        check_choice(self.engine, ENGINES, "AnnConfig.engine", ConfigError)
         if not isinstance(self.background, bool):
             raise ConfigError(f"AnnConfig.background must be a bool, got {self.background!r}")
         for name, least, most in (("target_recall", 0.0, 1.0), ("min_speedup", 0.0, 1e6)):

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from .. import _core
-from ..engine.checks import utcnow
+from ..engine.checks import check_choice, utcnow
 from ..engine.query import GATES, Gate, ScanParams
 from ..errors import ConfigError
 from .model import Node, NodeMetadata, NodeType
@@ -108,8 +108,7 @@ def _type_params(node_type: NodeType, overrides: Mapping[str, Any]) -> TypeParam
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k < 2**62:
         raise ConfigError(f"top_k of type {node_type.value!r} must be a non-negative int, got {top_k!r}")
     gate = merged["gate"]
-    if gate not in GATES:
-        raise ConfigError(f"gate of type {node_type.value!r} must be 'score' or 'relevance', got {gate!r}")
+    check_choice(gate, GATES, f"gate of type {node_type.value!r}", ConfigError)
     tp = TypeParams(
         threshold=_number(merged, "threshold", node_type),
         top_k=top_k,

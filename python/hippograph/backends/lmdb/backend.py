@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar
 import lmdb
 
 from ...context.protocol import KvTxn
-from ...engine.checks import check_flag, check_id
+from ...engine.checks import check_choice, check_flag, check_id
 from ...engine.rows import VectorDtype, check_vector_dtype
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import HippographError, StorageError, ValidationError
@@ -83,8 +83,7 @@ class LMDB(DerivedBackend):
         ann: AnnConfig | None = DEFAULT_ANN,
         vector_dtype: VectorDtype = "float32",
     ) -> None:
-        if durability not in ("sync", "fast"):
-            raise ValidationError(f"durability must be 'sync' or 'fast', got {durability!r}")
+        check_choice(durability, ("sync", "fast"), "durability")
         if isinstance(map_size, bool) or not isinstance(map_size, int) or not 1 << 16 <= map_size <= 1 << 46:
             raise ValidationError(f"map_size must be an int between 64 KiB and 64 TiB, got {map_size!r}")
         if not isinstance(path, (str, os.PathLike)) or "\0" in os.fspath(path):

@@ -23,7 +23,7 @@ import psycopg
 import psycopg_pool
 
 from ...context.protocol import KvTxn
-from ...engine.checks import Progress, check_flag, check_id, check_progress
+from ...engine.checks import Progress, check_choice, check_flag, check_id, check_progress
 from ...engine.rows import VectorDtype, check_vector_dtype
 from ...engine.vector_index import DEFAULT_ANN, AnnConfig
 from ...errors import ConfigError, StorageError
@@ -135,8 +135,7 @@ class Postgres(DerivedBackend):
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
         self._log_keep = _positive_int("log_keep", log_keep)
-        if search not in ("client", "server"):
-            raise ConfigError(f"search must be 'client' or 'server', got {search!r}")
+        check_choice(search, ("client", "server"), "search", ConfigError)
         self._ef_search = _positive_int("server_ef_search", server_ef_search)
         if self._ef_search > 1000:
             raise ConfigError(f"server_ef_search must be at most 1000 (pgvector's limit), got {server_ef_search!r}")
