@@ -16,7 +16,7 @@ from ..context.protocol import KvTxn
 from ..engine.checks import check_id
 from ..engine.derived import DerivedColumns
 from ..engine.rows import VectorDtype, check_vector_dtype
-from ..engine.vector_index import DEFAULT_ANN, AnnConfig
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig, check_ann
 from ..graph.changeset import Changeset, check_changeset, normalised_links
 from ..graph.explain import Explaining, explaining_of
 from ..graph.model import (
@@ -59,7 +59,7 @@ class InMemory(DerivedBackend):
         """`ann`: when a type outgrows `ann.min_nodes`, non-exact queries draw
         candidates from an HNSW index (see `hippograph.ann`); None disables it.
         `vector_dtype`: the precision scans read the vectors in (`hippograph.engine.rows`)."""
-        dtype = check_vector_dtype(vector_dtype)
+        dtype, ann = check_vector_dtype(vector_dtype), check_ann(ann)
         self._lock = RWLock()
         self._nodes: dict[str, Node] = {}
         self._links: dict[str, dict[EdgeType, set[str]]] = {}

@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
-from ..engine.checks import finite_float
+from ..engine.checks import check_flag, finite_float
 from ..engine.codec import packb
-from ..engine.vector_index import DEFAULT_ANN, AnnConfig
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig, check_ann
 from ..errors import ConfigError, ValidationError
 from . import jobs, tree
 from .keys import counter
@@ -112,13 +112,13 @@ class ContextBase:
             raise ConfigError(f"dim must be a positive int, got {dim!r}")
         self.backend = backend
         self._context_get = backend.context_get if isinstance(backend, GetsOne) else None
+        if isinstance(document_jobs, (str, bytes, Mapping)) or not isinstance(document_jobs, Iterable):
+            raise ConfigError(f"document_jobs must be a collection of job kinds, got {type(document_jobs).__name__}")
         self.document_jobs = tuple(check_name(k, "document_jobs kind") for k in document_jobs)
         self.max_attempts = check_limit(max_attempts, "max_attempts", 1000)
         self._dim = dim
-        if ann is not None and not isinstance(ann, AnnConfig):
-            raise ConfigError(f"ann must be an AnnConfig or None, got {type(ann).__name__}")
-        self._vectors = VectorCache(ann)
-        self._owns = owns_backend
+        self._vectors = VectorCache(check_ann(ann))
+        self._owns = check_flag(owns_backend, "owns_backend")
 
     # -- plumbing -------------------------------------------------------------------------------
 

@@ -34,6 +34,8 @@ def store_path(name: str, path: str | os.PathLike[str] | None = None) -> Path:
     """
     check_repo_name(name)
     if path is not None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise ValidationError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         return Path(path)
     store = DEFAULT_ROOT / name
     if store.is_symlink() and not store.resolve().is_relative_to(DEFAULT_ROOT.resolve()):

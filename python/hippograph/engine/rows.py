@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ConfigError
-from .checks import vector_norm
+from .checks import check_choice, vector_norm
 from .shadow import Shadow
 
 __all__ = ["VECTOR_DTYPES", "RowVectors", "VectorDtype", "check_vector_dtype", "saved_row_holds"]
@@ -31,11 +31,7 @@ F32 = npt.NDArray[np.float32]
 
 def check_vector_dtype(value: object) -> VectorDtype:
     """`value` as a vector dtype, or `ConfigError` naming the choices."""
-    if value == "float32":
-        return "float32"
-    if value == "float16":
-        return "float16"
-    raise ConfigError(f"vector_dtype must be 'float32' or 'float16', got {value!r}")
+    return "float16" if check_choice(value, VECTOR_DTYPES, "vector_dtype", ConfigError) == "float16" else "float32"
 
 
 def _encoded(embedding: F32) -> npt.NDArray[np.uint16]:

@@ -57,9 +57,17 @@ __all__ = [
     "VectorIndex",
     "ann_available",
     "build_rows",
+    "check_ann",
     "hnsw_index",
     "replay",
 ]
+
+
+def check_ann(value: object) -> AnnConfig | None:
+    """An `ann` argument: an `AnnConfig`, or None for no vector index."""
+    if value is not None and not isinstance(value, AnnConfig):
+        raise ConfigError(f"ann must be an AnnConfig or None, got {type(value).__name__}")
+    return value
 
 
 def ann_available(config: AnnConfig | None = None) -> bool:

@@ -31,7 +31,7 @@ from ..engine.checks import (
 from ..engine.paths import check_repo_name, store_path
 from ..engine.routes import SCAN
 from ..engine.rows import VectorDtype, check_vector_dtype
-from ..engine.vector_index import DEFAULT_ANN, AnnConfig
+from ..engine.vector_index import DEFAULT_ANN, AnnConfig, check_ann
 from ..errors import ConfigError, NotFoundError, StorageError, ValidationError
 from .arguments import ORDERS, PUT_FIELDS, UPDATE_FIELDS, checked, count, kinds_of, ttl_of, weights_of
 from .explain import explainer
@@ -84,10 +84,8 @@ class Store:
             raise ConfigError(f"embed must be callable (list of texts -> (n, d) array), got {type(embed).__name__}")
         self.backend = backend
         self.embed = embed
-        self._owns = owns_backend
-        if ann is not None and not isinstance(ann, AnnConfig):
-            raise ConfigError(f"ann must be an AnnConfig or None, got {type(ann).__name__}")
-        self._index = EntryIndex(ann, dtype)
+        self._owns = check_flag(owns_backend, "owns_backend")
+        self._index = EntryIndex(check_ann(ann), dtype)
         self._counted: _CountedWrite | None = None
         if isinstance(backend, CountsWrites):
             self._counted = backend.entry_write_counted

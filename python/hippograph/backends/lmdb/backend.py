@@ -25,7 +25,7 @@ import lmdb
 from ...context.protocol import KvTxn
 from ...engine.checks import check_choice, check_flag, check_id
 from ...engine.rows import VectorDtype, check_vector_dtype
-from ...engine.vector_index import DEFAULT_ANN, AnnConfig
+from ...engine.vector_index import DEFAULT_ANN, AnnConfig, check_ann
 from ...errors import HippographError, StorageError, ValidationError
 from ...graph import codec
 from ...graph.changeset import Changeset, check_changeset, resulting_dim
@@ -89,14 +89,13 @@ class LMDB(DerivedBackend):
         if not isinstance(path, (str, os.PathLike)) or "\0" in os.fspath(path):
             raise ValidationError(f"path must be a str or os.PathLike without NUL, got {path!r:.80}")
         self.path = Path(path)
-        self.readonly = readonly
+        self.readonly = self._readonly = check_flag(readonly, "readonly")
         self.durability = durability
-        self._readonly = readonly
         self._pid = os.getpid()
         self._cache_lock = RWLock()
         dtype = check_vector_dtype(vector_dtype)
         self._cache = self._derived = _Cache(
-            ann, self.path / "ann", self._cache_lock, self._read, self.path / "columns", dtype
+            check_ann(ann), self.path / "ann", self._cache_lock, self._read, self.path / "columns", dtype
         )
         self._write_lock = threading.Lock()
         # lock.mdb alone is what a kill during the very first open leaves behind: a new store.

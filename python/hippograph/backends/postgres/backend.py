@@ -25,7 +25,7 @@ import psycopg_pool
 from ...context.protocol import KvTxn
 from ...engine.checks import Progress, check_choice, check_flag, check_id, check_progress
 from ...engine.rows import VectorDtype, check_vector_dtype
-from ...engine.vector_index import DEFAULT_ANN, AnnConfig
+from ...engine.vector_index import DEFAULT_ANN, AnnConfig, check_ann
 from ...errors import ConfigError, StorageError
 from ...graph import codec
 from ...graph.changeset import Changeset, check_changeset
@@ -139,7 +139,7 @@ class Postgres(DerivedBackend):
         self._ef_search = _positive_int("server_ef_search", server_ef_search)
         if self._ef_search > 1000:
             raise ConfigError(f"server_ef_search must be at most 1000 (pgvector's limit), got {server_ef_search!r}")
-        self._ann = ann
+        self._ann = ann = check_ann(ann)
         self._search: ServerSearch | None = None  # set at open when search == "server"
         self._shared = Shared()
         self._builder: IndexBuilder | None = None
