@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
-from ..engine.checks import check_flag, finite_float
+from ..engine.checks import check_collection, check_flag, finite_float
 from ..engine.codec import packb
 from ..engine.vector_index import DEFAULT_ANN, AnnConfig, check_ann
 from ..errors import ConfigError, ValidationError
@@ -55,9 +55,7 @@ def now_us() -> int:
 def str_set(value: object, what: str) -> frozenset[str]:
     """A collection of str as a set; a single str, anything not a collection, or a member that is
     not a str is refused."""
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-        raise ValidationError(f"{what} must be a collection of str, got {type(value).__name__}")
-    given = list(value)
+    given = check_collection(value, what, "str")
     for i, v in enumerate(given):
         if not isinstance(v, str):
             raise ValidationError(f"{what}[{i}] must be a str, got {type(v).__name__}")
@@ -112,9 +110,8 @@ class ContextBase:
             raise ConfigError(f"dim must be a positive int, got {dim!r}")
         self.backend = backend
         self._context_get = backend.context_get if isinstance(backend, GetsOne) else None
-        if isinstance(document_jobs, (str, bytes, Mapping)) or not isinstance(document_jobs, Iterable):
-            raise ConfigError(f"document_jobs must be a collection of job kinds, got {type(document_jobs).__name__}")
-        self.document_jobs = tuple(check_name(k, "document_jobs kind") for k in document_jobs)
+        kinds = check_collection(document_jobs, "document_jobs", "job kinds", ConfigError)
+        self.document_jobs = tuple(check_name(k, "document_jobs kind") for k in kinds)
         self.max_attempts = check_limit(max_attempts, "max_attempts", 1000)
         self._dim = dim
         self._vectors = VectorCache(check_ann(ann))

@@ -10,11 +10,11 @@ its descendants and ``user/a/b`` before ``user/a-old``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
-from ..engine.checks import finite_float
+from ..engine.checks import check_collection, finite_float
 from ..errors import HippographError, NotFoundError, ValidationError
 from ..store.model import check_json
 
@@ -219,9 +219,7 @@ def check_text(value: object, what: str, *, none: bool = False) -> str | None:
 
 def check_uris(value: object, what: str = "uris") -> list[tuple[str, ...]]:
     """Each URI's segments, in order; a single str or anything not a collection is refused."""
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-        raise ValidationError(f"{what} must be a sequence of str, got {type(value).__name__}")
-    return [check_uri(u, f"{what}[{i}]") for i, u in enumerate(value)]
+    return [check_uri(u, f"{what}[{i}]") for i, u in enumerate(check_collection(value, what, "str"))]
 
 
 def check_name(value: object, what: str, most: int = MAX_SEGMENT_BYTES) -> str:

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..engine.checks import check_collection
 from ..errors import ValidationError
 from . import jobs, sessions
 from .base import (
@@ -62,10 +63,8 @@ class QueueCalls(ContextBase):
         """Creates the session with `messages` (``"imported"``); ``"skipped"`` when it already holds
         exactly these (role, content) pairs; `SessionConflictError` when it holds others."""
         sid = check_name(session_id, "session_id", MAX_ID_BYTES)
-        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
-            raise ValidationError(f"messages must be a sequence of messages, got {type(messages).__name__}")
         pairs = []
-        for i, m in enumerate(messages):
+        for i, m in enumerate(check_collection(messages, "messages", "messages")):
             if isinstance(m, Message):
                 role, content = m.role, m.content
             elif isinstance(m, (tuple, list)) and len(m) == 2:

@@ -7,7 +7,7 @@ so a rejected call writes nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +24,7 @@ __all__ = [
     "as_datetime",
     "as_embedding",
     "check_choice",
+    "check_collection",
     "check_flag",
     "check_id",
     "check_ids",
@@ -66,6 +67,14 @@ def check_choice(
         return value
     listed = " or ".join(repr(c) for c in choices)
     raise error(f"{what} must be {listed}, got {value!r:.40}")
+
+
+def check_collection(value: object, what: str, of: str, error: type[HippographError] = ValidationError) -> list[Any]:
+    """`value`'s members as a list: a collection, never a single str or bytes, nor a mapping (whose
+    iteration would yield its keys); else `error` saying what `what` must hold (`of`)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise error(f"{what} must be a collection of {of}, got {type(value).__name__}")
+    return list(value)
 
 
 def check_flag(value: object, what: str) -> bool:

@@ -11,7 +11,7 @@ Either way this is derived data: the store keeps every embedding in f32.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -31,7 +31,7 @@ F32 = npt.NDArray[np.float32]
 
 def check_vector_dtype(value: object) -> VectorDtype:
     """`value` as a vector dtype, or `ConfigError` naming the choices."""
-    return "float16" if check_choice(value, VECTOR_DTYPES, "vector_dtype", ConfigError) == "float16" else "float32"
+    return cast(VectorDtype, check_choice(value, VECTOR_DTYPES, "vector_dtype", ConfigError))
 
 
 def _encoded(embedding: F32) -> npt.NDArray[np.uint16]:
