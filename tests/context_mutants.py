@@ -294,7 +294,7 @@ def _layer_resurrects(self: ContextStore, job_id: int, uri: str, layer: str, tex
 
 
 def _dequeue_any_kind(self: ContextStore, kinds: Any) -> Any:
-    present = self._read(lambda t: sorted({k.split(b"\x00", 1)[0].decode() for k, _ in t.range(jobs.QUEUE)}))
+    present = self._read(lambda t: sorted({k.split(b"\x00", 1)[0].decode() for k in jobs.index_entries(t)[0]}))
     return ContextStore.dequeue_job(self, [*present, *kinds])
 
 
@@ -324,10 +324,10 @@ def _cancel_pending_only(self: ContextStore, uri: str) -> int:
 
     def run(t: KvTxn) -> int:
         n = 0
-        for key in _keys_of(t, jobs.URIS, subtree(segments)):
+        for key in _keys_of(t, jobs.QUEUE, jobs._by_uri(subtree(segments))):
             job_id = read_u64(key, len(key) - 8)
             if jobs.get(t, job_id)["st"] == "pending":
-                t.delete(jobs.URIS, key)
+                t.delete(jobs.QUEUE, key)
                 jobs._drop(t, job_id)
                 n += 1
         return n
@@ -341,7 +341,7 @@ def _count_jobs_by_string(self: ContextStore, uri: str, statuses: Any) -> int:
     def run(t: KvTxn) -> int:
         return sum(
             1
-            for key, _ in t.range(jobs.URIS)
+            for key in jobs.index_entries(t)[2]
             if uri_of(key).startswith(uri) and jobs.get(t, read_u64(key, len(key) - 8))["st"] in wanted
         )
 

@@ -116,6 +116,15 @@ class ContextBase:
         self._dim = dim
         self._vectors = VectorCache(check_ann(ann))
         self._owns = check_flag(owns_backend, "owns_backend")
+        self._upgrade()
+
+    def _upgrade(self) -> None:
+        """Moves a store's job indexes into the layout this version writes (`jobs.upgrade`), in
+        transactions of a bounded size; a read-only backend is read as it is."""
+        if getattr(self.backend, "readonly", False) is True or not self._read(jobs.legacy_held):
+            return
+        while self._write(jobs.upgrade):
+            pass
 
     # -- plumbing -------------------------------------------------------------------------------
 

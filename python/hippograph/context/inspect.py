@@ -92,12 +92,19 @@ def _jobs(t: KvTxn, nodes: dict[str, str]) -> list[str]:
     by_status = Counter(rec["st"] for rec in records.values())
     if jobs.stats(t) != {s: by_status.get(s, 0) for s in jobs.STATUSES}:
         out.append(f"job counters {jobs.stats(t)}, records {dict(by_status)}")
-    queued = {read_u64(k, len(k) - 8) for k, _ in t.range(jobs.QUEUE)}
-    due = {read_u64(k, 8) for k, _ in t.range(jobs.DUE)}
+    queued, state, by_uri = jobs.index_entries(t)
     pending = {i for i, rec in records.items() if rec["st"] == "pending"}
-    if queued != pending or due != pending:
-        out.append(f"pending jobs {len(pending)}, queued {len(queued)}, due {len(due)}: indexes disagree")
-    for key, _ in t.range(jobs.URIS):
+    if {read_u64(k, len(k) - 8) for k in queued} != pending:
+        out.append(f"pending jobs {len(pending)}, queued {len(queued)}: the queue disagrees")
+    for key in state:
+        job_id = read_u64(key, len(key) - 8)
+        status = key[: key.index(b"\x00")].decode()
+        if records.get(job_id, {}).get("st") != status:
+            out.append(f"job {job_id} indexed as {status!r}: its record says otherwise")
+    held = sum(rec["st"] in ("running", "failed") for rec in records.values())
+    if held != len(state):
+        out.append(f"running or failed jobs {held}, indexed {len(state)}")
+    for key in by_uri:
         job_id = read_u64(key, len(key) - 8)
         rec = records.get(job_id)
         if rec is None or rec.get("u") != uri_of(key):
@@ -105,7 +112,6 @@ def _jobs(t: KvTxn, nodes: dict[str, str]) -> list[str]:
         elif rec.get("r") is not None and uri_of(key) not in nodes:
             out.append(f"job {job_id}, enqueued with the document {uri_of(key)!r}: no such node")
     with_uri = {i for i, rec in records.items() if rec.get("u") is not None}
-    listed = {read_u64(k, len(k) - 8) for k, _ in t.range(jobs.URIS)}
-    if with_uri != listed:
-        out.append(f"jobs with a URI {len(with_uri)}, listed by URI {len(listed)}")
+    if with_uri != {read_u64(k, len(k) - 8) for k in by_uri}:
+        out.append(f"jobs with a URI {len(with_uri)}, listed by URI {len(by_uri)}")
     return out

@@ -1,15 +1,20 @@
 """The durable job queue inside a transaction (docs/context.md, jobs).
 
-A job record lives under its id; while it is pending it is also in ``ctx_job_queue`` (kind, due time,
-id: a claim of given kinds is one range read per kind) and ``ctx_job_due`` (due time, id: the oldest
-waiting job); while running or failed, in ``ctx_job_state`` (status, time, id: what a restart resets,
-the newest failures); a job for a URI, in ``ctx_job_uris`` (removing a subtree drops its jobs).
-Counters per status and per kind answer the counts without a scan. Every change of status goes
-through `_move`, which keeps all of these in step.
+A job record lives under its id in ``ctx_jobs``; ``ctx_job_queue`` indexes it, three key ranges in
+one space so a write dirties one database's pages: while pending, (kind, due time, id) (a claim of
+given kinds is one range read per kind); while running or failed, (0x00, status, time, id) (what a
+restart resets, the newest failures); a job for a URI, (0x01, the URI's key, id) (removing a subtree
+drops its jobs). A kind holds no control character, so the ranges never meet. Counters per status
+and per kind answer the counts without a scan. Every change of status goes through `_move`, which
+keeps all of these in step. Stores written before kept the last two ranges, and a due-time index,
+in spaces of their own (`LEGACY`); `upgrade` moves them in, and reads also look there until it has.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from heapq import merge
+from itertools import chain, islice
 from typing import Any
 
 from ..errors import NotFoundError
@@ -29,14 +34,21 @@ __all__ = [
     "fail",
     "find",
     "get",
+    "index_entries",
+    "legacy_held",
     "reset_running",
+    "upgrade",
 ]
 
 JOBS = "ctx_jobs"
 QUEUE = "ctx_job_queue"
-DUE = "ctx_job_due"
-URIS = "ctx_job_uris"
-STATE = "ctx_job_state"
+_STATE = b"\x00"
+"""The queue space's range of running and failed jobs."""
+_URI = b"\x01"
+"""The queue space's range of jobs by URI."""
+LEGACY_DUE, LEGACY_URIS, LEGACY_STATE = "ctx_job_due", "ctx_job_uris", "ctx_job_state"
+LEGACY = (LEGACY_DUE, LEGACY_URIS, LEGACY_STATE)
+"""The spaces a store written before the one-space queue kept its indexes in (read until `upgrade`)."""
 NEXT_ID = b"next_job"
 STATUSES = ("pending", "running", "done", "failed")
 _BY_STATUS = b"jobs\x00"
@@ -60,18 +72,16 @@ def _unindex(t: KvTxn, job_id: int, rec: dict[str, Any]) -> None:
     st = rec["st"]
     if st == "pending":
         t.delete(QUEUE, rec["k"].encode() + b"\x00" + u64(rec["ra"]) + u64(job_id))
-        t.delete(DUE, u64(rec["ra"]) + u64(job_id))
     elif st in ("running", "failed"):
-        t.delete(STATE, st.encode() + b"\x00" + u64(rec["t"]) + u64(job_id))
+        t.delete(QUEUE, _STATE + st.encode() + b"\x00" + u64(rec["t"]) + u64(job_id))
 
 
 def _index(t: KvTxn, job_id: int, rec: dict[str, Any]) -> None:
     st = rec["st"]
     if st == "pending":
         t.put(QUEUE, rec["k"].encode() + b"\x00" + u64(rec["ra"]) + u64(job_id), b"")
-        t.put(DUE, u64(rec["ra"]) + u64(job_id), rec["k"].encode())
     elif st in ("running", "failed"):
-        t.put(STATE, st.encode() + b"\x00" + u64(rec["t"]) + u64(job_id), b"")
+        t.put(QUEUE, _STATE + st.encode() + b"\x00" + u64(rec["t"]) + u64(job_id), b"")
 
 
 def _move(t: KvTxn, job_id: int, rec: dict[str, Any], now: int, **changes: Any) -> None:
@@ -105,7 +115,7 @@ def enqueue(
     add(t, _status_key("pending"), 1)
     add(t, _BY_KIND + kind.encode(), 1)
     if uri is not None:
-        t.put(URIS, node_key(uri) + u64(job_id), b"")
+        t.put(QUEUE, _URI + node_key(uri) + u64(job_id), b"")
     return job_id
 
 
@@ -119,19 +129,29 @@ def claim(t: KvTxn, kinds: list[str], now: int) -> Job | None:
     native = getattr(t, "claim_job", None)  # `MovesJobs`: the search and the move in one native step
     if native is not None and (claimed := native(kinds, now)) is not None:
         return None if claimed[1] is None else _job(claimed[0], decode(claimed[1], "context job"))
-    best: tuple[int, int] | None = None
-    for kind in kinds:
-        head = kind.encode() + b"\x00"
-        first = next(t.range(QUEUE, head, head + u64(now + 1)), None)
-        if first is not None:
-            got = (read_u64(first[0], len(head)), read_u64(first[0], len(head) + 8))
-            best = got if best is None or got < best else best
-    if best is None:
+    due = [d for d in (_due_first(t, kind, now) for kind in kinds) if d]
+    if not due:
         return None
-    job_id = best[1]
+    job_id = min(due)[1]
     rec = _load(t, job_id)
     _move(t, job_id, rec, now, st="running", a=rec["a"] + 1)
     return _job(job_id, rec)
+
+
+def _due_first(t: KvTxn, kind: str, now: int) -> tuple[int, int] | None:
+    """(due time, id) of the pending job of `kind` due first by `now` (then lowest id), if any."""
+    head = kind.encode() + b"\x00"
+    first = next(t.range(QUEUE, head, head + u64(now + 1)), None)
+    return None if first is None else (read_u64(first[0], len(head)), read_u64(first[0], len(head) + 8))
+
+
+def _by_uri(rng: tuple[bytes, bytes | None]) -> tuple[bytes, bytes]:
+    """The queue space's range of the jobs for the URIs of node-key range `rng`."""
+    return _URI + rng[0], _URI + rng[1] if rng[1] is not None else b"\x02"
+
+
+def _keys(t: KvTxn, space: str, rng: tuple[bytes, bytes | None], *, reverse: bool = False) -> Iterator[bytes]:
+    return (k for k, _ in t.range(space, rng[0], rng[1], reverse=reverse))
 
 
 def get(t: KvTxn, job_id: int) -> dict[str, Any]:
@@ -195,16 +215,16 @@ def _drop(t: KvTxn, job_id: int) -> None:
 
 def cancel(t: KvTxn, rng: tuple[bytes, bytes | None]) -> int:
     """Drops every job for a URI in the key range, in any state; how many."""
-    keys = keys_of(t, URIS, rng)
+    keys = keys_of(t, QUEUE, _by_uri(rng))
     for key in keys:
-        t.delete(URIS, key)
+        t.delete(QUEUE, key)
         _drop(t, read_u64(key, len(key) - 8))
     return len(keys)
 
 
 def reset_running(t: KvTxn, now: int) -> int:
-    head = b"running\x00"
-    ids = [read_u64(k, len(k) - 8) for k in keys_of(t, STATE, (head, b"running\x01"))]
+    head = _STATE + b"running"
+    ids = [read_u64(k, len(k) - 8) for k in keys_of(t, QUEUE, (head + b"\x00", head + b"\x01"))]
     for job_id in ids:
         _move(t, job_id, _load(t, job_id), now, st="pending", ra=now)
     return len(ids)
@@ -212,7 +232,7 @@ def reset_running(t: KvTxn, now: int) -> int:
 
 def count(t: KvTxn, rng: tuple[bytes, bytes | None], statuses: frozenset[str]) -> int:
     n = 0
-    for key, _ in t.range(URIS, *rng):
+    for key in chain(_keys(t, QUEUE, _by_uri(rng)), _keys(t, LEGACY_URIS, rng)):
         if _load(t, read_u64(key, len(key) - 8))["st"] in statuses:
             n += 1
     return n
@@ -230,11 +250,13 @@ def stats(t: KvTxn) -> dict[str, int]:
 
 
 def detail(t: KvTxn, limit: int, now: int) -> dict[str, Any]:
-    first = next(t.range(DUE, b"", u64(now + 1)), None)
-    oldest = None if first is None else max(0, (now - read_u64(first[0])) // 1000)
+    due = [d for d in (_due_first(t, kind.decode(), now) for kind, _ in counters_under(t, _BY_KIND)) if d]
+    oldest = None if not due else max(0, (now - min(due)[0]) // 1000)
     failed: list[dict[str, Any]] = []
-    head = b"failed\x00"
-    for key, _ in t.range(STATE, head, b"failed\x01", reverse=True):
+    newest = merge(_keys(t, QUEUE, (_STATE + b"failed\x00", _STATE + b"failed\x01"), reverse=True),
+                   (_STATE + k for k in _keys(t, LEGACY_STATE, (b"failed\x00", b"failed\x01"), reverse=True)),
+                   reverse=True)  # fmt: skip
+    for key in newest:
         if len(failed) >= limit:
             break
         job_id = read_u64(key, len(key) - 8)
@@ -248,3 +270,40 @@ def detail(t: KvTxn, limit: int, now: int) -> dict[str, Any]:
 def uri_segments(rec: dict[str, Any]) -> tuple[str, ...] | None:
     u = rec.get("u")
     return None if u is None else tuple(str(u).split("/"))
+
+
+def index_entries(t: KvTxn) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """The keys of the queue's three ranges, a store's `LEGACY` spaces included, each without its
+    range's prefix: pending (kind, due time, id), running or failed (status, time, id), by URI."""
+    pending, state, by_uri = [], [], []
+    for key in _keys(t, QUEUE, (b"", None)):
+        if key[:1] == _STATE:
+            state.append(key[1:])
+        elif key[:1] == _URI:
+            by_uri.append(key[1:])
+        else:
+            pending.append(key)
+    state += _keys(t, LEGACY_STATE, (b"", None))
+    by_uri += _keys(t, LEGACY_URIS, (b"", None))
+    return pending, state, by_uri
+
+
+def legacy_held(t: KvTxn) -> bool:
+    """Whether a space of `LEGACY` still holds an entry (`upgrade` has more to move)."""
+    return any(next(t.range(space), None) is not None for space in LEGACY)
+
+
+def upgrade(t: KvTxn, most: int = 10_000) -> bool:
+    """Moves up to `most` entries of the `LEGACY` spaces into the queue space (the due-time index is
+    dropped: a kind's queue range answers it); whether any are left. Idempotent, so an upgrade cut
+    short by a crash goes on at the next open."""
+    left = most
+    for space, head in ((LEGACY_STATE, _STATE), (LEGACY_URIS, _URI), (LEGACY_DUE, None)):
+        for key in [k for k, _ in islice(t.range(space), left)]:
+            t.delete(space, key)
+            if head is not None:
+                t.put(QUEUE, head + key, b"")
+            left -= 1
+        if left == 0:
+            return legacy_held(t)
+    return False

@@ -16,11 +16,15 @@ pub enum Space {
     Vectors,
     Counters,
     Jobs,
+    /// The job queue and its indexes (`hippograph.context.jobs`): pending jobs by kind, then
+    /// running and failed ones under `STATE`, jobs by URI under `BY_URI`.
     Queue,
-    Due,
-    Uris,
-    State,
 }
+
+/// The queue space's range of running and failed jobs.
+const STATE: &[u8] = b"\x00";
+/// The queue space's range of jobs by URI.
+const BY_URI: &[u8] = b"\x01";
 
 /// One document write: the URI's segments, its layers (None: keep the stored one), its jobs
 /// (kind, the payload's msgpack), the time in microseconds and the jobs' attempt limit.
@@ -302,13 +306,12 @@ pub fn plan_document<E>(
         let (ra, job) = (doc.now_us.to_be_bytes(), id.to_be_bytes());
         puts.push((Space::Jobs, job.to_vec(), rec));
         puts.push((Space::Queue, [kind.as_bytes(), b"\x00", &ra, &job].concat(), Vec::new()));
-        puts.push((Space::Due, [&ra[..], &job].concat(), kind.as_bytes().to_vec()));
         for name in [PENDING.to_vec(), [BY_KIND, kind.as_bytes()].concat()] {
             if counters.add(&mut read, name, 1)?.is_none() {
                 return Ok(None);
             }
         }
-        puts.push((Space::Uris, [&key[..], &job].concat(), Vec::new()));
+        puts.push((Space::Queue, [BY_URI, &key[..], &job].concat(), Vec::new()));
     }
     for name in counters.order {
         let value = counters.values[&name];
@@ -351,7 +354,7 @@ fn index_key(rec: &[(String, Plain)], st: &str, id: u64) -> Option<Option<(Space
         }
         "running" | "failed" => {
             let Some(Plain::UInt(t)) = field(rec, "t") else { return None };
-            Some((Space::State, [st.as_bytes(), b"\x00", &t.to_be_bytes(), &job].concat()))
+            Some((Space::Queue, [STATE, st.as_bytes(), b"\x00", &t.to_be_bytes(), &job].concat()))
         }
         _ => None,
     })
@@ -382,9 +385,6 @@ pub fn plan_move<E>(
     let mut plan = MovePlan { deletes: Vec::new(), puts: Vec::new(), record: Vec::new() };
     let Some(old_index) = index_key(&rec, &before, id) else { return Ok(None) };
     if let Some((space, key)) = old_index {
-        if space == Space::Queue {
-            plan.deletes.push((Space::Due, key[key.len() - 16..].to_vec()));
-        }
         plan.deletes.push((space, key));
     }
     set(&mut rec, "st", Plain::Str(after.to_owned()));
@@ -583,10 +583,11 @@ mod tests {
         assert_eq!(field(&rec, "st"), Some(&Plain::Str("running".into())));
         assert_eq!(field(&rec, "a"), Some(&Plain::UInt(1)));
         assert_eq!(field(&rec, "t"), Some(&Plain::UInt(9)));
-        let state = [b"running\x00".as_slice(), &9u64.to_be_bytes(), &3u64.to_be_bytes()].concat();
-        assert!(claimed.puts.iter().any(|(s, k, _)| *s == Space::State && *k == state));
+        let state = [b"\x00running\x00".as_slice(), &9u64.to_be_bytes(), &3u64.to_be_bytes()].concat();
+        assert!(claimed.puts.iter().any(|(s, k, _)| *s == Space::Queue && *k == state));
+        assert_eq!(claimed.deletes.iter().filter(|(s, _)| *s == Space::Queue).count(), 1, "one queue entry goes");
         let done = plan_move(reads(claimed.record.clone()), 3, Move::Complete, 11).unwrap().unwrap();
-        assert!(done.deletes.contains(&(Space::State, state)));
+        assert!(done.deletes.contains(&(Space::Queue, state)));
         let rec = read_record(&done.record).unwrap();
         assert_eq!((field(&rec, "st"), field(&rec, "e")), (Some(&Plain::Str("done".into())), Some(&Plain::Nil)));
         let again = plan_move(reads(done.record.clone()), 3, Move::Complete, 12).unwrap().unwrap();
