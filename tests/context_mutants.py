@@ -341,7 +341,7 @@ def _count_jobs_by_string(self: ContextStore, uri: str, statuses: Any) -> int:
     def run(t: KvTxn) -> int:
         return sum(
             1
-            for key in jobs.index_entries(t)[2]
+            for key in jobs.index_entries(t)[1]
             if uri_of(key).startswith(uri) and jobs.get(t, read_u64(key, len(key) - 8))["st"] in wanted
         )
 

@@ -1,6 +1,6 @@
-"""A context store written before the one-space job queue (its running, failed and by-URI entries, and
-a due-time index, in spaces of their own) reads the same before it is upgraded, and a writable open
-moves it into the layout this version writes, nothing lost."""
+"""A context store written before the two-range job queue (its jobs by URI, and a due-time index, in
+spaces of their own, the running jobs counted by a counter) reads the same before it is upgraded,
+and a writable open moves it into the layout this version writes, nothing lost."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import hippograph.context.store as context_store
 from hippograph.backends import LMDB, InMemory
 from hippograph.context import ContextStore, jobs
 from hippograph.context.inspect import verify_context
-from hippograph.context.keys import read_u64
+from hippograph.context.keys import COUNTERS, read_u64, u64
 from hippograph.context.protocol import KvTxn
 
 
@@ -53,19 +53,19 @@ def _answers(ctx: ContextStore) -> dict[str, Any]:
 def _downgrade(t: KvTxn) -> None:
     """Rewrites the job indexes as a store of the earlier layout held them."""
     for key, _ in list(t.range(jobs.QUEUE)):
-        if key[:1] == b"\x00":
-            t.put(jobs.LEGACY_STATE, key[1:], b"")
-        elif key[:1] == b"\x01":
+        if key[:1] == b"\x01":
             t.put(jobs.LEGACY_URIS, key[1:], b"")
+            t.delete(jobs.QUEUE, key)
         else:
             kind, rest = key.split(b"\x00", 1)
             t.put(jobs.LEGACY_DUE, rest, kind)
-            continue
-        t.delete(jobs.QUEUE, key)
+    running = sum(1 for _ in t.range(jobs.STATE, b"running\x00", b"running\x01"))
+    t.put(COUNTERS, b"jobs\x00running", u64(running))
 
 
 def _legacy(t: KvTxn) -> dict[str, int]:
-    return {space: sum(1 for _ in t.range(space)) for space in jobs.LEGACY}
+    held = {space: sum(1 for _ in t.range(space)) for space in jobs.LEGACY}
+    return {**held, "running counter": int(t.get(COUNTERS, b"jobs\x00running") is not None)}
 
 
 def test_an_earlier_lmdb_store_reads_the_same_then_upgrades_on_a_writable_open(
@@ -89,7 +89,7 @@ def test_an_earlier_lmdb_store_reads_the_same_then_upgrades_on_a_writable_open(
 
     backend = LMDB(tmp_path / "store")
     ctx = ContextStore(backend, max_attempts=1)
-    assert backend.context_read(_legacy) == dict.fromkeys(jobs.LEGACY, 0)
+    assert backend.context_read(_legacy) == dict.fromkeys([*jobs.LEGACY, "running counter"], 0)
     assert _answers(ctx) == before
     assert verify_context(backend) == []
     claimed = ctx.dequeue_job(["embed"])
@@ -107,20 +107,20 @@ def test_an_upgrade_in_small_steps_moves_every_entry(clock: list[int]) -> None:
     _written(ctx, clock)
     before = _answers(ctx)
     backend.context_write(_downgrade)
-    held = sum(backend.context_read(_legacy).values())
+    held = sum(n for space, n in backend.context_read(_legacy).items() if space in jobs.LEGACY)
     steps = 0
     while backend.context_write(lambda t: jobs.upgrade(t, most=3)):
         steps += 1
     assert steps == (held - 1) // 3
-    assert backend.context_read(_legacy) == dict.fromkeys(jobs.LEGACY, 0)
+    assert backend.context_read(_legacy) == dict.fromkeys([*jobs.LEGACY, "running counter"], 0)
     assert _answers(ContextStore(backend, max_attempts=1)) == before
     assert verify_context(backend) == []
 
 
-def test_the_queue_space_keeps_its_three_ranges_apart(clock: list[int]) -> None:
+def test_the_queue_space_keeps_its_two_ranges_apart(clock: list[int]) -> None:
     ctx = ContextStore(InMemory(), max_attempts=1)
     _written(ctx, clock)
-    pending, state, by_uri = ctx.backend.context_read(jobs.index_entries)
-    assert len(pending) == 6 and len(state) == 3 and len(by_uri) == 10
-    assert {key.split(b"\x00", 1)[0] for key in state} == {b"running", b"failed"}
+    pending, by_uri = ctx.backend.context_read(jobs.index_entries)
+    assert len(pending) == 6 and len(by_uri) == 10
     assert {read_u64(key, len(key) - 8) for key in by_uri} == set(range(1, 11))
+    assert ctx.queue_stats()["running"] == 2, "running jobs are counted from their range"

@@ -92,7 +92,8 @@ def _jobs(t: KvTxn, nodes: dict[str, str]) -> list[str]:
     by_status = Counter(rec["st"] for rec in records.values())
     if jobs.stats(t) != {s: by_status.get(s, 0) for s in jobs.STATUSES}:
         out.append(f"job counters {jobs.stats(t)}, records {dict(by_status)}")
-    queued, state, by_uri = jobs.index_entries(t)
+    queued, by_uri = jobs.index_entries(t)
+    state = [k for k, _ in t.range(jobs.STATE)]
     pending = {i for i, rec in records.items() if rec["st"] == "pending"}
     if {read_u64(k, len(k) - 8) for k in queued} != pending:
         out.append(f"pending jobs {len(pending)}, queued {len(queued)}: the queue disagrees")

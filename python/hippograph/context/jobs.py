@@ -1,24 +1,39 @@
 """The durable job queue inside a transaction (docs/context.md, jobs).
 
-A job record lives under its id in ``ctx_jobs``; ``ctx_job_queue`` indexes it, three key ranges in
-one space so a write dirties one database's pages: while pending, (kind, due time, id) (a claim of
-given kinds is one range read per kind); while running or failed, (0x00, status, time, id) (what a
-restart resets, the newest failures); a job for a URI, (0x01, the URI's key, id) (removing a subtree
-drops its jobs). A kind holds no control character, so the ranges never meet. Counters per status
-and per kind answer the counts without a scan. Every change of status goes through `_move`, which
-keeps all of these in step. Stores written before kept the last two ranges, and a due-time index,
-in spaces of their own (`LEGACY`); `upgrade` moves them in, and reads also look there until it has.
+A job record lives under its id in ``ctx_jobs``. ``ctx_job_queue`` holds two key ranges, so a
+document write and its job dirty one index database's pages: a pending job under (kind, due time,
+id) (a claim of given kinds is one range read per kind; the oldest waiting job is the first of each
+kind's range), and a job for a URI under (0x01, the URI's key, id) (removing a subtree drops its
+jobs); a kind holds no control character, so the ranges never meet. A running or failed job is in
+``ctx_job_state`` (status, time, id: what a restart resets, the newest failures), a space of its own,
+kept small, so a completion dirties only its pages. Counters per status and per kind answer the
+counts without a scan, but for the running jobs, which are counted from their range (as many as
+there are workers at work), so a claim and a completion each move one counter. Every change of
+status goes through `_move`, which keeps all of these in step. Stores written before kept the jobs
+by URI, and a due-time index, in spaces of their own (`LEGACY`): `upgrade` moves them in, and reads
+also look there until it has.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from heapq import merge
 from itertools import chain, islice
 from typing import Any
 
 from ..errors import NotFoundError
-from .keys import add, counter, counters_under, decode, encode, keys_of, next_id, node_key, read_u64, u64
+from .keys import (
+    COUNTERS,
+    add,
+    counter,
+    counters_under,
+    decode,
+    encode,
+    keys_of,
+    next_id,
+    node_key,
+    read_u64,
+    u64,
+)
 from .model import Job
 from .protocol import KvTxn
 
@@ -42,13 +57,14 @@ __all__ = [
 
 JOBS = "ctx_jobs"
 QUEUE = "ctx_job_queue"
-_STATE = b"\x00"
-"""The queue space's range of running and failed jobs."""
+STATE = "ctx_job_state"
+_RUNNING = (b"running\x00", b"running\x01")
+"""The state space's range of running jobs."""
 _URI = b"\x01"
 """The queue space's range of jobs by URI."""
-LEGACY_DUE, LEGACY_URIS, LEGACY_STATE = "ctx_job_due", "ctx_job_uris", "ctx_job_state"
-LEGACY = (LEGACY_DUE, LEGACY_URIS, LEGACY_STATE)
-"""The spaces a store written before the one-space queue kept its indexes in (read until `upgrade`)."""
+LEGACY_DUE, LEGACY_URIS = "ctx_job_due", "ctx_job_uris"
+LEGACY = (LEGACY_DUE, LEGACY_URIS)
+"""The spaces a store written before the two-range queue kept its indexes in (read until `upgrade`)."""
 NEXT_ID = b"next_job"
 STATUSES = ("pending", "running", "done", "failed")
 _BY_STATUS = b"jobs\x00"
@@ -59,6 +75,12 @@ _new = tuple.__new__
 
 def _status_key(status: str) -> bytes:
     return _BY_STATUS + status.encode()
+
+
+def _count(t: KvTxn, status: str, delta: int) -> None:
+    """Moves the counter of `status` (the running jobs have none: `stats` counts their range)."""
+    if status != "running":
+        add(t, _status_key(status), delta)
 
 
 def _load(t: KvTxn, job_id: int) -> dict[str, Any]:
@@ -73,7 +95,7 @@ def _unindex(t: KvTxn, job_id: int, rec: dict[str, Any]) -> None:
     if st == "pending":
         t.delete(QUEUE, rec["k"].encode() + b"\x00" + u64(rec["ra"]) + u64(job_id))
     elif st in ("running", "failed"):
-        t.delete(QUEUE, _STATE + st.encode() + b"\x00" + u64(rec["t"]) + u64(job_id))
+        t.delete(STATE, st.encode() + b"\x00" + u64(rec["t"]) + u64(job_id))
 
 
 def _index(t: KvTxn, job_id: int, rec: dict[str, Any]) -> None:
@@ -81,7 +103,7 @@ def _index(t: KvTxn, job_id: int, rec: dict[str, Any]) -> None:
     if st == "pending":
         t.put(QUEUE, rec["k"].encode() + b"\x00" + u64(rec["ra"]) + u64(job_id), b"")
     elif st in ("running", "failed"):
-        t.put(QUEUE, _STATE + st.encode() + b"\x00" + u64(rec["t"]) + u64(job_id), b"")
+        t.put(STATE, st.encode() + b"\x00" + u64(rec["t"]) + u64(job_id), b"")
 
 
 def _move(t: KvTxn, job_id: int, rec: dict[str, Any], now: int, **changes: Any) -> None:
@@ -90,8 +112,8 @@ def _move(t: KvTxn, job_id: int, rec: dict[str, Any], now: int, **changes: Any) 
     before = rec["st"]
     rec.update(changes, t=now)
     if rec["st"] != before:
-        add(t, _status_key(before), -1)
-        add(t, _status_key(rec["st"]), 1)
+        _count(t, before, -1)
+        _count(t, rec["st"], 1)
     _index(t, job_id, rec)
     t.put(JOBS, u64(job_id), encode(rec))
 
@@ -208,7 +230,7 @@ def _drop(t: KvTxn, job_id: int) -> None:
         return
     rec = decode(raw, "context job")
     _unindex(t, job_id, rec)
-    add(t, _status_key(rec["st"]), -1)
+    _count(t, rec["st"], -1)
     add(t, _BY_KIND + rec["k"].encode(), -1)
     t.delete(JOBS, u64(job_id))
 
@@ -223,8 +245,7 @@ def cancel(t: KvTxn, rng: tuple[bytes, bytes | None]) -> int:
 
 
 def reset_running(t: KvTxn, now: int) -> int:
-    head = _STATE + b"running"
-    ids = [read_u64(k, len(k) - 8) for k in keys_of(t, QUEUE, (head + b"\x00", head + b"\x01"))]
+    ids = [read_u64(k, len(k) - 8) for k in keys_of(t, STATE, _RUNNING)]
     for job_id in ids:
         _move(t, job_id, _load(t, job_id), now, st="pending", ra=now)
     return len(ids)
@@ -246,6 +267,7 @@ def stats(t: KvTxn) -> dict[str, int]:
     got = {s: 0 for s in STATUSES}
     for name, n in counters_under(t, _BY_STATUS):
         got[name.decode()] = n
+    got["running"] = sum(1 for _ in t.range(STATE, *_RUNNING))  # a store not yet upgraded counted them too
     return got
 
 
@@ -253,10 +275,7 @@ def detail(t: KvTxn, limit: int, now: int) -> dict[str, Any]:
     due = [d for d in (_due_first(t, kind.decode(), now) for kind, _ in counters_under(t, _BY_KIND)) if d]
     oldest = None if not due else max(0, (now - min(due)[0]) // 1000)
     failed: list[dict[str, Any]] = []
-    newest = merge(_keys(t, QUEUE, (_STATE + b"failed\x00", _STATE + b"failed\x01"), reverse=True),
-                   (_STATE + k for k in _keys(t, LEGACY_STATE, (b"failed\x00", b"failed\x01"), reverse=True)),
-                   reverse=True)  # fmt: skip
-    for key in newest:
+    for key in _keys(t, STATE, (b"failed\x00", b"failed\x01"), reverse=True):
         if len(failed) >= limit:
             break
         job_id = read_u64(key, len(key) - 8)
@@ -272,33 +291,32 @@ def uri_segments(rec: dict[str, Any]) -> tuple[str, ...] | None:
     return None if u is None else tuple(str(u).split("/"))
 
 
-def index_entries(t: KvTxn) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    """The keys of the queue's three ranges, a store's `LEGACY` spaces included, each without its
-    range's prefix: pending (kind, due time, id), running or failed (status, time, id), by URI."""
-    pending, state, by_uri = [], [], []
+def index_entries(t: KvTxn) -> tuple[list[bytes], list[bytes]]:
+    """The keys of the queue's two ranges, each without its range's prefix, a store's `LEGACY`
+    spaces included: pending (kind, due time, id), by URI (the URI's key, id)."""
+    pending, by_uri = [], []
     for key in _keys(t, QUEUE, (b"", None)):
-        if key[:1] == _STATE:
-            state.append(key[1:])
-        elif key[:1] == _URI:
+        if key[:1] == _URI:
             by_uri.append(key[1:])
         else:
             pending.append(key)
-    state += _keys(t, LEGACY_STATE, (b"", None))
     by_uri += _keys(t, LEGACY_URIS, (b"", None))
-    return pending, state, by_uri
+    return pending, by_uri
 
 
 def legacy_held(t: KvTxn) -> bool:
-    """Whether a space of `LEGACY` still holds an entry (`upgrade` has more to move)."""
-    return any(next(t.range(space), None) is not None for space in LEGACY)
+    """Whether `upgrade` has more to do: a space of `LEGACY` holds an entry, or the running jobs'
+    counter (which this layout does not keep) is there."""
+    return counter(t, _status_key("running")) > 0 or any(next(t.range(space), None) is not None for space in LEGACY)
 
 
 def upgrade(t: KvTxn, most: int = 10_000) -> bool:
     """Moves up to `most` entries of the `LEGACY` spaces into the queue space (the due-time index is
-    dropped: a kind's queue range answers it); whether any are left. Idempotent, so an upgrade cut
-    short by a crash goes on at the next open."""
+    dropped: a kind's queue range answers it) and drops the running jobs' counter; whether any are
+    left. Idempotent, so an upgrade cut short by a crash goes on at the next open."""
+    t.delete(COUNTERS, _status_key("running"))
     left = most
-    for space, head in ((LEGACY_STATE, _STATE), (LEGACY_URIS, _URI), (LEGACY_DUE, None)):
+    for space, head in ((LEGACY_URIS, _URI), (LEGACY_DUE, None)):
         for key in [k for k, _ in islice(t.range(space), left)]:
             t.delete(space, key)
             if head is not None:

@@ -31,9 +31,9 @@ SPACES = (
     "ctx_job_state",
     "ctx_counters",
 )
-"""Every space a context store uses; a backend may create them all up front. ``ctx_job_due``,
-``ctx_job_uris`` and ``ctx_job_state`` hold only what a store written before the one-space job queue
-kept there: they are read until a writable open moves it into ``ctx_job_queue`` (`jobs.upgrade`)."""
+"""Every space a context store uses; a backend may create them all up front. ``ctx_job_due`` and
+``ctx_job_uris`` hold only what a store written before the two-range job queue kept there: they are
+read until a writable open moves it into ``ctx_job_queue`` (`jobs.upgrade`)."""
 
 
 class KvTxn(Protocol):

@@ -16,13 +16,12 @@ pub enum Space {
     Vectors,
     Counters,
     Jobs,
-    /// The job queue and its indexes (`hippograph.context.jobs`): pending jobs by kind, then
-    /// running and failed ones under `STATE`, jobs by URI under `BY_URI`.
+    /// The job queue (`hippograph.context.jobs`): pending jobs by kind, jobs by URI under `BY_URI`.
     Queue,
+    /// Running and failed jobs.
+    State,
 }
 
-/// The queue space's range of running and failed jobs.
-const STATE: &[u8] = b"\x00";
 /// The queue space's range of jobs by URI.
 const BY_URI: &[u8] = b"\x01";
 
@@ -354,7 +353,7 @@ fn index_key(rec: &[(String, Plain)], st: &str, id: u64) -> Option<Option<(Space
         }
         "running" | "failed" => {
             let Some(Plain::UInt(t)) = field(rec, "t") else { return None };
-            Some((Space::Queue, [STATE, st.as_bytes(), b"\x00", &t.to_be_bytes(), &job].concat()))
+            Some((Space::State, [st.as_bytes(), b"\x00", &t.to_be_bytes(), &job].concat()))
         }
         _ => None,
     })
@@ -397,7 +396,8 @@ pub fn plan_move<E>(
         Move::Complete => set(&mut rec, "e", Plain::Nil),
     }
     set(&mut rec, "t", Plain::UInt(now_us));
-    for (status, delta) in [(before.as_str(), -1i64), (after, 1)] {
+    // Running jobs have no counter: they are counted from their range of the state space.
+    for (status, delta) in [(before.as_str(), -1i64), (after, 1)].into_iter().filter(|(s, _)| *s != "running") {
         let name = [BY_STATUS, status.as_bytes()].concat();
         let value = match read(Space::Counters, &name)? {
             None => 0,
@@ -583,11 +583,18 @@ mod tests {
         assert_eq!(field(&rec, "st"), Some(&Plain::Str("running".into())));
         assert_eq!(field(&rec, "a"), Some(&Plain::UInt(1)));
         assert_eq!(field(&rec, "t"), Some(&Plain::UInt(9)));
-        let state = [b"\x00running\x00".as_slice(), &9u64.to_be_bytes(), &3u64.to_be_bytes()].concat();
-        assert!(claimed.puts.iter().any(|(s, k, _)| *s == Space::Queue && *k == state));
-        assert_eq!(claimed.deletes.iter().filter(|(s, _)| *s == Space::Queue).count(), 1, "one queue entry goes");
+        let state = [b"running\x00".as_slice(), &9u64.to_be_bytes(), &3u64.to_be_bytes()].concat();
+        assert!(claimed.puts.iter().any(|(s, k, _)| *s == Space::State && *k == state));
+        let counters = |plan: &MovePlan| {
+            let mut names: Vec<Vec<u8>> =
+                plan.puts.iter().filter(|(s, _, _)| *s == Space::Counters).map(|p| p.1.clone()).collect();
+            names.extend(plan.deletes.iter().filter(|(s, _)| *s == Space::Counters).map(|d| d.1.clone()));
+            names
+        };
+        assert_eq!(counters(&claimed), vec![pending.clone()], "running jobs are counted from their range");
         let done = plan_move(reads(claimed.record.clone()), 3, Move::Complete, 11).unwrap().unwrap();
-        assert!(done.deletes.contains(&(Space::Queue, state)));
+        assert!(done.deletes.contains(&(Space::State, state)));
+        assert_eq!(counters(&done), vec![[BY_STATUS, b"done"].concat()]);
         let rec = read_record(&done.record).unwrap();
         assert_eq!((field(&rec, "st"), field(&rec, "e")), (Some(&Plain::Str("done".into())), Some(&Plain::Nil)));
         let again = plan_move(reads(done.record.clone()), 3, Move::Complete, 12).unwrap().unwrap();

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 /// The py-lmdb handles of the spaces a context write touches, in `Space` order.
-type Handles = (Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>);
+type Handles = (Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>, Py<PyAny>);
 
 fn handle(dbs: &Handles, space: Space) -> &Py<PyAny> {
     match space {
@@ -17,6 +17,7 @@ fn handle(dbs: &Handles, space: Space) -> &Py<PyAny> {
         Space::Counters => &dbs.2,
         Space::Jobs => &dbs.3,
         Space::Queue => &dbs.4,
+        Space::State => &dbs.5,
     }
 }
 

@@ -22,7 +22,7 @@ __all__ = ["CONTEXT_DBS", "LmdbKvTxn"]
 
 _KEY = itemgetter(0)
 
-_NATIVE_SPACES = ("ctx_nodes", "ctx_vectors", "ctx_counters", "ctx_jobs", "ctx_job_queue")
+_NATIVE_SPACES = ("ctx_nodes", "ctx_vectors", "ctx_counters", "ctx_jobs", "ctx_job_queue", "ctx_job_state")
 """The spaces `_core.context_document` and `_core.context_job_move` read and write, in the order
 they take their handles."""
 _NATIVE_HANDLES = itemgetter(*_NATIVE_SPACES)
