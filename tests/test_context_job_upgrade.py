@@ -4,7 +4,7 @@ and a writable open moves it into the layout this version writes, nothing lost."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,9 @@ from hippograph.context import ContextStore, jobs
 from hippograph.context.inspect import verify_context
 from hippograph.context.keys import COUNTERS, read_u64, u64
 from hippograph.context.protocol import KvTxn
+from pg_server import pg_dsn, pg_store
+
+__all__ = ["pg_dsn", "pg_store"]  # fixtures
 
 
 @pytest.fixture
@@ -101,8 +104,9 @@ def test_an_earlier_lmdb_store_reads_the_same_then_upgrades_on_a_writable_open(
     backend.close()
 
 
-def test_an_upgrade_in_small_steps_moves_every_entry(clock: list[int]) -> None:
-    backend = InMemory()
+@pytest.mark.parametrize("kind", ["memory", "postgres"])
+def test_an_upgrade_in_small_steps_moves_every_entry(clock: list[int], kind: str, pg_store: Callable[..., Any]) -> None:
+    backend = InMemory() if kind == "memory" else pg_store()
     ctx = ContextStore(backend, max_attempts=1)
     _written(ctx, clock)
     before = _answers(ctx)
@@ -115,6 +119,9 @@ def test_an_upgrade_in_small_steps_moves_every_entry(clock: list[int]) -> None:
     assert backend.context_read(_legacy) == dict.fromkeys([*jobs.LEGACY, "running counter"], 0)
     assert _answers(ContextStore(backend, max_attempts=1)) == before
     assert verify_context(backend) == []
+    backend.context_write(_downgrade)
+    assert _answers(ContextStore(backend, max_attempts=1)) == before, "an open upgrades it at once"
+    assert backend.context_read(_legacy) == dict.fromkeys([*jobs.LEGACY, "running counter"], 0)
 
 
 def test_the_queue_space_keeps_its_two_ranges_apart(clock: list[int]) -> None:
