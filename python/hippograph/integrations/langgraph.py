@@ -462,10 +462,15 @@ class HippographStore(BaseStore):
         deletes = [(w.scope, w.key) for w in writes if w.value is None]
         stale: list[tuple[Scope, str, int]] = []
 
-        def leftover(t: Any) -> None:
-            # In the puts' own transaction: the extra vectors of earlier versions they left over.
+        def leftover(t: Any, replaced: list[Entry | None]) -> None:
+            # In the puts' own transaction: the extra vectors of earlier versions they left over. Only
+            # an item that was there has any (this store writes and deletes them with their item;
+            # extras a delete past it left behind never score, and go at the item's next replacement).
             # (Assigned, not added to: a backend may run a transaction again.)
-            stale[:] = [(sc, k, n + 1) for (sc, k), n in extras.items() if any(extras_after(t, sc, k, n + 1))]
+            was = {e.ref for e in replaced if e is not None}
+            stale[:] = [
+                (sc, k, n + 1) for (sc, k), n in extras.items() if (sc, k) in was and any(extras_after(t, sc, k, n + 1))
+            ]
 
         if items:
             self.store._put_prepared(items, leftover, copies=False)

@@ -61,6 +61,9 @@ Embedder = Callable[[list[str]], Any]
 
 _CountedWrite = Callable[[Callable[[EntryTxn], list[Entry]]], tuple[list[Entry], int, int]]
 
+Then = Callable[[EntryTxn, list[Entry | None]], None]
+"""What runs after a transaction's puts, in it: handed the entry each put replaced (None: new)."""
+
 
 class Store:
     """A scoped memory store over any `EntryBackend` (`open_store` opens one on LMDB)."""
@@ -219,11 +222,10 @@ class Store:
         """Puts every item (each a mapping of `put`'s arguments) in one transaction: all or none."""
         return self._put_many(items)
 
-    def _put_many(
-        self, items: Iterable[Mapping[str, Any]], then: Callable[[EntryTxn], None] | None = None
-    ) -> builtins.list[Entry]:
-        """`put_many`; `then(t)` runs in the same transaction after the puts (reads a caller needs of
-        the state they leave, without a transaction of its own), and its error undoes them."""
+    def _put_many(self, items: Iterable[Mapping[str, Any]], then: Then | None = None) -> builtins.list[Entry]:
+        """`put_many`; `then(t, replaced)` runs in the same transaction after the puts (reads a caller
+        needs of the state they leave, without a transaction of its own; `replaced`: the entry each put
+        replaced, None where it was new), and its error undoes them."""
         self._open("put_many")
         if isinstance(items, Mapping) or not isinstance(items, Iterable):
             raise ValidationError("put_many needs a collection of mappings")
@@ -237,7 +239,7 @@ class Store:
     def _put_prepared(
         self,
         prepared: builtins.list[dict[str, Any]],
-        then: Callable[[EntryTxn], None] | None = None,
+        then: Then | None = None,
         *,
         copies: bool = True,
     ) -> builtins.list[Entry]:
@@ -247,13 +249,15 @@ class Store:
         now = utcnow()
 
         def run(t: EntryTxn) -> builtins.list[Entry]:
-            out = []
+            out, replaced = [], []
             for it in prepared:
-                e = self._entry(it, t.get(it["scope"], it["key"]), now)
+                old = t.get(it["scope"], it["key"])
+                e = self._entry(it, old, now)
                 t.put(e)
                 out.append(e)
+                replaced.append(old)
             if then is not None:
-                then(t)
+                then(t, replaced)
             return out
 
         written = self._put_entries(run)
