@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hippograph as hg
-from hippograph._core import GraphWrite
+from hippograph._core import GraphWrite, node_vector
 from hippograph.backends import LMDB
 from hippograph.backends.lmdb import layout
 from hippograph.backends.lmdb.txn import MODEL
@@ -61,7 +61,9 @@ def test_a_node_record_decodes_to_the_node(node: Node) -> None:
     plan.put_changeset([node], [], {}, MODEL)
     written = puts_of(plan)
     key = layout._key(node.id)
-    emb = written.get(("emb", key))
+    number = node_vector(written[("nodes", key)])
+    assert (number > 0) == (node.embedding is not None), "a node names its embedding's number, or none"
+    emb = written.get(("vectors", layout._vector_key(number)))
     embedding = None if emb is None else codec.decode_embedding(emb, len(emb) // 4)
     decoded = codec.decode_node(written[("nodes", key)], node.id, embedding, {})
     assert decoded == node
@@ -93,8 +95,7 @@ def test_the_log_entry_lists_what_changed_and_the_counter_moves(tmp_path: Path) 
     written = {(layout._DBS[code], key): value for code, items in puts for key, value in items}
     assert layout._logged_ids(written[("log", layout._seq_key(42))]) == ["a", "b"]
     assert written[("info", b"seq")] == layout._seq_key(42)
-    emb, log = layout._DBS.index("emb"), layout._DBS.index("log")
-    assert deletes == [(emb, b"a"), (emb, b"b"), (log, layout._seq_key(32))]  # no embeddings; the old entry
+    assert deletes == [(layout._DBS.index("log"), layout._seq_key(32))]  # new nodes delete nothing; the old entry
     with pytest.raises(RuntimeError, match="finished"):
         plan.finish(None, None, 42, 10)
 
@@ -128,7 +129,9 @@ def test_database_codes_are_the_backends_database_list() -> None:
     tag = hg.Tag(id="x" * 500, label="l", embedding=np.ones(2, np.float32))
     plan.put_changeset([tag], [], {"x" * 500: meta}, MODEL)
     written = puts_of(plan, dim=2)
-    assert {db for db, _ in written} == {"nodes", "emb", "links", "meta", "longids", "info", "log"}
+    assert {db for db, _ in written} == {"nodes", "vectors", "links", "meta", "longids", "info", "log"}
+    assert written[("vectors", layout._vector_key(1))] == np.ones(2, "<f4").tobytes()
+    assert written[("info", b"vectors_next")] == (2).to_bytes(8, "big")
     assert written[("longids", layout._key("x" * 500))] == ("x" * 500).encode()
     assert written[("info", b"dim")] == (2).to_bytes(4, "big")
     assert written[("meta", layout._key("x" * 500))] == codec.encode_meta(meta)
@@ -188,7 +191,7 @@ def test_a_changeset_with_edge_names_and_datetimes_off_utc_is_planned_as_the_pyt
     assert codec.decode_links(written[("links", b"a")]) == {EdgeType.SIBLING: {"b"}, EdgeType.MEMBERSHIP: {"b"}}
 
 
-def test_ids_that_grow_keep_their_pages_full_and_every_record_reads_back(tmp_path: Path) -> None:
+def test_embeddings_keep_their_pages_full_whatever_the_ids_and_every_record_reads_back(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     backend = LMDB(tmp_path / "s", durability="fast")
     try:
@@ -199,7 +202,8 @@ def test_ids_that_grow_keep_their_pages_full_and_every_record_reads_back(tmp_pat
             backend.apply_changeset(hg.Changeset().add_nodes(tags))
             written.update((t.id, t) for t in tags)
         with backend._env.begin() as txn:
-            leaves = txn.stat(backend._dbs["emb"])["leaf_pages"]
+            leaves = txn.stat(backend._dbs["vectors"])["leaf_pages"]
+            assert txn.stat(backend._dbs["emb"])["entries"] == 0
         assert leaves <= len(written) // 2 + 3  # two 1,536-byte embeddings a 4 KB page (one when split in half)
         for node_id, node in written.items():
             assert backend.get_node(node_id) == node

@@ -402,6 +402,11 @@ def log_pruned(next: int, log_keep: int) -> tuple[int, int]:
     entry `next` deletes to keep the newest `log_keep`: a run of `log_keep // 64` (1 to 64) at
     once, so most writes leave the log's first pages alone."""
 
+def node_vector(data: bytes) -> int:
+    """Where the embedding of a stored node record is: its number in the `vectors` database (from
+    1), 0 for none, -1 for a record written before numbers (its embedding, if any, in `emb` under
+    the node's key). `StorageError` for a record that does not decode."""
+
 GraphModel = tuple[
     dict[Any, tuple[int, tuple[str, ...]]],
     dict[Any, int],

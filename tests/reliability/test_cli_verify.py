@@ -65,7 +65,7 @@ def test_verify_of_a_broken_repo_exits_1_and_lists_the_problems(
     assert err == ""
     assert "problems" in out
     assert "link to missing node 'src-000001:goal'" in out
-    assert "embedding without node: 'src-000001:goal'" in out
+    assert "embedding without node: number " in out  # the deleted node's, by the number it had
 
 
 def test_verify_changes_nothing_in_the_store(capsys: pytest.CaptureFixture[str], store: Path) -> None:

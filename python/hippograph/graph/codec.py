@@ -63,8 +63,9 @@ NODE_KINDS: dict[NodeType, tuple[int, tuple[str, ...]]] = {
 (`_core.GraphWrite.put_changeset`), the record `encode_node` writes."""
 
 
-def encode_node(node: Node) -> bytes:
-    payload = packb([to_us(node.created_at), node.fields_dict()])
+def encode_node(node: Node, vector: int | None = None) -> bytes:
+    """The record of `node`, naming its embedding's number (`vector`) where a store keeps one."""
+    payload = packb([to_us(node.created_at), vector, node.fields_dict()])
     return HEADER + bytes([_TYPE_CODES[node.node_type]]) + payload
 
 
@@ -81,7 +82,8 @@ def decode_node(
 ) -> Node:
     node_type = node_type_of(data)
     try:
-        created, fields = unpack(body(data, "node")[1:], "node")
+        # `[created_us, vector, fields]`, or `[created_us, fields]` as written before embedding numbers
+        created, *_, fields = unpack(body(data, "node")[1:], "node")
         values = {"id": node_id, "embedding": embedding, "links": links, "created_at": from_us(created), **fields}
         return NODE_CLASSES[node_type].from_storage(values)
     except GARBAGE as exc:

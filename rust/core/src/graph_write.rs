@@ -38,6 +38,28 @@ pub enum Db {
     Meta = 4,
     Log = 6,
     Longids = 7,
+    /// Embeddings by number, appended (`info/vectors_next` holds the next number); `Emb` holds
+    /// those of nodes written before numbers, by node key.
+    Vectors = 8,
+}
+
+/// The `info` key of the next embedding number.
+pub const VECTORS_NEXT: &[u8] = b"vectors_next";
+
+/// Where a stored node's embedding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vector {
+    /// A record written before numbers: in `Emb` under the node's key, if anywhere.
+    Keyed,
+    /// In `Vectors` under this number.
+    Numbered(u64),
+    /// None.
+    Absent,
+}
+
+/// The key of embedding number `n` in `Vectors`.
+pub fn vector_key(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
 }
 
 /// A type-specific field's value (the node model allows no others).
@@ -120,15 +142,23 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
     rmp::encode::write_str(out, s).expect("writing to a Vec cannot fail");
 }
 
-/// A node record: format byte, type code, msgpack `[created_us, {field: value}]`.
-pub fn encode_node(node: &NewNode<'_>) -> Vec<u8> {
+/// A node record: format byte, type code, msgpack `[created_us, vector, {field: value}]`, where
+/// `vector` is the number of its embedding in `Vectors`, or nil without one. (A record written
+/// before numbers is `[created_us, {field: value}]`, its embedding in `Emb` under its key.)
+pub fn encode_node(node: &NewNode<'_>, vector: Option<u64>) -> Vec<u8> {
     let text: usize =
         node.fields.iter().map(|(name, v)| name.len() + if let Value::Str(s) = v { s.len() } else { 0 }).sum();
     let mut out = Vec::with_capacity(16 + text + 10 * node.fields.len());
     out.extend_from_slice(&[FORMAT_VERSION, node.type_code]);
     let w = &mut out;
-    rmp::encode::write_array_len(w, 2).expect("vec");
+    rmp::encode::write_array_len(w, 3).expect("vec");
     rmp::encode::write_sint(w, node.created_us).expect("vec");
+    match vector {
+        Some(n) => {
+            rmp::encode::write_uint(w, n).expect("vec");
+        }
+        None => rmp::encode::write_nil(w).expect("vec"),
+    }
     rmp::encode::write_map_len(w, node.fields.len() as u32).expect("vec");
     for (name, value) in &node.fields {
         write_str(w, name);
@@ -206,11 +236,33 @@ fn type_code_of(data: &[u8]) -> Result<u8, String> {
     }
 }
 
+/// Where the embedding of the node of stored record `data` is.
+pub fn vector_of(data: &[u8]) -> Result<Vector, String> {
+    let corrupt = |why: String| format!("corrupt node record: {why}");
+    type_code_of(data)?;
+    let mut rest = &data[2..];
+    match rmp::decode::read_array_len(&mut rest).map_err(|e| corrupt(format!("{e:?}")))? {
+        2 => Ok(Vector::Keyed),
+        3 => {
+            let _: i64 = rmp::decode::read_int(&mut rest).map_err(|e| corrupt(format!("{e:?}")))?;
+            if rest.first() == Some(&0xc0) {
+                Ok(Vector::Absent)
+            } else {
+                rmp::decode::read_int(&mut rest).map(Vector::Numbered).map_err(|e| corrupt(format!("{e:?}")))
+            }
+        }
+        n => Err(corrupt(format!("an array of {n}"))),
+    }
+}
+
 /// One write transaction's plan: see the module documentation.
 #[derive(Debug, Default)]
 pub struct GraphWrite {
-    /// Node type code per id this write read or changed (`None`: no node).
-    nodes: HashMap<String, Option<u8>>,
+    /// Node type code and where its embedding is, per id this write read or changed (`None`: no node).
+    nodes: HashMap<String, Option<(u8, Vector)>>,
+    /// The next embedding number, once read; whether this write took any.
+    next_vector: Option<u64>,
+    took_vectors: bool,
     links: HashMap<String, EdgeSets>,
     meta: HashMap<String, bool>,
     touched: BTreeSet<String>,
@@ -228,16 +280,48 @@ impl GraphWrite {
         Self::default()
     }
 
-    fn node_type<S: Stored>(&mut self, store: &mut S, id: &str) -> Result_<Option<u8>, S> {
+    fn node_state<S: Stored>(&mut self, store: &mut S, id: &str) -> Result_<Option<(u8, Vector)>, S> {
         if let Some(known) = self.nodes.get(id) {
             return Ok(*known);
         }
-        let code = match store.get(Db::Nodes, &key_of(id)).map_err(WriteError::Read)? {
+        let state = match store.get(Db::Nodes, &key_of(id)).map_err(WriteError::Read)? {
             None => None,
-            Some(data) => Some(type_code_of(&data).map_err(WriteError::Corrupt)?),
+            Some(data) => Some((
+                type_code_of(&data).map_err(WriteError::Corrupt)?,
+                vector_of(&data).map_err(WriteError::Corrupt)?,
+            )),
         };
-        self.nodes.insert(id.to_string(), code);
-        Ok(code)
+        self.nodes.insert(id.to_string(), state);
+        Ok(state)
+    }
+
+    fn node_type<S: Stored>(&mut self, store: &mut S, id: &str) -> Result_<Option<u8>, S> {
+        Ok(self.node_state(store, id)?.map(|(code, _)| code))
+    }
+
+    /// Deletes the embedding of stored node `id` (`vector`: where its record says it is).
+    fn drop_vector(&mut self, id: &str, vector: Vector) {
+        match vector {
+            Vector::Keyed => self.write(Db::Emb, key_of(id), None),
+            Vector::Numbered(n) => self.write(Db::Vectors, vector_key(n).to_vec(), None),
+            Vector::Absent => {}
+        }
+    }
+
+    /// The next embedding number (read from `info` once per write).
+    fn take_vector<S: Stored>(&mut self, store: &mut S) -> Result_<u64, S> {
+        let next = match self.next_vector {
+            Some(n) => n,
+            None => match store.get(Db::Info, VECTORS_NEXT).map_err(WriteError::Read)? {
+                None => 1,
+                Some(raw) => <[u8; 8]>::try_from(raw.as_slice())
+                    .map(u64::from_be_bytes)
+                    .map_err(|_| WriteError::Corrupt(format!("corrupt info/vectors_next: {} bytes", raw.len())))?,
+            },
+        };
+        self.next_vector = Some(next + 1);
+        self.took_vectors = true;
+        Ok(next)
     }
 
     /// Whether a node `id` exists, as this write leaves it so far.
@@ -284,13 +368,21 @@ impl GraphWrite {
     /// Puts `node` (replacing a stored node of that id, whose links it drops on both ends).
     pub fn put_node<S: Stored>(&mut self, store: &mut S, node: &NewNode<'_>) -> Result_<(), S> {
         let key = self.remember(node.id);
-        if self.exists(store, node.id)? {
+        if let Some((_, vector)) = self.node_state(store, node.id)? {
             self.unlink_all(store, node.id)?;
+            self.drop_vector(node.id, vector);
         }
-        self.write(Db::Nodes, key.clone(), Some(encode_node(node)));
-        let emb = node.embedding.map(embedding_bytes);
-        self.write(Db::Emb, key, emb);
-        self.nodes.insert(node.id.to_string(), Some(node.type_code));
+        let vector = match node.embedding {
+            None => Vector::Absent,
+            Some(values) => {
+                let n = self.take_vector(store)?;
+                self.write(Db::Vectors, vector_key(n).to_vec(), Some(embedding_bytes(values)));
+                Vector::Numbered(n)
+            }
+        };
+        let number = if let Vector::Numbered(n) = vector { Some(n) } else { None };
+        self.write(Db::Nodes, key, Some(encode_node(node, number)));
+        self.nodes.insert(node.id.to_string(), Some((node.type_code, vector)));
         self.links.insert(node.id.to_string(), EdgeSets::default());
         self.touched.insert(node.id.to_string());
         Ok(())
@@ -315,12 +407,11 @@ impl GraphWrite {
 
     /// Deletes node `id` with its links on both ends (its metadata stays).
     pub fn delete_node<S: Stored>(&mut self, store: &mut S, id: &str) -> Result_<(), S> {
-        if !self.exists(store, id)? {
-            return Ok(());
-        }
+        let Some((_, vector)) = self.node_state(store, id)? else { return Ok(()) };
         self.unlink_all(store, id)?;
+        self.drop_vector(id, vector);
         let key = key_of(id);
-        for db in [Db::Nodes, Db::Emb, Db::Links] {
+        for db in [Db::Nodes, Db::Links] {
             self.write(db, key.clone(), None);
         }
         self.nodes.insert(id.to_string(), None);
@@ -384,6 +475,9 @@ impl GraphWrite {
         }
         if let (None, Some(dim)) = (stored_dim, new_dim) {
             self.write(Db::Info, b"dim".to_vec(), Some(dim.to_be_bytes().to_vec()));
+        }
+        if let (true, Some(next)) = (self.took_vectors, self.next_vector) {
+            self.write(Db::Info, VECTORS_NEXT.to_vec(), Some(next.to_be_bytes().to_vec()));
         }
         if !self.touched.is_empty() {
             let next = seq + 1;
@@ -518,7 +612,51 @@ mod tests {
         assert!(writes.contains(&(Db::Longids, key.clone(), Some(long.as_bytes().to_vec()))));
         assert!(writes.contains(&(Db::Info, b"dim".to_vec(), Some(vec![0, 0, 0, 2]))));
         let emb: Vec<u8> = [1.0f32, -2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
-        assert!(writes.contains(&(Db::Emb, key, Some(emb))));
+        assert!(writes.contains(&(Db::Vectors, vector_key(1).to_vec(), Some(emb))));
+        assert!(writes.contains(&(Db::Info, VECTORS_NEXT.to_vec(), Some(2u64.to_be_bytes().to_vec()))));
+        let record = writes.iter().find(|(db, k, _)| *db == Db::Nodes && *k == key).unwrap().2.clone().unwrap();
+        assert_eq!(vector_of(&record).unwrap(), Vector::Numbered(1));
+    }
+
+    #[test]
+    fn embeddings_are_numbered_and_a_replaced_or_deleted_node_drops_its_own() {
+        let mut store = Map::default();
+        // A node written before numbers: `[created_us, {}]`, its embedding under its key in `Emb`.
+        store.0.insert((Db::Nodes, b"old".to_vec()), vec![1, 3, 0x92, 0x00, 0x80]);
+        store.0.insert((Db::Emb, b"old".to_vec()), vec![0; 8]);
+        store.0.insert((Db::Info, VECTORS_NEXT.to_vec()), 7u64.to_be_bytes().to_vec());
+        assert_eq!(vector_of(&store.0[&(Db::Nodes, b"old".to_vec())]).unwrap(), Vector::Keyed);
+        let mut w = GraphWrite::new();
+        let values = [1.0f32, 2.0];
+        for id in ["old", "new", "bare"] {
+            let embedding = (id != "bare").then_some(&values[..]);
+            w.put_node(&mut store, &NewNode { embedding, ..node(id) }).unwrap();
+        }
+        let writes = w.finish(&mut store, Some(2), Some(2), 0, 10).unwrap();
+        assert!(writes.contains(&(Db::Emb, b"old".to_vec(), None)), "the keyed embedding goes");
+        for n in [7u64, 8] {
+            assert!(writes.iter().any(|(db, k, v)| *db == Db::Vectors && *k == vector_key(n) && v.is_some()));
+        }
+        assert!(writes.contains(&(Db::Info, VECTORS_NEXT.to_vec(), Some(9u64.to_be_bytes().to_vec()))));
+        store.apply(writes);
+        let state = |store: &Map, id: &str| vector_of(&store.0[&(Db::Nodes, id.as_bytes().to_vec())]).unwrap();
+        assert_eq!((state(&store, "old"), state(&store, "new")), (Vector::Numbered(7), Vector::Numbered(8)));
+        assert_eq!(state(&store, "bare"), Vector::Absent);
+        let mut w = GraphWrite::new();
+        w.put_node(&mut store, &NewNode { embedding: Some(&values), ..node("old") }).unwrap();
+        w.put_node(&mut store, &NewNode { embedding: Some(&values), ..node("old") }).unwrap();
+        w.delete_node(&mut store, "new").unwrap();
+        let writes = w.finish(&mut store, Some(2), Some(2), 1, 10).unwrap();
+        store.apply(writes);
+        let vectors: Vec<u64> = store
+            .0
+            .keys()
+            .filter(|(db, _)| *db == Db::Vectors)
+            .map(|(_, k)| u64::from_be_bytes(k.as_slice().try_into().unwrap()))
+            .collect();
+        assert_eq!(vectors, vec![10], "a node put twice in one write keeps only its last number");
+        assert_eq!(state(&store, "old"), Vector::Numbered(10));
+        assert!(!store.0.keys().any(|(db, _)| *db == Db::Emb));
     }
 
     #[test]
@@ -543,12 +681,15 @@ mod tests {
     #[test]
     fn corrupt_links_are_reported() {
         let mut store = Map::default();
-        store.0.insert((Db::Nodes, b"a".to_vec()), vec![1, 3]);
+        store.0.insert((Db::Nodes, b"a".to_vec()), vec![1, 3, 0x92, 0x00, 0x80]);
         store.0.insert((Db::Links, b"a".to_vec()), vec![1, 0x81, 0xa1, b'z', 0x90]);
         let mut w = GraphWrite::new();
         let err = w.delete_node(&mut store, "a").unwrap_err();
         assert!(matches!(err, WriteError::Corrupt(m) if m.contains("unknown edge")));
         assert!(decode_links(&[2]).is_err());
+        store.0.insert((Db::Nodes, b"b".to_vec()), vec![1, 3]);
+        let err = GraphWrite::new().delete_node(&mut store, "b").unwrap_err();
+        assert!(matches!(err, WriteError::Corrupt(m) if m.contains("corrupt node record")));
         assert!(decode_links(&[1, 0x80, 0]).is_err());
         assert_eq!(decode_links(&encode_links(&EdgeSets::default())).unwrap(), EdgeSets::default());
     }

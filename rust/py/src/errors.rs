@@ -34,6 +34,15 @@ pub fn storage(py: Python<'_>, message: impl Into<String>) -> PyErr {
     build(py, "StorageError", PyTuple::new(py, [message.into()]).expect("tuple"), None)
 }
 
+/// `hippograph.errors.StorageError(message, operation=operation)`.
+pub fn storage_in(py: Python<'_>, message: impl Into<String>, operation: &str) -> PyErr {
+    let kwargs = PyDict::new(py);
+    if let Err(err) = kwargs.set_item("operation", operation) {
+        return err;
+    }
+    build(py, "StorageError", PyTuple::new(py, [message.into()]).expect("tuple"), Some(&kwargs))
+}
+
 /// `hippograph.errors.HippographError(message)` for internal failures.
 pub fn internal(py: Python<'_>, message: impl Into<String>) -> PyErr {
     build(py, "HippographError", PyTuple::new(py, [message.into()]).expect("tuple"), None)

@@ -477,8 +477,25 @@ fn log_pruned(next: u64, log_keep: u64) -> (u64, u64) {
     core::pruned(next, log_keep).map_or((1, 0), |run| (*run.start(), *run.end()))
 }
 
+/// Where the embedding of the node of stored record `data` is: its number in `vectors` (from 1),
+/// 0 for none, -1 for a record written before numbers (its embedding, if any, in `emb` under the
+/// node's key). `StorageError` for a record that does not decode.
+#[pyfunction]
+fn node_vector(py: Python<'_>, data: &[u8]) -> PyResult<i64> {
+    match core::vector_of(data) {
+        Ok(core::Vector::Keyed) => Ok(-1),
+        Ok(core::Vector::Absent) => Ok(0),
+        Ok(core::Vector::Numbered(n)) => i64::try_from(n)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| errors::storage_in(py, format!("corrupt node record: embedding number {n}"), "decode")),
+        Err(message) => Err(errors::storage_in(py, message, "decode")),
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<GraphWrite>()?;
     m.add_function(wrap_pyfunction!(log_pruned, m)?)?;
+    m.add_function(wrap_pyfunction!(node_vector, m)?)?;
     m.add_function(wrap_pyfunction!(plain_changeset, m)?)
 }

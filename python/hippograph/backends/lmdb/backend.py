@@ -148,8 +148,8 @@ class LMDB(DerivedBackend):
 
     def _open_dbs(self, readonly: bool) -> None:
         try:
-            self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in _DBS}
-            for name in (*ENTRY_DBS, *CONTEXT_DBS):  # a store older than these, opened read-only, lacks them
+            self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in _DBS[:-1]}
+            for name in (_DBS[-1], *ENTRY_DBS, *CONTEXT_DBS):  # a store older than these, opened read-only, lacks them
                 with contextlib.suppress(lmdb.NotFoundError):
                     self._dbs[name] = self._env.open_db(name.encode(), create=not readonly)
             self._spaces = {name: self._dbs.get(name) for name in CONTEXT_DBS}
@@ -157,13 +157,13 @@ class LMDB(DerivedBackend):
             raise StorageError(f"cannot open {str(self.path)!r} as an LMDB store: {exc}", operation="open") from None
 
     def _init_info(self, readonly: bool) -> None:
-        if self._read(lambda t: checks.check_info(t, self.path)) or readonly:
-            return
+        if self._read(lambda t: checks.check_info(t, self.path)) == STORAGE_FORMAT or readonly:
+            return  # format 1, opened read-only, is read as it is (`layout.STORAGE_FORMAT`)
 
         def init(t: _Txn) -> None:
             if t.get("info", b"magic") is None:
                 t.put("info", b"magic", MAGIC)
-                t.put("info", b"format", struct.pack(">I", STORAGE_FORMAT))
+            t.put("info", b"format", struct.pack(">I", STORAGE_FORMAT))
 
         self._write("open", init)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from ..._core import node_vector
 from ...engine import column_files, vector_files
 from ...engine.columns import TypeColumns
 from ...engine.derived import DerivedColumns
@@ -26,7 +27,7 @@ from ...errors import HippographError
 from ...graph import codec
 from ...graph.model import Node, NodeMetadata, NodeType
 from .._base import RWLock
-from .layout import _key, _logged_ids, _seq_key
+from .layout import _key, _logged_ids, _seq_key, _vector_key
 from .txn import _Txn
 
 T = TypeVar("T")
@@ -157,7 +158,7 @@ class _Cache(DerivedColumns[NodeType]):
         if data is None:
             self.drop(node_id)
             return
-        emb, meta = t.get("emb", key), t.get("meta", key)
+        emb, meta = t.embedding_of(key, data), t.get("meta", key)
         embedding = None if emb is None else codec.decode_embedding(emb, t.dim())
         self.put(node_id, codec.node_type_of(data), embedding, None if meta is None else codec.usage_of_meta(meta))
 
@@ -168,10 +169,13 @@ class _Cache(DerivedColumns[NodeType]):
             self._columns_tried = True
             if self._map_saved(t):
                 return
-        embeddings, metas, dim = dict(t.items("emb")), dict(t.items("meta")), t.dim()
+        keyed, numbered = dict(t.items("emb")), dict(t.items("vectors"))
+        metas, dim = dict(t.items("meta")), t.dim()
         rows = []
         for key, data in t.items("nodes"):
-            emb, meta = embeddings.get(key), metas.get(key)
+            number = node_vector(data)
+            emb = numbered.get(_vector_key(number)) if number > 0 else keyed.get(key) if number < 0 else None
+            meta = metas.get(key)
             rows.append(
                 (
                     t.id_of(key),
@@ -217,9 +221,10 @@ class _Cache(DerivedColumns[NodeType]):
                 if node_id in changed:
                     continue
                 key = _key(node_id)
-                data, emb = t.get("nodes", key), t.get("emb", key)
+                data = t.get("nodes", key)
                 if data is None or codec.node_type_of(data).value != name:
                     return False
+                emb = t.embedding_of(key, data)
                 norm = float(rows.arrays["norms"][r])
                 if emb is None:
                     if norm != 0.0:

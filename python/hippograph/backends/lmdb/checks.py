@@ -21,7 +21,7 @@ from ...errors import StorageError
 from ...graph import codec
 from .context import CONTEXT_DBS
 from .entries import ENTRY_DBS
-from .layout import _DBS, MAGIC, STORAGE_FORMAT, _logged_ids, _number
+from .layout import _DBS, MAGIC, STORAGE_FORMAT, _logged_ids, _number, _vector_key
 from .txn import _Txn
 
 _CHECK_ATTEMPTS = 10
@@ -114,11 +114,12 @@ def refuse_foreign(env: lmdb.Environment, path: Path) -> None:
         )
 
 
-def check_info(t: _Txn, path: Path) -> bool:
-    """Whether the store is initialised; refuses another application's file and an unknown format."""
+def check_info(t: _Txn, path: Path) -> int | None:
+    """The store's storage format (None: not initialised); refuses another application's file and
+    an unknown format."""
     magic = t.get("info", b"magic")
     if magic is None:
-        return False
+        return None
     if magic != MAGIC:
         raise StorageError(f"{str(path)!r} is an LMDB file but not a hippograph store", operation="open")
     raw = t.get("info", b"format")
@@ -131,7 +132,7 @@ def check_info(t: _Txn, path: Path) -> bool:
         )
     if version < 1:
         raise StorageError(f"store {str(path)!r} has a corrupt format record", operation="open")
-    return True
+    return version
 
 
 def storage_problems(t: _Txn) -> tuple[list[str], int]:
@@ -140,18 +141,44 @@ def storage_problems(t: _Txn) -> tuple[list[str], int]:
     problems: list[str] = []
     dim = t.dim()
     nodes = set()
+    keyed: set[bytes] = set()  # nodes whose embedding, if any, is in ``emb`` under their key
+    numbered: dict[bytes, bytes] = {}  # ``vectors`` key -> the key of the node naming it
     for key, data in t.items("nodes"):
         nodes.add(key)
         try:
             node_id = t.id_of(key)
             codec.decode_node(data, node_id, None, {})
+            number = _core.node_vector(data)
         except StorageError as exc:
             problems.append(f"node {key.decode('utf-8', 'replace')!r}: {exc}")
+            continue
+        if number < 0:
+            keyed.add(key)
+        elif number > 0:
+            if _vector_key(number) in numbered:
+                problems.append(f"embedding number {number} named by two nodes")
+            numbered[_vector_key(number)] = key
+
+    def check_size(name: str, data: bytes) -> None:
+        if dim is None or len(data) != 4 * dim:
+            problems.append(f"embedding of {name} has {len(data)} bytes, dim {dim}")
+
     for key, data in t.items("emb"):
-        if key not in nodes:
+        if key not in keyed:
             problems.append(f"embedding without node: {key.decode('utf-8', 'replace')!r}")
-        elif dim is None or len(data) != 4 * dim:
-            problems.append(f"embedding of {key.decode('utf-8', 'replace')!r} has {len(data)} bytes, dim {dim}")
+        else:
+            check_size(repr(key.decode("utf-8", "replace")), data)
+    found = set()
+    for key, data in t.items("vectors"):
+        owner = numbered.get(key)
+        if owner is None:
+            problems.append(f"embedding without node: number {int.from_bytes(key, 'big')}")
+        else:
+            found.add(key)
+            check_size(f"{owner.decode('utf-8', 'replace')!r} (number {int.from_bytes(key, 'big')})", data)
+    for key in sorted(numbered.keys() - found):
+        name = numbered[key].decode("utf-8", "replace")
+        problems.append(f"node {name!r}: its embedding (number {int.from_bytes(key, 'big')}) is missing")
     for key, data in t.items("links"):
         if key not in nodes:
             problems.append(f"links without node: {key.decode('utf-8', 'replace')!r}")

@@ -15,11 +15,14 @@ import msgpack
 from ...errors import StorageError
 
 MAGIC = b"hippograph-lmdb"
-STORAGE_FORMAT = 1
+STORAGE_FORMAT = 2
+"""2: embeddings by number in ``vectors`` (appended), a node record naming its number. A store of
+format 1 keeps its embeddings in ``emb`` by node key until each node is written again; a writable
+open marks it format 2, so an earlier hippograph, which reads only ``emb``, refuses it."""
 LOG_KEEP = 50_000
 """Change-log entries kept: a cache further behind than this rebuilds instead of catching up."""
 DEFAULT_MAP_SIZE = 1 << 30
-_DBS = ("info", "nodes", "emb", "links", "meta", "ingest", "log", "longids")
+_DBS = ("info", "nodes", "emb", "links", "meta", "ingest", "log", "longids", "vectors")
 # LMDB keys hold at most 511 bytes, ids up to 512: longer ids are keyed by a
 # hash behind a 0xFF byte (never the first byte of UTF-8) and their full text
 # is kept in ``longids``.
@@ -31,6 +34,11 @@ def _key(node_id: str) -> bytes:
     """The LMDB key of an id: its UTF-8 bytes, or a hash behind `_LONG` when too long."""
     raw = node_id.encode("utf-8")
     return raw if len(raw) <= MAX_PLAIN_KEY else _LONG + hashlib.sha256(raw).digest()
+
+
+def _vector_key(number: int) -> bytes:
+    """The ``vectors`` key of embedding `number`."""
+    return struct.pack(">Q", number)
 
 
 def _seq_key(seq: int) -> bytes:

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ..._core import GraphWrite
+from ..._core import GraphWrite, node_vector
 from ...engine.codec import to_us
 from ...errors import StorageError
 from ...graph import codec
@@ -19,7 +19,7 @@ from ...graph.changeset import Changeset
 from ...graph.model import EdgeType, Node, NodeMetadata, as_edge_type
 from .._base import ReadOnlyLinks
 from . import layout
-from .layout import _LONG, _key, _number
+from .layout import _LONG, _key, _number, _vector_key
 
 Txn = Any
 
@@ -52,6 +52,9 @@ class _Txn:
         self.txn.delete(key, db=self.dbs[db])
 
     def items(self, db: str) -> Iterator[tuple[bytes, bytes]]:
+        """Every record of `db` (none for ``vectors`` in a store, opened read-only, that has not got it)."""
+        if db not in self.dbs:
+            return
         with self.txn.cursor(db=self.dbs[db]) as cur:
             for k, v in cur:
                 yield bytes(k), bytes(v)
@@ -89,10 +92,19 @@ class _Txn:
         data = self.get("nodes", key)
         if data is None:
             return None
-        emb = self.get("emb", key)
+        emb = self.embedding_of(key, data)
         links = codec.decode_links(self.get("links", key))
         embedding = None if emb is None else codec.decode_embedding(emb, self.dim())
         return codec.decode_node(data, node_id, embedding, ReadOnlyLinks({e: frozenset(i) for e, i in links.items()}))
+
+    def embedding_of(self, key: bytes, data: bytes) -> bytes | None:
+        """The stored embedding of the node at `key` whose record is `data`: in ``vectors`` under the
+        number the record names, or, for a record written before numbers, in ``emb`` under `key`."""
+        number = node_vector(data)
+        if number > 0:
+            db = self.dbs.get("vectors")
+            return None if db is None else self.txn.get(_vector_key(number), db=db)
+        return self.get("emb", key) if number < 0 else None
 
     def meta(self, node_id: str) -> NodeMetadata | None:
         data = self.get("meta", _key(node_id))
@@ -157,17 +169,16 @@ class _Writer:
                     txn.put(key, value, db=db)
 
 
-_APPENDED = frozenset({"emb", "log"})
-"""The databases whose keys often grow (the change log always): their puts above the last key are
-appended. Two 384-d embeddings fill a page, and half-full pages double the file and the pages a
-commit writes; the small records of the others gain less than the look at the last key costs."""
+_APPENDED = frozenset({"log", "vectors"})
+"""The databases whose keys grow (the change log's counter, the embeddings' numbers): their puts
+above the last key are appended, so a full last page starts a new one instead of being split in
+half (two 384-d embeddings a page, not one)."""
 
 
 def _appended_from(cur: Any, items: list[tuple[bytes, bytes]]) -> int:
     """Where the keys of `items` (in key order) pass every key the cursor's database holds: from there
-    they go in with LMDB's append, which starts a new page when the last one is full, where an
-    insert splits it in half. Ids that grow (the library's own, when source ids do; the change log's
-    counter) so keep their pages full: two 384-d embeddings a page instead of one."""
+    they go in with LMDB's append (a log entry deleted and written again in one write, or a
+    damaged counter, keeps the rest an ordinary put)."""
     if not cur.last():
         return 0
     last = cur.key()
