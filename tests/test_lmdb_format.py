@@ -6,10 +6,13 @@ again, nothing lost and nothing left behind."""
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import msgpack
 import numpy as np
+import pytest
 
 import hippograph as hg
 from hippograph import _core
@@ -46,6 +49,7 @@ def _as_format_1(path: Path) -> None:
             txn.put(key, head + msgpack.packb([created, fields]), db=dbs["nodes"])
         txn.delete(b"vectors_next", db=dbs["info"])
         txn.put(b"format", struct.pack(">I", 1), db=dbs["info"])
+        txn.drop(dbs["vectors"], delete=True)  # format 1 had no such database
     backend.close()
 
 
@@ -113,3 +117,36 @@ def test_verify_names_an_embedding_left_behind_and_one_missing(tmp_path: Path) -
     assert "embedding without node: number 99" in problems
     assert "embedding without node: 's000'" in problems
     backend.close()
+
+
+def test_a_read_only_handle_that_predates_the_upgrade_refuses_numbered_embeddings(tmp_path: Path) -> None:
+    """Another process upgrades the store and writes a node again while a read-only handle, opened
+    on format 1 before the ``vectors`` database existed, stays open: reading that node's embedding
+    is a `StorageError` asking to reopen, never the node without its embedding."""
+    path = tmp_path / "store"
+    nodes = _nodes(4, seed=3)
+    backend = LMDB(path, durability="fast")
+    backend.apply_changeset(hg.Changeset().add_nodes(nodes))
+    backend.close()
+    _as_format_1(path)
+    readonly = LMDB(path, readonly=True)
+    try:
+        assert readonly.get_node("s000") == nodes[0]
+        writer = (
+            "import sys, numpy as np, hippograph as hg\n"
+            "from hippograph.backends import LMDB\n"
+            "b = LMDB(sys.argv[1], durability='fast')\n"
+            "b.apply_changeset(hg.Changeset().add_node(hg.Semantic(id='s000', proposition='again', "
+            "confidence=0.5, embedding=np.ones(8, np.float32))))\n"
+            "b.close()\n"
+        )
+        subprocess.run([sys.executable, "-c", writer, str(path)], check=True, timeout=120)
+        assert readonly.get_node("s001") == nodes[1], "a node still keyed reads as before"
+        with pytest.raises(hg.StorageError, match="open it again"):
+            readonly.get_node("s000")
+    finally:
+        readonly.close()
+    reopened = LMDB(path, readonly=True)
+    got = reopened.get_node("s000")
+    assert got is not None and got.embedding is not None and np.array_equal(got.embedding, np.ones(DIM, np.float32))
+    reopened.close()

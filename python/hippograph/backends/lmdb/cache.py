@@ -170,6 +170,8 @@ class _Cache(DerivedColumns[NodeType]):
             if self._map_saved(t):
                 return
         keyed, numbered = dict(t.items("emb")), dict(t.items("vectors"))
+        if not numbered and t.get("info", b"vectors_next") is not None:
+            t.vectors_db()  # numbered embeddings this handle cannot read: refused, not read as none
         metas, dim = dict(t.items("meta")), t.dim()
         rows = []
         for key, data in t.items("nodes"):

@@ -102,9 +102,20 @@ class _Txn:
         number the record names, or, for a record written before numbers, in ``emb`` under `key`."""
         number = node_vector(data)
         if number > 0:
-            db = self.dbs.get("vectors")
-            return None if db is None else self.txn.get(_vector_key(number), db=db)
+            got: bytes | None = self.txn.get(_vector_key(number), db=self.vectors_db())
+            return got
         return self.get("emb", key) if number < 0 else None
+
+    def vectors_db(self) -> Any:
+        """The ``vectors`` database; `StorageError` for a handle opened read-only on a format-1 store
+        before a writer made it (its nodes must not read as having no embedding)."""
+        db = self.dbs.get("vectors")
+        if db is None:
+            raise StorageError(
+                "the store was upgraded to storage format 2 after this read-only handle opened it: open it again",
+                operation="read",
+            )
+        return db
 
     def meta(self, node_id: str) -> NodeMetadata | None:
         data = self.get("meta", _key(node_id))
