@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from ..._core import node_vector
 from ...engine import column_files, vector_files
 from ...engine.columns import TypeColumns
 from ...engine.derived import DerivedColumns
@@ -27,8 +26,8 @@ from ...errors import HippographError
 from ...graph import codec
 from ...graph.model import Node, NodeMetadata, NodeType
 from .._base import RWLock
-from .layout import _key, _logged_ids, _seq_key, _vector_key
-from .txn import _Txn
+from .layout import _key, _logged_ids, _seq_key
+from .txn import _Txn, vector_place
 
 T = TypeVar("T")
 
@@ -169,14 +168,14 @@ class _Cache(DerivedColumns[NodeType]):
             self._columns_tried = True
             if self._map_saved(t):
                 return
-        keyed, numbered = dict(t.items("emb")), dict(t.items("vectors"))
-        if not numbered and t.get("info", b"vectors_next") is not None:
-            t.vectors_db()  # numbered embeddings this handle cannot read: refused, not read as none
+        stored = {"emb": dict(t.items("emb")), "vectors": dict(t.items("vectors"))}
         metas, dim = dict(t.items("meta")), t.dim()
         rows = []
         for key, data in t.items("nodes"):
-            number = node_vector(data)
-            emb = numbered.get(_vector_key(number)) if number > 0 else keyed.get(key) if number < 0 else None
+            place = vector_place(key, data)
+            emb = None if place is None else stored[place[0]].get(place[1])
+            if emb is None and place is not None and place[0] == "vectors":
+                emb = t.embedding_of(key, data)  # refused by name where this handle lacks ``vectors``
             meta = metas.get(key)
             rows.append(
                 (

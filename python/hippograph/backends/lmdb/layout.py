@@ -36,13 +36,12 @@ def _key(node_id: str) -> bytes:
     return raw if len(raw) <= MAX_PLAIN_KEY else _LONG + hashlib.sha256(raw).digest()
 
 
-def _vector_key(number: int) -> bytes:
-    """The ``vectors`` key of embedding `number`."""
-    return struct.pack(">Q", number)
-
-
 def _seq_key(seq: int) -> bytes:
     return struct.pack(">Q", seq)
+
+
+_vector_key = _seq_key
+"""The ``vectors`` key of an embedding's number: the same 8-byte big-endian key."""
 
 
 def _number(raw: bytes, fmt: str, what: str) -> int:

@@ -98,13 +98,13 @@ class _Txn:
         return codec.decode_node(data, node_id, embedding, ReadOnlyLinks({e: frozenset(i) for e, i in links.items()}))
 
     def embedding_of(self, key: bytes, data: bytes) -> bytes | None:
-        """The stored embedding of the node at `key` whose record is `data`: in ``vectors`` under the
-        number the record names, or, for a record written before numbers, in ``emb`` under `key`."""
-        number = node_vector(data)
-        if number > 0:
-            got: bytes | None = self.txn.get(_vector_key(number), db=self.vectors_db())
-            return got
-        return self.get("emb", key) if number < 0 else None
+        """The stored embedding of the node at `key` whose record is `data` (`vector_place`)."""
+        place = vector_place(key, data)
+        if place is None:
+            return None
+        if place[0] == "vectors":
+            self.vectors_db()
+        return self.get(*place)
 
     def vectors_db(self) -> Any:
         """The ``vectors`` database; `StorageError` for a handle opened read-only on a format-1 store
@@ -123,6 +123,14 @@ class _Txn:
 
     def links(self, node_id: str) -> dict[EdgeType, set[str]]:
         return codec.decode_links(self.get("links", _key(node_id)))
+
+
+def vector_place(key: bytes, data: bytes) -> tuple[str, bytes] | None:
+    """Where the embedding of the node at `key` whose record is `data` is stored, as (database, key):
+    in ``vectors`` under the number the record names, or, for a record written before numbers, in
+    ``emb`` under `key`; None for a node without one."""
+    number = node_vector(data)
+    return ("vectors", _vector_key(number)) if number > 0 else ("emb", key) if number < 0 else None
 
 
 class _Writer:
